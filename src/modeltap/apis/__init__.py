@@ -1,0 +1,98 @@
+"""The wire APIs modeltap audits, and dispatch to their pure modules.
+
+Each module (``openai_chat``, ``openai_responses``, ``anthropic_messages``)
+offers the same four things:
+
+- ``audit_request(body: Json) -> RequestFacts`` (raises ``Rejected``);
+- ``set_image_detail(body: Json, detail: str) -> int``: rewrite every image's
+  detail in place, return how many were rewritten;
+- ``observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts``;
+- ``StreamObserver(facts)`` with ``feed(SSEEvent) -> bool`` (True when the
+  event carried model output) and ``finish(error: str | None) -> ResponseFacts``.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Protocol
+
+from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES, RequestFacts, ResponseFacts
+from modeltap.sse import SSEEvent
+
+_SUFFIXES = (
+    ("/chat/completions", API_CHAT),
+    ("/responses", API_RESPONSES),
+    ("/messages", API_ANTHROPIC),
+)
+
+
+def api_for_path(method: str, path: str) -> str | None:
+    """Return the API a request targets, or ``None`` if it is not a model request.
+
+    Model endpoints are POSTs to a path ending in ``/chat/completions``,
+    ``/responses`` or ``/messages``, whatever the query string.
+
+    Args:
+        method: the HTTP method.
+        path: the request path, possibly with a query string.
+    """
+    if method.upper() != "POST":
+        return None
+    return api_for_ws_path(path)
+
+
+def api_for_ws_path(path: str) -> str | None:
+    """Return the API a path names, ignoring the query string and a trailing slash."""
+    bare = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    for suffix, api in _SUFFIXES:
+        if bare.endswith(suffix):
+            return api
+    return None
+
+
+def is_models_listing(method: str, path: str) -> bool:
+    """True for ``GET .../models`` (and ``.../models/{id}``), passed through unaudited."""
+    bare = path.split("?", 1)[0].rstrip("/")
+    parts = bare.split("/")
+    return method.upper() == "GET" and ("models" in parts[-2:])
+
+
+class StreamObserver(Protocol):
+    """What every API's stream observer offers (see the module docstring)."""
+
+    def feed(self, event: SSEEvent) -> bool: ...
+
+    def finish(self, error: str | None = None) -> ResponseFacts: ...
+
+
+def module_for(api: str) -> ModuleType:
+    """Return the pure module implementing ``api``.
+
+    Raises:
+        KeyError: for an unknown API name.
+    """
+    from modeltap.apis import anthropic_messages, openai_chat, openai_responses
+
+    modules: dict[str, ModuleType] = {
+        API_CHAT: openai_chat,
+        API_RESPONSES: openai_responses,
+        API_ANTHROPIC: anthropic_messages,
+    }
+    return modules[api]
+
+
+def provider_of(api: str) -> str:
+    """The ``gen_ai.provider.name`` of an API: ``openai`` or ``anthropic``."""
+    return "anthropic" if api == API_ANTHROPIC else "openai"
+
+
+__all__ = [
+    "StreamObserver",
+    "RequestFacts",
+    "ResponseFacts",
+    "api_for_path",
+    "api_for_ws_path",
+    "is_models_listing",
+    "module_for",
+    "provider_of",
+]

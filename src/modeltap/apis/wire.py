@@ -1,0 +1,111 @@
+"""Small pure pieces every wire API module shares.
+
+Nothing here knows one API; each function states its contract and raises
+:class:`~modeltap.errors.Rejected` with a rule name, never with body content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import orjson
+
+from modeltap.errors import Rejected
+from modeltap.records import Json
+
+
+def parse_json_object(raw: bytes) -> Json:
+    """Parse a request body that must be one JSON object.
+
+    Args:
+        raw: the decoded (uncompressed) body bytes.
+
+    Returns:
+        The parsed object.
+
+    Raises:
+        Rejected: ``invalid_json`` or ``body_not_object``.
+    """
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise Rejected("invalid_json") from None
+    if not isinstance(value, dict):
+        raise Rejected("body_not_object")
+    return value
+
+
+def sha256_hex(text: str) -> str:
+    """Return the SHA-256 hex digest of ``text`` encoded as UTF-8.
+
+    Lone surrogates (possible in JSON ``\\ud800`` escapes) are encoded with
+    ``surrogatepass`` so hashing never fails on what a client really sent.
+    """
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def instructions_sha256(texts: list[str]) -> str:
+    """Hash instruction texts joined in order with two newlines (SPEC section 2)."""
+    return sha256_hex("\n\n".join(texts))
+
+
+def require_model(body: Json) -> str:
+    """Return the body's ``model``.
+
+    Raises:
+        Rejected: ``missing_model`` if absent, not a string or empty.
+    """
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise Rejected("missing_model")
+    return model
+
+
+def reject_messages_and_input(body: Json) -> None:
+    """Refuse a body carrying both ``messages`` and ``input``.
+
+    Raises:
+        Rejected: ``messages_and_input``.
+    """
+    if "messages" in body and "input" in body:
+        raise Rejected("messages_and_input")
+
+
+def optional_str(value: Any, where: str) -> str | None:
+    """Return ``value`` if it is a string or ``None``.
+
+    Raises:
+        Rejected: ``malformed_setting`` naming ``where`` (a fixed field name).
+    """
+    if value is None or isinstance(value, str):
+        return value
+    raise Rejected("malformed_setting", where)
+
+
+def optional_bool(value: Any, where: str) -> bool | None:
+    """Return ``value`` if it is a bool or ``None``.
+
+    Raises:
+        Rejected: ``malformed_setting`` naming ``where``.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    raise Rejected("malformed_setting", where)
+
+
+def token_count(value: Any) -> int | None:
+    """Return a reported token count, or ``None`` when it is absent or not an int."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def utf8_len(value: Any) -> int:
+    """Size in bytes of a tool result as sent: strings as UTF-8, anything else as JSON."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        return 0

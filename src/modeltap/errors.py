@@ -1,0 +1,99 @@
+"""Errors of modeltap, and the catalogue of refusal rules.
+
+The hierarchy::
+
+    ModelTapError
+     ├── Rejected               the client sent something we refuse to forward
+     │                          (carries the rule's name; answered 400/413/503)
+     ├── UpstreamProtocolError  the upstream broke its wire format (bad SSE,
+     │                          undecodable compressed stream, invalid JSON)
+     └── SinkError              the audit file could not be written
+
+Errors say whose fault it was and name a rule; they never carry request
+content, headers or keys. Messages come from :data:`RULES`, fixed text per
+rule, so nothing taken from a request can end up in one.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+#: Every refusal rule: name -> (HTTP status, fixed explanation). The message
+#: shown to the agent is built from this text only.
+RULES: Final[dict[str, tuple[int, str]]] = {
+    # The body itself.
+    "invalid_json": (400, "the request body is not valid JSON"),
+    "body_not_object": (400, "the request body is not a JSON object"),
+    "missing_model": (400, "the request has no non-empty 'model' string"),
+    "messages_and_input": (400, "the request has both 'messages' and 'input'"),
+    "instructions_not_text": (400, "system/developer instruction content is not text"),
+    "malformed_messages": (400, "the message list is malformed"),
+    "malformed_tools": (400, "the tool list is malformed"),
+    "tool_without_name": (400, "a client tool has no name"),
+    "malformed_image": (400, "an image part is malformed"),
+    "malformed_setting": (400, "a setting the audit records has the wrong type"),
+    "undecodable_content_encoding": (
+        400,
+        "the request body's content-encoding could not be decoded",
+    ),
+    "body_too_large": (413, "the request body is larger than --max-body"),
+    # Policy.
+    "fail_closed": (
+        400,
+        "an earlier request of this session was refused and --fail-closed is set",
+    ),
+    "strict_unaudited": (
+        400,
+        "this request is not a model request modeltap can audit and --strict is set",
+    ),
+    "tool_budget_exceeded": (400, "the session used up its --max-tool-calls budget"),
+    "audit_write_failed": (
+        503,
+        "the audit record could not be written, so the request was not forwarded",
+    ),
+    # WebSocket Responses mode.
+    "ws_binary_frame": (400, "binary WebSocket frames cannot be audited"),
+    "ws_invalid_json": (400, "the WebSocket message is not a JSON object"),
+    "ws_unsupported_type": (400, "this WebSocket message type is not forwarded"),
+    "ws_missing_input": (400, "response.create has no 'input'"),
+    "ws_nested_response": (400, "response.create carries a nested 'response' object"),
+    "ws_implicit_continuation": (
+        400,
+        "a continuation (previous_response_id) must state its model, instructions and "
+        "tools; use --continuation as-sent to audit it as sent",
+    ),
+}
+
+
+class ModelTapError(Exception):
+    """Base class of every error modeltap raises on purpose."""
+
+
+class Rejected(ModelTapError):
+    """The client sent something modeltap will not forward.
+
+    Args:
+        rule: a key of :data:`RULES`.
+        detail: an optional *fixed* refinement written by modeltap itself (for
+            example ``"tools[2]"``, a position, never a value from the body).
+
+    Raises:
+        KeyError: if ``rule`` is not in :data:`RULES` (a programming error).
+    """
+
+    def __init__(self, rule: str, detail: str | None = None) -> None:
+        status, text = RULES[rule]
+        self.rule = rule
+        self.status = status
+        self.detail = detail
+        where = f" ({detail})" if detail else ""
+        self.message = f"modeltap refused the request [rule {rule}]: {text}{where}."
+        super().__init__(self.message)
+
+
+class UpstreamProtocolError(ModelTapError):
+    """The upstream sent something that breaks its own wire format."""
+
+
+class SinkError(ModelTapError):
+    """The audit or events file could not be written."""

@@ -1,0 +1,324 @@
+"""Records and events: the one place that knows the JSONL schema.
+
+Everything written to ``audit.jsonl``, ``events.jsonl`` and ``sessions.jsonl``
+is one of the frozen dataclasses below, serialised by :func:`to_json_line`.
+Unknown values are ``None`` (JSON ``null``), never ``0`` or ``""``; an empty
+tuple means "sent, and empty".
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+Json = dict[str, Any]
+
+API_CHAT = "openai.chat_completions"
+API_RESPONSES = "openai.responses"
+API_ANTHROPIC = "anthropic.messages"
+APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC)
+
+
+def utc_now() -> str:
+    """Return the current UTC time as ISO-8601 with milliseconds and ``Z``."""
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&](?:key|api[-_]?key|apikey|access[-_]?token|token|auth|authorization|"
+    r"sig|signature|code|password|secret)=)[^&#]*"
+)
+
+
+def redact_path(path: str) -> str:
+    """Return ``path`` with the values of secret-bearing query parameters redacted.
+
+    Args:
+        path: a request path, possibly with a query string (``/v1/x?key=abc``).
+
+    Returns:
+        The same path with each secret value replaced by ``REDACTED``.
+    """
+    if "?" not in path:
+        return path
+    return _SECRET_QUERY.sub(r"\1REDACTED", path)
+
+
+# --------------------------------------------------------------------------
+# Request side
+
+
+@dataclass(frozen=True, slots=True)
+class HostedTool:
+    """A provider-run or non-function tool advertised in a request."""
+
+    type: str
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """A tool result carried back to the model: its call id and its size."""
+
+    call_id: str | None
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    """What an API module reads off one outgoing request body (SPEC section 2)."""
+
+    model: str
+    tool_names: tuple[str, ...] | None
+    reasoning_effort: str | None
+    thinking: Json | None
+    image_details: tuple[str | None, ...]
+    instructions_sha256: str | None
+    stream: bool
+    hosted_tools: tuple[HostedTool, ...]
+    tool_results: tuple[ToolResult, ...]
+    previous_response_id: str | None
+    generate: bool | None
+    omitted_settings: tuple[str, ...] = ()
+    #: Chat only: whether ``stream_options.include_usage`` was sent true.
+    #: Not written to the record; the response observer needs it.
+    include_usage: bool | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditRecord:
+    """One line of ``audit.jsonl``: a validated outgoing model request."""
+
+    request_id: str
+    model: str
+    tool_names: tuple[str, ...] | None
+    reasoning_effort: str | None
+    thinking: Json | None
+    image_details: tuple[str | None, ...]
+    image_count: int
+    instructions_sha256: str | None
+    seq: int
+    run_id: str
+    session_id: str
+    ts: str
+    transport: str
+    api: str
+    route: str | None
+    upstream: str
+    path: str
+    stream: bool
+    hosted_tools: tuple[HostedTool, ...]
+    tool_results: tuple[ToolResult, ...]
+    previous_response_id: str | None
+    generate: bool | None
+    omitted_settings: tuple[str, ...]
+    body_bytes: int
+    body_sha256: str
+
+    @classmethod
+    def build(
+        cls,
+        facts: RequestFacts,
+        *,
+        request_id: str,
+        seq: int,
+        run_id: str,
+        session_id: str,
+        transport: str,
+        api: str,
+        route: str | None,
+        upstream: str,
+        path: str,
+        body_bytes: int,
+        body_sha256: str,
+        ts: str | None = None,
+    ) -> AuditRecord:
+        """Combine request facts with where and when the request went."""
+        return cls(
+            request_id=request_id,
+            model=facts.model,
+            tool_names=facts.tool_names,
+            reasoning_effort=facts.reasoning_effort,
+            thinking=facts.thinking,
+            image_details=facts.image_details,
+            image_count=len(facts.image_details),
+            instructions_sha256=facts.instructions_sha256,
+            seq=seq,
+            run_id=run_id,
+            session_id=session_id,
+            ts=ts or utc_now(),
+            transport=transport,
+            api=api,
+            route=route,
+            upstream=upstream,
+            path=redact_path(path),
+            stream=facts.stream,
+            hosted_tools=facts.hosted_tools,
+            tool_results=facts.tool_results,
+            previous_response_id=facts.previous_response_id,
+            generate=facts.generate,
+            omitted_settings=facts.omitted_settings,
+            body_bytes=body_bytes,
+            body_sha256=body_sha256,
+        )
+
+
+# --------------------------------------------------------------------------
+# Response side
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token usage as the provider reported it; each count ``None`` if not reported."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    total_tokens: int | None = None
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A tool call the model asked for, arguments exactly as the model sent them."""
+
+    call_id: str | None
+    name: str | None
+    arguments: str | None
+    namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFacts:
+    """What an observer read off one response (JSON body, SSE stream or WS events)."""
+
+    response_id: str | None = None
+    model: str | None = None
+    usage: Usage = field(default_factory=Usage)
+    finish_reasons: tuple[str, ...] | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    status: str | None = None
+    evidence_complete: bool = False
+    capture_errors: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------
+# Events (events.jsonl)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Fields every line of ``events.jsonl`` carries."""
+
+    kind: str
+    ts: str
+    run_id: str
+    session_id: str
+    seq: int | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectedEvent(Event):
+    """A request or WebSocket message refused before forwarding."""
+
+    kind: str = field(default="rejected", init=False)
+    rule: str
+    message: str
+    status: int | None
+    transport: str
+    method: str | None
+    path: str
+    api: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnauditedEvent(Event):
+    """A request passed through without audit (not a model request)."""
+
+    kind: str = field(default="unaudited", init=False)
+    method: str
+    host: str | None
+    path: str
+    status: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponseEvent(Event):
+    """What came back for one audited request (SPEC section 4)."""
+
+    kind: str = field(default="response", init=False)
+    api: str
+    transport: str
+    status: int | None
+    stream: bool
+    response_id: str | None
+    model: str | None
+    usage: Usage
+    finish_reasons: tuple[str, ...] | None
+    tool_calls: tuple[ToolCall, ...]
+    response_status: str | None
+    ttfb_ms: float | None
+    ttft_ms: float | None
+    duration_ms: float | None
+    evidence_complete: bool
+    capture_errors: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEvent(Event):
+    """Something broke: upstream unreachable, a reset, a client that went away."""
+
+    kind: str = field(default="error", init=False)
+    error: str
+    message: str
+    transport: str
+    method: str | None
+    path: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WsOpenEvent(Event):
+    """A WebSocket connection was established through the proxy."""
+
+    kind: str = field(default="ws_open", init=False)
+    path: str
+    route: str | None
+    upstream: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WsCloseEvent(Event):
+    """A WebSocket connection ended."""
+
+    kind: str = field(default="ws_close", init=False)
+    code: int | None
+    reason: str | None
+    closed_by: str | None
+    messages_from_client: int
+    messages_from_server: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WsControlEvent(Event):
+    """An allowed WebSocket control message (e.g. ``response.processed``)."""
+
+    kind: str = field(default="ws_control", init=False)
+    type: str
+
+
+def to_json_line(record: object) -> bytes:
+    """Serialise a record or event to one JSON line (ending in ``\\n``).
+
+    Args:
+        record: one of the dataclasses of this module.
+
+    Returns:
+        UTF-8 JSON bytes followed by a newline.
+    """
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
