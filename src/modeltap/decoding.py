@@ -1,0 +1,295 @@
+"""Content-encoding decoders for response bodies, streamed or whole.
+
+:class:`StreamDecompressor` undoes ``Content-Encoding`` chunk by chunk so the
+SSE observer sees text as it arrives, without buffering the response;
+:func:`decode_body` does the same for a whole (non-streamed) body. Supported:
+``identity``, ``gzip``/``x-gzip``, ``deflate`` (zlib-wrapped, or raw deflate as
+some servers wrongly send and browsers accept), ``br`` and ``zstd``, stacked
+with commas (``"gzip, br"`` was applied gzip first, so it is undone br first).
+
+Brotli comes from ``brotli`` and Zstandard from ``compression.zstd`` (Python
+3.14+) or its backport ``backports.zstd``: the libraries mitmproxy itself
+depends on, so modeltap adds no dependency.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+from typing import Final, Protocol
+
+import brotli
+
+from modeltap.errors import UpstreamProtocolError
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
+
+_GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
+_ZLIB_WBITS: Final = zlib.MAX_WBITS
+_RAW_DEFLATE_WBITS: Final = -zlib.MAX_WBITS
+
+
+class _Layer(Protocol):
+    """One content-coding being undone."""
+
+    def feed(self, data: bytes) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
+def _corrupt(name: str) -> UpstreamProtocolError:
+    """Build the error for a broken ``name`` stream (fixed text, never the data)."""
+    return UpstreamProtocolError(f"the {name} content-encoded response body is corrupt")
+
+
+def _truncated(name: str) -> UpstreamProtocolError:
+    """Build the error for a ``name`` stream that ended before its end marker."""
+    return UpstreamProtocolError(f"the {name} content-encoded response body ended early")
+
+
+class _IdentityLayer:
+    """``identity``: bytes pass through unchanged."""
+
+    def feed(self, data: bytes) -> bytes:
+        return data
+
+    def flush(self) -> bytes:
+        return b""
+
+
+class _ZlibLayer:
+    """gzip, zlib-wrapped deflate or raw deflate, via :func:`zlib.decompressobj`.
+
+    Args:
+        name: the coding's name, for error messages.
+        wbits: the zlib window/format selector.
+    """
+
+    def __init__(self, name: str, wbits: int) -> None:
+        self._name = name
+        self._wbits = wbits
+        self._inner = zlib.decompressobj(wbits)
+        self._fed = False
+
+    def feed(self, data: bytes) -> bytes:
+        if not data:
+            return b""
+        self._fed = True
+        out: list[bytes] = []
+        try:
+            while data:
+                if self._inner.eof:
+                    if self._wbits != _GZIP_WBITS:
+                        # zlib.decompress (and so mitmproxy) ignores bytes
+                        # after a complete deflate stream; do the same.
+                        break
+                    # gzip allows several members back to back (RFC 1952).
+                    self._inner = zlib.decompressobj(self._wbits)
+                out.append(self._inner.decompress(data))
+                data = self._inner.unused_data if self._inner.eof else b""
+        except zlib.error as exc:
+            raise _corrupt(self._name) from exc
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        try:
+            out = self._inner.flush()
+        except zlib.error as exc:
+            raise _corrupt(self._name) from exc
+        # An empty body (e.g. a 204 that still names its coding) is fine; a
+        # stream that stopped before its end marker was cut off.
+        if self._fed and not self._inner.eof:
+            raise _truncated(self._name)
+        return out
+
+
+def _is_zlib_header(head: bytes) -> bool:
+    """Whether two bytes are a valid zlib header (RFC 1950: CM 8, CINFO <= 7, FCHECK)."""
+    cmf, flg = head[0], head[1]
+    return cmf & 0x0F == 8 and cmf >> 4 <= 7 and ((cmf << 8) | flg) % 31 == 0
+
+
+class _DeflateLayer:
+    """``deflate``: zlib-wrapped as RFC 9110 says, else raw deflate.
+
+    Like browsers, the choice is made on the first two bytes: if they are not a
+    valid zlib header, the body is taken as raw deflate.
+    """
+
+    def __init__(self) -> None:
+        self._head = b""
+        self._inner: _ZlibLayer | None = None
+
+    def feed(self, data: bytes) -> bytes:
+        if self._inner is None:
+            head = self._head + data
+            if len(head) < 2:
+                self._head = head
+                return b""
+            self._head = b""
+            wbits = _ZLIB_WBITS if _is_zlib_header(head) else _RAW_DEFLATE_WBITS
+            self._inner = _ZlibLayer("deflate", wbits)
+            data = head
+        return self._inner.feed(data)
+
+    def flush(self) -> bytes:
+        if self._inner is None:
+            if self._head:
+                raise _truncated("deflate")
+            return b""
+        return self._inner.flush()
+
+
+class _BrotliLayer:
+    """``br`` via :class:`brotli.Decompressor`."""
+
+    def __init__(self) -> None:
+        self._inner = brotli.Decompressor()
+        self._fed = False
+
+    def feed(self, data: bytes) -> bytes:
+        if not data:
+            return b""
+        self._fed = True
+        try:
+            out: bytes = self._inner.process(data)
+        except brotli.error as exc:
+            raise _corrupt("br") from exc
+        return out
+
+    def flush(self) -> bytes:
+        if self._fed and not self._inner.is_finished():
+            raise _truncated("br")
+        return b""
+
+
+class _ZstdLayer:
+    """``zstd`` via :class:`ZstdDecompressor`, one per frame (frames may follow each other)."""
+
+    def __init__(self) -> None:
+        self._inner = zstd.ZstdDecompressor()
+        self._fed = False
+
+    def feed(self, data: bytes) -> bytes:
+        if not data:
+            return b""
+        self._fed = True
+        out: list[bytes] = []
+        try:
+            while data:
+                if self._inner.eof:
+                    self._inner = zstd.ZstdDecompressor()
+                out.append(self._inner.decompress(data))
+                data = self._inner.unused_data if self._inner.eof else b""
+        except zstd.ZstdError as exc:
+            raise _corrupt("zstd") from exc
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        if self._fed and not self._inner.eof:
+            raise _truncated("zstd")
+        return b""
+
+
+def _make_layer(name: str) -> _Layer:
+    """Return a fresh decoder for one coding name (already lower-cased and stripped)."""
+    if name == "identity":
+        return _IdentityLayer()
+    if name in ("gzip", "x-gzip"):
+        return _ZlibLayer("gzip", _GZIP_WBITS)
+    if name == "deflate":
+        return _DeflateLayer()
+    if name == "br":
+        return _BrotliLayer()
+    if name == "zstd":
+        return _ZstdLayer()
+    # The name comes from an upstream header: show it, but never at length.
+    raise UpstreamProtocolError(f"unsupported content-encoding {name[:40]!r}")
+
+
+class StreamDecompressor:
+    """Undo a response's ``Content-Encoding`` incrementally (sans-I/O).
+
+    Feed each chunk as it arrives and pass on what :meth:`feed` returns; call
+    :meth:`flush` once at the end of the body. Each call uses the libraries'
+    streaming decoders, so memory follows the chunk being decoded, not the
+    whole body.
+
+    Args:
+        encoding: the ``Content-Encoding`` header value, e.g. ``"gzip"`` or
+            ``"gzip, br"`` (codings in the order they were applied; matched
+            case-insensitively; empty entries and ``identity`` decode to
+            themselves).
+
+    Raises:
+        UpstreamProtocolError: if a coding is not supported (the message names
+            it).
+    """
+
+    def __init__(self, encoding: str) -> None:
+        names = [part.strip().lower() for part in encoding.split(",")]
+        # Applied left to right by the sender, so undone right to left.
+        self._layers = [_make_layer(name) for name in reversed(names) if name]
+        self._done = False
+
+    def feed(self, data: bytes) -> bytes:
+        """Decode the next chunk of the body.
+
+        Args:
+            data: the next bytes of the encoded body, split anywhere.
+
+        Returns:
+            The decoded bytes available so far (possibly empty).
+
+        Raises:
+            UpstreamProtocolError: if the data is corrupt for its coding (the
+                message names the coding, never the data).
+            RuntimeError: if called after :meth:`flush`.
+        """
+        if self._done:
+            raise RuntimeError("StreamDecompressor.feed() called after flush()")
+        for layer in self._layers:
+            data = layer.feed(data)
+        return data
+
+    def flush(self) -> bytes:
+        """End the body and return any decoded bytes still held back.
+
+        Returns:
+            The last decoded bytes (often empty).
+
+        Raises:
+            UpstreamProtocolError: if the body is corrupt or ended before a
+                coding's end marker (a cut-off stream), except that an entirely
+                empty body is accepted.
+        """
+        self._done = True
+        data = b""
+        for layer in self._layers:
+            # What the outer coding releases at its end is still input for
+            # the inner one.
+            data = layer.feed(data) + layer.flush()
+        return data
+
+
+def decode_body(data: bytes, encoding: str | None) -> bytes:
+    """Undo ``Content-Encoding`` on a whole body (a non-streamed response).
+
+    Args:
+        data: the encoded body.
+        encoding: the ``Content-Encoding`` header value, or ``None`` if absent.
+
+    Returns:
+        The decoded body.
+
+    Raises:
+        UpstreamProtocolError: if a coding is unsupported, or the body is
+            corrupt or truncated for it.
+    """
+    if not encoding:
+        return data
+    decompressor = StreamDecompressor(encoding)
+    return decompressor.feed(data) + decompressor.flush()
