@@ -87,9 +87,9 @@ def provider_of(api: str) -> str:
 
 
 __all__ = [
-    "StreamObserver",
     "RequestFacts",
     "ResponseFacts",
+    "StreamObserver",
     "api_for_path",
     "api_for_ws_path",
     "is_models_listing",

@@ -1,0 +1,436 @@
+"""Anthropic Messages (``POST .../messages``): audit and observe.
+
+Request side (SPEC section 2): client tools are those with no ``type`` or
+``type: "custom"``, named by ``name``. Every tool with another ``type`` is a
+hosted tool, ``{type, name}``: the server tools (``web_search_…``,
+``code_execution_…``) and also the versioned, schema-less tools such as
+``bash_…`` and ``text_editor_…``; those run on the client, but their type is
+what identifies them on the wire, so they are recorded with it rather than
+mixed into the catalogue of tools the client defined. Each ``mcp_servers``
+entry is a hosted tool ``{type: "mcp", name}``, after the ``tools``.
+Instructions are the top-level ``system`` then any ``role: system`` message.
+Images are ``image`` blocks, inside ``tool_result`` content too; Anthropic
+images carry no detail, so each is ``None`` and :func:`set_image_detail`
+changes nothing. A tool result's size is its ``content`` as sent
+(``wire.utf8_len``): a string as UTF-8, a block list as its compact JSON,
+absent as 0.
+
+Response side (SPEC section 4): a JSON message (or error body), or an SSE
+stream ending in ``message_stop``. Tool calls are the model's ``tool_use``
+blocks (the client runs those); server tool use runs at the provider and is
+not a call the client answers. ``total_tokens`` stays ``None``: Anthropic does
+not report one. ``evidence_complete`` is true exactly when ``capture_errors``
+is empty.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from modeltap.apis import wire
+from modeltap.errors import Rejected
+from modeltap.records import (
+    HostedTool,
+    Json,
+    RequestFacts,
+    ResponseFacts,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from modeltap.sse import SSEEvent
+
+#: Delta types that carry model output (signatures and citations do not).
+_OUTPUT_DELTAS = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
+#: A stream can repeat the same fault many times; the list stays short.
+_MAX_CAPTURE_ERRORS = 16
+#: Provider error types are identifiers; anything else is not copied into errors.
+_ERROR_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+# --------------------------------------------------------------------------
+# Request side
+
+
+def audit_request(body: Json) -> RequestFacts:
+    """Read the audit facts off a Messages request body.
+
+    Args:
+        body: the parsed request body.
+
+    Returns:
+        The request facts; ``previous_response_id``, ``generate`` and
+        ``include_usage`` are always ``None`` (Messages has none of them).
+
+    Raises:
+        Rejected: ``missing_model``, ``messages_and_input``,
+            ``malformed_messages``, ``malformed_tools``, ``tool_without_name``,
+            ``malformed_image``, ``instructions_not_text`` or
+            ``malformed_setting``.
+    """
+    model = wire.require_model(body)
+    wire.reject_messages_and_input(body)
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        raise Rejected("malformed_messages", "messages")
+    tool_names, hosted_tools = _tools(body.get("tools"), body.get("mcp_servers"))
+
+    thinking = body.get("thinking")
+    if thinking is not None and not isinstance(thinking, dict):
+        raise Rejected("malformed_setting", "thinking")
+    output_config = body.get("output_config")
+    if output_config is not None and not isinstance(output_config, dict):
+        raise Rejected("malformed_setting", "output_config")
+    effort = wire.optional_str(
+        output_config.get("effort") if output_config else None, "output_config.effort"
+    )
+
+    instructions: list[str] = []
+    system = body.get("system")
+    if system is not None:
+        instructions.append(_instruction_text(system, "system"))
+    images: list[str | None] = []
+    tool_results: list[ToolResult] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise Rejected("malformed_messages", f"messages[{i}]")
+        content = message.get("content")
+        if message.get("role") == "system":
+            instructions.append(_instruction_text(content, f"messages[{i}]"))
+        elif isinstance(content, list):
+            _read_blocks(content, f"messages[{i}]", images, tool_results)
+
+    return RequestFacts(
+        model=model,
+        tool_names=tool_names,
+        reasoning_effort=effort,
+        thinking=thinking,
+        image_details=tuple(images),
+        instructions_sha256=wire.instructions_sha256(instructions),
+        stream=body.get("stream") is True,
+        hosted_tools=hosted_tools,
+        tool_results=tuple(tool_results),
+        previous_response_id=None,
+        generate=None,
+    )
+
+
+def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
+    """Split ``tools`` and ``mcp_servers`` into client tool names and hosted tools.
+
+    Absent (or ``null``) tools mean none were advertised: an empty tuple, since
+    the whole request was seen.
+    """
+    names: list[str] = []
+    hosted: list[HostedTool] = []
+    if tools is not None and not isinstance(tools, list):
+        raise Rejected("malformed_tools", "tools")
+    for i, tool in enumerate(tools or ()):
+        if not isinstance(tool, dict):
+            raise Rejected("malformed_tools", f"tools[{i}]")
+        kind = tool.get("type")
+        name = tool.get("name")
+        if kind is None or kind == "custom":
+            if not isinstance(name, str) or not name:
+                raise Rejected("tool_without_name", f"tools[{i}]")
+            names.append(name)
+        elif isinstance(kind, str):
+            hosted.append(HostedTool(kind, name if isinstance(name, str) else None))
+        else:
+            raise Rejected("malformed_tools", f"tools[{i}]")
+    if mcp_servers is not None and not isinstance(mcp_servers, list):
+        raise Rejected("malformed_tools", "mcp_servers")
+    for i, server in enumerate(mcp_servers or ()):
+        if not isinstance(server, dict):
+            raise Rejected("malformed_tools", f"mcp_servers[{i}]")
+        name = server.get("name")
+        hosted.append(HostedTool("mcp", name if isinstance(name, str) else None))
+    return tuple(names), tuple(hosted)
+
+
+def _instruction_text(content: Any, where: str) -> str:
+    """Return ``system`` (or a system message's) text: a string, or text blocks joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for block in content:
+            if not isinstance(block, dict) or block.get("type") != "text":
+                raise Rejected("instructions_not_text", where)
+            text = block.get("text")
+            if not isinstance(text, str):
+                raise Rejected("instructions_not_text", where)
+            texts.append(text)
+        return "\n\n".join(texts)
+    raise Rejected("instructions_not_text", where)
+
+
+def _read_blocks(
+    blocks: list[Any], where: str, images: list[str | None], tool_results: list[ToolResult]
+) -> None:
+    """Collect images and tool results of a content block list, in order."""
+    for j, block in enumerate(blocks):
+        here = f"{where}.content[{j}]"
+        if not isinstance(block, dict):
+            raise Rejected("malformed_messages", here)
+        kind = block.get("type")
+        if kind == "image":
+            if not isinstance(block.get("source"), dict):
+                raise Rejected("malformed_image", here)
+            images.append(None)
+        elif kind == "tool_result":
+            call_id = block.get("tool_use_id")
+            content = block.get("content")
+            tool_results.append(
+                ToolResult(
+                    call_id if isinstance(call_id, str) else None,
+                    0 if content is None else wire.utf8_len(content),
+                )
+            )
+            if isinstance(content, list):
+                # Images returned by a tool count like any other (SPEC section 2).
+                _read_blocks(content, here, images, tool_results)
+
+
+def set_image_detail(body: Json, detail: str) -> int:
+    """Leave the body unchanged: Anthropic images have no detail setting.
+
+    Args:
+        body: a request body that :func:`audit_request` accepted.
+        detail: the detail ``--image-detail`` asks for.
+
+    Returns:
+        0, always; the audit record keeps ``null`` details.
+    """
+    return 0
+
+
+# --------------------------------------------------------------------------
+# Response side
+
+
+def _merge_usage(usage: Usage, reported: Json) -> Usage:
+    """Overlay the counts ``reported`` carries on ``usage``; a later count wins."""
+
+    def pick(key: str, old: int | None) -> int | None:
+        new = wire.token_count(reported.get(key))
+        return old if new is None else new
+
+    return Usage(
+        input_tokens=pick("input_tokens", usage.input_tokens),
+        output_tokens=pick("output_tokens", usage.output_tokens),
+        cache_read_tokens=pick("cache_read_input_tokens", usage.cache_read_tokens),
+        cache_write_tokens=pick("cache_creation_input_tokens", usage.cache_write_tokens),
+    )
+
+
+def _error_type(body: Json) -> str:
+    """Return the ``error.type`` of an error body if it is a plain identifier."""
+    error = body.get("error")
+    kind = error.get("type") if isinstance(error, dict) else None
+    if isinstance(kind, str) and _ERROR_TYPE.fullmatch(kind):
+        return kind
+    return "unknown"
+
+
+def _str_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _json_text(value: Any) -> str | None:
+    """Serialise a tool input the model sent as an object; ``None`` if impossible."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return None
+
+
+def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
+    """Read what a non-streamed response (or an error body) says.
+
+    Args:
+        body: the parsed response body, whatever it turned out to be.
+        facts: the request's facts, if known (unused: Messages JSON needs none).
+
+    Returns:
+        The observed facts; never raises. An error body gives status
+        ``error``; a body of an unexpected shape gives capture errors.
+    """
+    if not isinstance(body, dict):
+        return ResponseFacts(capture_errors=("response body is not a JSON object",))
+    if body.get("type") == "error":
+        return ResponseFacts(status="error", evidence_complete=True)
+    errors: list[str] = []
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        errors.append("response has no usage object")
+    content = body.get("content")
+    calls: list[ToolCall] = []
+    if not isinstance(content, list):
+        errors.append("response has no content list")
+    else:
+        for block in content:
+            if not isinstance(block, dict):
+                errors.append("response has a content block that is not an object")
+            elif block.get("type") == "tool_use":
+                calls.append(
+                    ToolCall(
+                        _str_or_none(block.get("id")),
+                        _str_or_none(block.get("name")),
+                        _json_text(block.get("input")),
+                    )
+                )
+    reason = body.get("stop_reason")
+    return ResponseFacts(
+        response_id=_str_or_none(body.get("id")),
+        model=_str_or_none(body.get("model")),
+        usage=_merge_usage(Usage(), usage) if isinstance(usage, dict) else Usage(),
+        finish_reasons=(reason,) if isinstance(reason, str) else None,
+        tool_calls=tuple(calls),
+        evidence_complete=not errors,
+        capture_errors=tuple(dict.fromkeys(errors)),
+    )
+
+
+class _StreamedToolUse:
+    """A ``tool_use`` block being assembled: id, name, start input, JSON fragments."""
+
+    __slots__ = ("call_id", "fragments", "name", "start_input")
+
+    def __init__(self, block: Json) -> None:
+        self.call_id = _str_or_none(block.get("id"))
+        self.name = _str_or_none(block.get("name"))
+        self.start_input: Any = block.get("input")
+        self.fragments: list[str] = []
+
+    def tool_call(self) -> ToolCall:
+        # The input arrives as JSON fragments; a tool without arguments may send
+        # none (or only empty ones), and then the start block's input is it.
+        arguments = "".join(self.fragments)
+        if not arguments and self.start_input is not None:
+            return ToolCall(self.call_id, self.name, _json_text(self.start_input))
+        return ToolCall(self.call_id, self.name, arguments or None)
+
+
+class StreamObserver:
+    """Observe a streamed Messages response, one SSE event at a time.
+
+    Only facts are kept (ids, usage, stop reason, tool names and input
+    fragments), never the text the model wrote.
+
+    Args:
+        facts: the request's facts (unused: every stream reports usage).
+    """
+
+    def __init__(self, facts: RequestFacts | None = None) -> None:
+        self._response_id: str | None = None
+        self._model: str | None = None
+        self._usage = Usage()
+        self._stop_reason: str | None = None
+        self._tools: dict[int, _StreamedToolUse] = {}
+        self._status: str | None = None
+        self._done = False
+        self._errors: dict[str, None] = {}
+
+    def _note(self, error: str) -> None:
+        if len(self._errors) < _MAX_CAPTURE_ERRORS:
+            self._errors[error] = None
+
+    def feed(self, event: SSEEvent) -> bool:
+        """Take one SSE event.
+
+        Args:
+            event: the decoded event.
+
+        Returns:
+            True when the event carried model output (a text, thinking or
+            tool-input delta, or the start of a tool call). Never raises: a
+            bad event becomes a capture error.
+        """
+        try:
+            data = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            self._note("stream event is not valid JSON")
+            return False
+        if not isinstance(data, dict):
+            self._note("stream event is not a JSON object")
+            return False
+        # The payload's own type is authoritative; the event: line repeats it.
+        kind = data.get("type", event.event)
+        if kind == "message_start":
+            message = data.get("message")
+            if isinstance(message, dict):
+                self._response_id = _str_or_none(message.get("id"))
+                self._model = _str_or_none(message.get("model"))
+                usage = message.get("usage")
+                if isinstance(usage, dict):
+                    self._usage = _merge_usage(self._usage, usage)
+        elif kind == "content_block_start":
+            block = data.get("content_block")
+            index = data.get("index")
+            if isinstance(block, dict) and block.get("type") == "tool_use":
+                if isinstance(index, int):
+                    self._tools[index] = _StreamedToolUse(block)
+                else:
+                    self._note("stream has a tool_use block without an index")
+                return True
+        elif kind == "content_block_delta":
+            return self._feed_delta(data)
+        elif kind == "message_delta":
+            delta = data.get("delta")
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            if isinstance(reason, str):
+                self._stop_reason = reason
+            usage = data.get("usage")
+            if isinstance(usage, dict):
+                self._usage = _merge_usage(self._usage, usage)
+        elif kind == "message_stop":
+            self._done = True
+        elif kind == "error":
+            self._status = "error"
+            self._note(f"upstream sent an error event: {_error_type(data)}")
+        return False
+
+    def _feed_delta(self, data: Json) -> bool:
+        """Record one ``content_block_delta``; True if it carried output."""
+        delta = data.get("delta")
+        if not isinstance(delta, dict):
+            self._note("stream has a content_block_delta without a delta object")
+            return False
+        kind = delta.get("type")
+        if kind == "input_json_delta":
+            tool = self._tools.get(data["index"]) if isinstance(data.get("index"), int) else None
+            fragment = delta.get("partial_json")
+            if tool is None or not isinstance(fragment, str):
+                self._note("stream has an input_json_delta that matches no tool_use block")
+            else:
+                tool.fragments.append(fragment)
+        return kind in _OUTPUT_DELTAS
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        """Return what the stream showed.
+
+        Args:
+            error: why the stream ended early (reset, client gone), if it did.
+
+        Returns:
+            The observed facts.
+        """
+        if not self._done:
+            self._note("stream ended before message_stop")
+        if error:
+            # The caller's reason is always kept, even past the cap.
+            self._errors[error] = None
+        return ResponseFacts(
+            response_id=self._response_id,
+            model=self._model,
+            usage=self._usage,
+            finish_reasons=(self._stop_reason,) if self._stop_reason is not None else None,
+            tool_calls=tuple(t.tool_call() for _, t in sorted(self._tools.items())),
+            status=self._status,
+            evidence_complete=not self._errors,
+            capture_errors=tuple(self._errors),
+        )

@@ -1,0 +1,491 @@
+"""Tests of modeltap.apis.openai_chat: request audit, refusals, response observers."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import pathlib
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from modeltap.apis import openai_chat
+from modeltap.errors import Rejected
+from modeltap.records import RequestFacts, ToolCall, Usage
+from modeltap.sse import SSEEvent
+
+SAMPLES = sorted((pathlib.Path(__file__).parent / "data" / "openai_chat").glob("*.json"))
+FIELDS = {f.name for f in dataclasses.fields(RequestFacts)}
+
+
+def load(path: pathlib.Path) -> dict[str, Any]:
+    sample: dict[str, Any] = orjson.loads(path.read_bytes())
+    return sample
+
+
+# --------------------------------------------------------------------------
+# Wire samples
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_sample_audits_exactly(path: pathlib.Path) -> None:
+    sample = load(path)
+    assert set(sample["expected"]) == FIELDS
+    facts = openai_chat.audit_request(sample["request"])
+    assert orjson.loads(orjson.dumps(facts)) == sample["expected"]
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.stem)
+def test_set_image_detail_rewrites_every_image(path: pathlib.Path) -> None:
+    body = load(path)["request"]
+    before = openai_chat.audit_request(body)
+    count = openai_chat.set_image_detail(body, "low")
+    after = openai_chat.audit_request(body)
+    assert count == len(before.image_details)
+    assert after.image_details == ("low",) * count
+
+
+def test_samples_exist() -> None:
+    assert {p.stem for p in SAMPLES} >= {"copilot_chat", "aider_chat", "tools_and_images"}
+
+
+# --------------------------------------------------------------------------
+# Request details beyond the samples
+
+
+def minimal(**extra: Any) -> dict[str, Any]:
+    return {
+        "model": "gpt-4o",
+        "messages": [{"role": "user", "content": "secret-greeting"}],
+        **extra,
+    }
+
+
+@pytest.mark.parametrize("tools", [None, []])
+def test_no_tools_is_sent_and_empty(tools: list[Any] | None) -> None:
+    body = minimal() if tools is None else minimal(tools=tools)
+    facts = openai_chat.audit_request(body)
+    assert facts.tool_names == ()
+    assert facts.hosted_tools == ()
+
+
+def test_image_inside_a_tool_message_counts() -> None:
+    body = minimal(
+        messages=[
+            {
+                "role": "tool",
+                "tool_call_id": "call_9",
+                "content": [
+                    {"type": "text", "text": "shot"},
+                    {"type": "image_url", "image_url": {"url": "data:,", "detail": "low"}},
+                ],
+            }
+        ]
+    )
+    facts = openai_chat.audit_request(body)
+    assert facts.image_details == ("low",)
+    assert facts.tool_results[0].call_id == "call_9"
+
+
+def test_no_instructions_hash_the_empty_string() -> None:
+    facts = openai_chat.audit_request(minimal())
+    assert facts.instructions_sha256 == (
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    )
+
+
+def test_stream_must_be_true_itself() -> None:
+    assert openai_chat.audit_request(minimal(stream="true")).stream is False
+
+
+# --------------------------------------------------------------------------
+# Refusals: one case per rule; the message names the rule, never body content.
+
+#: Wire words (roles, part types) that a rule's fixed text may legitimately share.
+WIRE_WORDS = {"system", "developer", "user", "tool", "text", "image_url", "function", "custom"}
+
+REFUSALS = [
+    ("missing_model", {"messages": [], "model": ""}),
+    ("messages_and_input", minimal(input="secret-input")),
+    ("malformed_messages", {"model": "secret-model", "messages": "secret-messages"}),
+    ("malformed_tools", minimal(tools=["secret-tool"])),
+    ("tool_without_name", minimal(tools=[{"type": "function", "function": {"name": ""}}])),
+    (
+        "malformed_image",
+        minimal(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": "https://secret.test/x.png"}],
+                }
+            ]
+        ),
+    ),
+    (
+        "instructions_not_text",
+        minimal(
+            messages=[
+                {
+                    "role": "developer",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": "https://secret.test/y.png"}}
+                    ],
+                }
+            ]
+        ),
+    ),
+    ("malformed_setting", minimal(reasoning_effort=["secret-effort"])),
+]
+
+
+def leaves(value: Any) -> list[str]:
+    """Every string value (not key) inside a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in leaves(v)]
+    return []
+
+
+@pytest.mark.parametrize(("rule", "body"), REFUSALS, ids=[r for r, _ in REFUSALS])
+def test_refusal(rule: str, body: dict[str, Any]) -> None:
+    with pytest.raises(Rejected) as caught:
+        openai_chat.audit_request(body)
+    assert caught.value.rule == rule
+    assert f"[rule {rule}]" in caught.value.message
+    for leaf in leaves(body):
+        if leaf and leaf not in WIRE_WORDS:
+            assert leaf not in caught.value.message
+
+
+def test_every_rule_the_module_raises_is_tested() -> None:
+    assert {r for r, _ in REFUSALS} == {
+        "missing_model",
+        "messages_and_input",
+        "malformed_messages",
+        "malformed_tools",
+        "tool_without_name",
+        "malformed_image",
+        "instructions_not_text",
+        "malformed_setting",
+    }
+
+
+@pytest.mark.parametrize(
+    ("body", "rule"),
+    [
+        (minimal(tools="x"), "malformed_tools"),
+        (minimal(tools=[{"type": 3}]), "malformed_tools"),
+        (minimal(tools=[{"type": "custom", "custom": {}}]), "tool_without_name"),
+        (minimal(messages=[1]), "malformed_messages"),
+        (minimal(messages=[{"role": "user", "content": ["x"]}]), "malformed_messages"),
+        ({"model": "m"}, "malformed_messages"),
+        (minimal(messages=[{"role": "system", "content": None}]), "instructions_not_text"),
+        (
+            minimal(messages=[{"role": "system", "content": [{"type": "text"}]}]),
+            "instructions_not_text",
+        ),
+        (
+            minimal(
+                messages=[
+                    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": 1}}]}
+                ]
+            ),
+            "malformed_image",
+        ),
+        (
+            minimal(
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [{"type": "image_url", "image_url": {"url": "u", "detail": 1}}],
+                    }
+                ]
+            ),
+            "malformed_image",
+        ),
+    ],
+)
+def test_more_refusal_shapes(body: dict[str, Any], rule: str) -> None:
+    with pytest.raises(Rejected) as caught:
+        openai_chat.audit_request(body)
+    assert caught.value.rule == rule
+
+
+# --------------------------------------------------------------------------
+# JSON responses
+
+TEXT_ANSWER: dict[str, Any] = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "model": "gpt-4o-2024-08-06",
+    "choices": [
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": "Hello."},
+            "finish_reason": "stop",
+        }
+    ],
+    "usage": {
+        "prompt_tokens": 20,
+        "completion_tokens": 5,
+        "total_tokens": 25,
+        "prompt_tokens_details": {"cached_tokens": 8},
+        "completion_tokens_details": {"reasoning_tokens": 2},
+    },
+}
+
+
+def test_observe_json_text_answer() -> None:
+    facts = openai_chat.observe_json(TEXT_ANSWER, None)
+    assert facts.response_id == "chatcmpl-1"
+    assert facts.model == "gpt-4o-2024-08-06"
+    assert facts.usage == Usage(20, 5, 25, 8, None, 2)
+    assert facts.finish_reasons == ("stop",)
+    assert facts.tool_calls == ()
+    assert facts.status is None
+    assert facts.evidence_complete is True
+    assert facts.capture_errors == ()
+
+
+def test_observe_json_tool_calls() -> None:
+    body = copy.deepcopy(TEXT_ANSWER)
+    body["choices"][0]["finish_reason"] = "tool_calls"
+    body["choices"][0]["message"] = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"cmd": "ls"}'},
+            },
+            {"id": "call_2", "type": "custom", "custom": {"name": "apply_patch", "input": "*"}},
+        ],
+    }
+    facts = openai_chat.observe_json(body, None)
+    assert facts.finish_reasons == ("tool_calls",)
+    assert facts.tool_calls == (
+        ToolCall("call_1", "bash", '{"cmd": "ls"}'),
+        ToolCall("call_2", "apply_patch", "*"),
+    )
+    assert facts.evidence_complete is True
+
+
+def test_observe_json_error_body() -> None:
+    body = {"error": {"message": "Rate limit", "type": "rate_limit_error", "code": None}}
+    facts = openai_chat.observe_json(body, None)
+    assert facts.status == "error"
+    assert facts.evidence_complete is True
+    assert facts.usage == Usage()
+    assert facts.finish_reasons is None
+
+
+def test_observe_json_without_usage_is_incomplete() -> None:
+    body = {k: v for k, v in TEXT_ANSWER.items() if k != "usage"}
+    facts = openai_chat.observe_json(body, None)
+    assert facts.usage == Usage()
+    assert facts.evidence_complete is False
+    assert facts.capture_errors == ("response has no usage object",)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [None, b"raw", "text", 3, [], {"choices": "x"}, {"choices": [1, {"message": 2}]}],
+)
+def test_observe_json_garbage(body: object) -> None:
+    facts = openai_chat.observe_json(body, None)
+    assert facts.evidence_complete is False
+    assert facts.capture_errors
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=8,
+)
+CHUNKISH = st.fixed_dictionaries(
+    {},
+    optional={
+        "id": JSON_VALUES,
+        "model": JSON_VALUES,
+        "usage": JSON_VALUES,
+        "choices": st.lists(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "index": JSON_VALUES,
+                    "finish_reason": JSON_VALUES,
+                    "delta": JSON_VALUES,
+                    "message": JSON_VALUES,
+                },
+            )
+            | JSON_VALUES
+        ),
+    },
+)
+
+
+@given(CHUNKISH | JSON_VALUES)
+def test_observe_json_never_raises(body: object) -> None:
+    openai_chat.observe_json(body, None)
+
+
+# --------------------------------------------------------------------------
+# Streams
+
+
+def chunk(choices: list[Any], **extra: Any) -> SSEEvent:
+    body = {"id": "chatcmpl-9", "object": "chat.completion.chunk", "model": "gpt-4o", **extra}
+    return SSEEvent(event=None, data=orjson.dumps({**body, "choices": choices}).decode())
+
+
+DONE = SSEEvent(event=None, data="[DONE]")
+USAGE: dict[str, Any] = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+
+
+def facts_for(include_usage: bool) -> RequestFacts:
+    body = minimal(stream=True)
+    if include_usage:
+        body["stream_options"] = {"include_usage": True}
+    return openai_chat.audit_request(body)
+
+
+def text_stream(include_usage: bool) -> list[SSEEvent]:
+    events = [
+        chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}}]),
+        chunk([{"index": 0, "delta": {"content": "Hel"}}]),
+        chunk([{"index": 0, "delta": {"content": "lo"}}]),
+        chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+    ]
+    if include_usage:
+        events.append(chunk([], usage=USAGE))
+    return [*events, DONE]
+
+
+def test_stream_text_answer_with_usage() -> None:
+    observer = openai_chat.StreamObserver(facts_for(include_usage=True))
+    outputs = [observer.feed(e) for e in text_stream(include_usage=True)]
+    assert outputs == [False, True, True, False, False, False]
+    facts = observer.finish()
+    assert facts.response_id == "chatcmpl-9"
+    assert facts.model == "gpt-4o"
+    assert facts.usage == Usage(11, 7, 18)
+    assert facts.finish_reasons == ("stop",)
+    assert facts.evidence_complete is True
+    assert facts.capture_errors == ()
+
+
+def test_stream_without_usage_keeps_usage_unknown() -> None:
+    observer = openai_chat.StreamObserver(facts_for(include_usage=False))
+    for event in text_stream(include_usage=False):
+        observer.feed(event)
+    facts = observer.finish()
+    assert facts.usage == Usage()
+    assert facts.evidence_complete is True
+
+
+def test_stream_missing_requested_usage_is_named() -> None:
+    observer = openai_chat.StreamObserver(facts_for(include_usage=True))
+    for event in text_stream(include_usage=False):
+        observer.feed(event)
+    facts = observer.finish()
+    assert facts.evidence_complete is False
+    assert facts.capture_errors == (
+        "stream_options.include_usage was sent but no usage chunk arrived",
+    )
+
+
+def test_stream_tool_calls_split_over_many_deltas() -> None:
+    def call(index: int, **fields: Any) -> dict[str, Any]:
+        return {"index": 0, "delta": {"tool_calls": [{"index": index, **fields}]}}
+
+    events = [
+        chunk([{"index": 0, "delta": {"role": "assistant", "content": None}}]),
+        chunk([call(0, id="call_a", type="function", function={"name": "read", "arguments": ""})]),
+        chunk([call(0, function={"arguments": '{"pa'})]),
+        chunk([call(1, id="call_b", type="function", function={"name": "grep"})]),
+        chunk([call(0, function={"arguments": 'th": "a.py"}'})]),
+        chunk([call(1, function={"arguments": '{"q": "main"}'})]),
+        chunk([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]),
+        chunk([], usage=USAGE),
+        DONE,
+    ]
+    observer = openai_chat.StreamObserver(facts_for(include_usage=True))
+    outputs = [observer.feed(e) for e in events]
+    assert outputs == [False, True, True, True, True, True, False, False, False]
+    facts = observer.finish()
+    assert facts.tool_calls == (
+        ToolCall("call_a", "read", '{"path": "a.py"}'),
+        ToolCall("call_b", "grep", '{"q": "main"}'),
+    )
+    assert facts.finish_reasons == ("tool_calls",)
+    assert facts.evidence_complete is True
+
+
+def test_stream_several_choices_keep_their_order() -> None:
+    observer = openai_chat.StreamObserver()
+    observer.feed(chunk([{"index": 1, "delta": {}, "finish_reason": "length"}]))
+    observer.feed(chunk([{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+    observer.feed(DONE)
+    assert observer.finish().finish_reasons == ("stop", "length")
+
+
+def test_stream_reasoning_and_refusal_are_output() -> None:
+    observer = openai_chat.StreamObserver()
+    assert observer.feed(chunk([{"index": 0, "delta": {"reasoning_content": "hmm"}}]))
+    assert observer.feed(chunk([{"index": 0, "delta": {"refusal": "no"}}]))
+
+
+def test_stream_cut_before_done() -> None:
+    observer = openai_chat.StreamObserver(facts_for(include_usage=False))
+    for event in text_stream(include_usage=False)[:2]:
+        observer.feed(event)
+    facts = observer.finish("upstream reset the connection")
+    assert facts.evidence_complete is False
+    assert facts.finish_reasons is None
+    assert facts.capture_errors == (
+        "stream ended before data: [DONE]",
+        "upstream reset the connection",
+    )
+
+
+def test_stream_error_chunk() -> None:
+    observer = openai_chat.StreamObserver()
+    error = {"error": {"message": "secret detail", "type": "server_error"}}
+    assert observer.feed(SSEEvent(event=None, data=orjson.dumps(error).decode())) is False
+    observer.feed(DONE)
+    facts = observer.finish()
+    assert facts.status == "error"
+    assert facts.evidence_complete is False
+    assert facts.capture_errors == ("upstream sent an error chunk: server_error",)
+
+
+def test_stream_bad_events_become_capture_errors() -> None:
+    observer = openai_chat.StreamObserver()
+    for data in ["{not json", "[1]", '{"choices": 5}', '{"choices": [7]}']:
+        assert observer.feed(SSEEvent(event=None, data=data)) is False
+    observer.feed(DONE)
+    facts = observer.finish()
+    assert facts.evidence_complete is False
+    assert facts.capture_errors == (
+        "stream chunk is not valid JSON",
+        "stream chunk is not a JSON object",
+        "stream chunk has a choices value that is not a list",
+        "stream chunk has a choice that is not an object",
+    )
+
+
+@given(st.lists(CHUNKISH | JSON_VALUES, max_size=4))
+def test_stream_never_raises(chunks: list[object]) -> None:
+    observer = openai_chat.StreamObserver(facts_for(include_usage=True))
+    for value in chunks:
+        # json, not orjson: it also writes what orjson refuses (NaN, huge ints).
+        observer.feed(SSEEvent(event=None, data=json.dumps(value)))
+    observer.finish()
