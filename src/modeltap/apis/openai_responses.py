@@ -1,0 +1,627 @@
+"""OpenAI Responses API: ``POST .../responses`` bodies and their answers.
+
+Pure: a request body gives :class:`~modeltap.records.RequestFacts` (or a
+:class:`~modeltap.errors.Rejected`), a Response object or a stream of Responses
+events gives :class:`~modeltap.records.ResponseFacts`. The WebSocket mode
+(:mod:`modeltap.ws`) sends the same bodies and events, so it reuses all of this.
+
+Reading rules (SPEC section 2) that need a decision beyond the SPEC's table:
+
+- ``input`` is a string (one user message) or a list of items. A *message* is
+  an item with ``type: "message"``, or with a ``role`` and no ``type`` (the
+  Agents SDK sends those); other items (``additional_tools``, which also has a
+  ``role``, function calls, reasoning, item references) are not messages.
+- Top-level ``instructions`` is a string, or a list of messages (the shape a
+  Response object echoes back); every message of that list is instruction
+  text, whatever its role, because of where it stands.
+- ``finish_reasons`` is ``(incomplete_details.reason,)`` for an incomplete
+  response (``("max_output_tokens",)``) and ``(status,)`` otherwise
+  (``("completed",)``, ``("failed",)``): the Responses API has no per-choice
+  finish reason, and the incomplete reason is the one that explains a stop.
+- An HTTP error body (``{"error": {...}}``) and a stream's ``error`` event are
+  whole answers: status ``"error"``, evidence complete.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from modeltap.apis import wire
+from modeltap.errors import Rejected
+from modeltap.records import (
+    HostedTool,
+    Json,
+    RequestFacts,
+    ResponseFacts,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from modeltap.sse import SSEEvent
+
+_INSTRUCTION_ROLES = frozenset({"system", "developer"})
+_CLIENT_TOOL_TYPES = frozenset({"function", "custom"})
+_TOOL_OUTPUT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+_STARTED_EVENTS = frozenset({"response.created", "response.queued", "response.in_progress"})
+_ARGUMENT_DELTAS = frozenset(
+    {"response.function_call_arguments.delta", "response.custom_tool_call_input.delta"}
+)
+# Events that end one response; ``error`` ends it without a Response object.
+_TERMINAL_EVENTS = frozenset(
+    {"response.completed", "response.incomplete", "response.failed", "error"}
+)
+_STREAM_CUT = "stream ended before response.completed"
+
+
+# --------------------------------------------------------------------------
+# Request side
+
+
+def audit_request(body: Json, *, omitted: tuple[str, ...] = ()) -> RequestFacts:
+    """Read the audit facts off a Responses request body (SPEC section 2).
+
+    Args:
+        body: the parsed request body (for WebSocket, the ``response.create``
+            message; its ``type`` key is ignored).
+        omitted: settings the message did not state (WebSocket continuations
+            under ``--continuation as-sent``): ``"instructions"`` makes
+            ``instructions_sha256`` None, ``"tools"`` makes ``tool_names`` None.
+            Recorded as ``omitted_settings``.
+
+    Returns:
+        The request facts.
+
+    Raises:
+        Rejected: ``missing_model``, ``messages_and_input``,
+            ``malformed_messages``, ``instructions_not_text``,
+            ``malformed_tools``, ``tool_without_name``, ``malformed_image`` or
+            ``malformed_setting``.
+    """
+    model = wire.require_model(body)
+    wire.reject_messages_and_input(body)
+    items = _input_items(body.get("input"))
+
+    instructions = _top_level_instructions(body.get("instructions"))
+    tool_names: list[str] = []
+    hosted: list[HostedTool] = []
+    tool_results: list[ToolResult] = []
+    if body.get("tools") is not None:
+        _read_tools(body["tools"], "tools", "", tool_names, hosted)
+    for index, item in enumerate(items):
+        where = f"input[{index}]"
+        kind = item.get("type")
+        if _is_message(item):
+            content = item.get("content")
+            if item.get("role") in _INSTRUCTION_ROLES:
+                instructions.append(_instruction_text(content))
+            elif isinstance(content, str | list):
+                _check_part_list(content, where)
+            else:
+                raise Rejected("malformed_messages", where)
+        elif kind == "additional_tools":
+            _read_tools(item.get("tools"), f"{where}.tools", "", tool_names, hosted)
+        elif kind in _TOOL_OUTPUT_TYPES:
+            output = item.get("output")
+            _check_part_list(output, where)
+            call_id = item.get("call_id")
+            tool_results.append(
+                ToolResult(
+                    call_id=call_id if isinstance(call_id, str) else None,
+                    bytes=0 if output is None else wire.utf8_len(output),
+                )
+            )
+    image_details = tuple(_image_detail(part) for part in _image_parts(items))
+
+    return RequestFacts(
+        model=model,
+        tool_names=None if "tools" in omitted else tuple(tool_names),
+        reasoning_effort=_reasoning_effort(body.get("reasoning")),
+        thinking=None,
+        image_details=image_details,
+        instructions_sha256=(
+            None if "instructions" in omitted else wire.instructions_sha256(instructions)
+        ),
+        stream=body.get("stream") is True,
+        hosted_tools=tuple(hosted),
+        tool_results=tuple(tool_results),
+        previous_response_id=wire.optional_str(
+            body.get("previous_response_id"), "previous_response_id"
+        ),
+        generate=wire.optional_bool(body.get("generate"), "generate"),
+        omitted_settings=omitted,
+    )
+
+
+def unstated_settings(body: Json) -> tuple[str, ...]:
+    """Which of instructions and tools a body does not state itself (SPEC section 3).
+
+    Instructions are stated by a top-level ``instructions`` or a system/developer
+    message in the body's own ``input``; tools by a top-level ``tools`` (even
+    empty) or an ``additional_tools`` item in its own ``input``. Never raises:
+    a malformed body is left for :func:`audit_request` to refuse.
+
+    Args:
+        body: a request body or ``response.create`` message.
+
+    Returns:
+        ``"instructions"`` and/or ``"tools"``, in that order.
+    """
+    items = body.get("input")
+    items = [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+    has_instructions = body.get("instructions") is not None or any(
+        _is_message(item) and item.get("role") in _INSTRUCTION_ROLES for item in items
+    )
+    has_tools = body.get("tools") is not None or any(
+        item.get("type") == "additional_tools" for item in items
+    )
+    unstated = []
+    if not has_instructions:
+        unstated.append("instructions")
+    if not has_tools:
+        unstated.append("tools")
+    return tuple(unstated)
+
+
+def set_image_detail(body: Json, detail: str) -> int:
+    """Rewrite, in place, the ``detail`` of every image :func:`audit_request` counts.
+
+    Never raises: parts of a malformed body that cannot hold an image are skipped.
+
+    Args:
+        body: a parsed request body (or ``response.create`` message).
+        detail: the value to send, e.g. ``"low"``.
+
+    Returns:
+        How many images were rewritten.
+    """
+    count = 0
+    for part in _image_parts(body.get("input")):
+        part["detail"] = detail
+        count += 1
+    return count
+
+
+def _is_message(item: Json) -> bool:
+    """A message item: ``type: "message"``, or a ``role`` without a ``type``."""
+    kind = item.get("type")
+    return kind == "message" or (kind is None and "role" in item)
+
+
+def _input_items(value: Any) -> list[Json]:
+    """The input as a list of item objects; a string input is one user message."""
+    if value is None or isinstance(value, str):
+        return []
+    if not isinstance(value, list):
+        raise Rejected("malformed_messages", "input")
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise Rejected("malformed_messages", f"input[{index}]")
+    return value
+
+
+def _top_level_instructions(value: Any) -> list[str]:
+    """The texts of top-level ``instructions``: a string, or a list of messages."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if not isinstance(value, list):
+        raise Rejected("instructions_not_text", "instructions")
+    texts = []
+    for item in value:
+        if not isinstance(item, dict) or not _is_message(item):
+            raise Rejected("instructions_not_text", "instructions")
+        texts.append(_instruction_text(item.get("content")))
+    return texts
+
+
+def _instruction_text(content: Any) -> str:
+    """The text of a system/developer message: a string or ``input_text`` parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise Rejected("instructions_not_text")
+    texts = []
+    for part in content:
+        if (
+            not isinstance(part, dict)
+            or part.get("type") != "input_text"
+            or not isinstance(part.get("text"), str)
+        ):
+            raise Rejected("instructions_not_text")
+        texts.append(part["text"])
+    return "\n\n".join(texts)
+
+
+def _check_part_list(value: Any, where: str) -> None:
+    """Refuse a list of parts (content or tool output) holding a non-object.
+
+    Such a list could hide an image we cannot read; a tool output that is not
+    a list at all is only sized, never read, so it passes.
+    """
+    if isinstance(value, list) and not all(isinstance(part, dict) for part in value):
+        raise Rejected("malformed_messages", where)
+
+
+def _image_parts(items: Any) -> Iterator[Json]:
+    """Every ``input_image`` part of the input: message contents and tool outputs.
+
+    The one traversal both :func:`audit_request` and :func:`set_image_detail`
+    use, so the images rewritten are exactly the images recorded.
+    """
+    if not isinstance(items, list):
+        return
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if _is_message(item):
+            parts = item.get("content")
+        elif item.get("type") in _TOOL_OUTPUT_TYPES:
+            parts = item.get("output")
+        else:
+            continue
+        if isinstance(parts, list):
+            for part in parts:
+                if isinstance(part, dict) and part.get("type") == "input_image":
+                    yield part
+
+
+def _image_detail(part: Json) -> str | None:
+    """The detail of an ``input_image`` part as sent, after checking its shape."""
+    detail = part.get("detail")
+    if detail is not None and not isinstance(detail, str):
+        raise Rejected("malformed_image", "detail")
+    if not isinstance(part.get("image_url"), str) and not isinstance(part.get("file_id"), str):
+        raise Rejected("malformed_image", "image_url or file_id")
+    return detail
+
+
+def _read_tools(
+    tools: Any, where: str, prefix: str, names: list[str], hosted: list[HostedTool]
+) -> None:
+    """Append client tool names and hosted tools of one tool list, in order.
+
+    Args:
+        tools: the list as sent.
+        where: its position, for the refusal detail (never a value).
+        prefix: ``"ns."`` inside a namespace, else ``""``.
+        names: client tool names collected so far.
+        hosted: hosted tools collected so far.
+    """
+    if not isinstance(tools, list):
+        raise Rejected("malformed_tools", where)
+    for index, tool in enumerate(tools):
+        here = f"{where}[{index}]"
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            raise Rejected("malformed_tools", here)
+        kind = tool["type"]
+        if kind in _CLIENT_TOOL_TYPES or kind == "namespace":
+            name = tool.get("name")
+            if not isinstance(name, str) or not name:
+                raise Rejected("tool_without_name", here)
+            if kind == "namespace":
+                _read_tools(tool.get("tools"), f"{here}.tools", f"{prefix}{name}.", names, hosted)
+            else:
+                names.append(f"{prefix}{name}")
+        else:
+            # An MCP tool is known by its server label; other hosted tools by
+            # their name when they carry one.
+            label = tool.get("server_label") if kind == "mcp" else tool.get("name")
+            hosted.append(HostedTool(type=kind, name=label if isinstance(label, str) else None))
+
+
+def _reasoning_effort(reasoning: Any) -> str | None:
+    """``reasoning.effort`` as sent, or None."""
+    if reasoning is None:
+        return None
+    if not isinstance(reasoning, dict):
+        raise Rejected("malformed_setting", "reasoning")
+    return wire.optional_str(reasoning.get("effort"), "reasoning.effort")
+
+
+# --------------------------------------------------------------------------
+# Response side
+
+
+def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
+    """Read the response facts off a non-streamed Responses answer. Never raises.
+
+    Args:
+        body: the parsed response body: a Response object or an error body.
+        facts: the request's facts (unused here: a Response carries its own
+            usage; accepted for the interface every API module shares).
+
+    Returns:
+        The facts; ``evidence_complete`` is False, with a capture error, when
+        the body is neither a Response object nor an error body.
+    """
+    if not isinstance(body, dict):
+        return ResponseFacts(capture_errors=("response body is not a JSON object",))
+    if isinstance(body.get("error"), dict) and "output" not in body:
+        return ResponseFacts(status="error", evidence_complete=True)
+    output = body.get("output")
+    if not isinstance(output, list):
+        return _from_response(body, (), ("response has no output list",))
+    return _from_response(body, _output_tool_calls(output), ())
+
+
+def _from_response(
+    response: Json, tool_calls: tuple[ToolCall, ...], errors: tuple[str, ...]
+) -> ResponseFacts:
+    """ResponseFacts from a whole Response object's id, model, status and usage."""
+    status = _str(response.get("status"))
+    return ResponseFacts(
+        response_id=_str(response.get("id")),
+        model=_str(response.get("model")),
+        usage=_usage(response.get("usage")),
+        finish_reasons=_finish_reasons(status, response.get("incomplete_details")),
+        tool_calls=tool_calls,
+        status=status,
+        evidence_complete=not errors,
+        capture_errors=errors,
+    )
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _usage(value: Any) -> Usage:
+    """Usage as reported; the Responses API reports no cache writes."""
+    if not isinstance(value, dict):
+        return Usage()
+    inputs = value.get("input_tokens_details")
+    outputs = value.get("output_tokens_details")
+    return Usage(
+        input_tokens=wire.token_count(value.get("input_tokens")),
+        output_tokens=wire.token_count(value.get("output_tokens")),
+        total_tokens=wire.token_count(value.get("total_tokens")),
+        cache_read_tokens=(
+            wire.token_count(inputs.get("cached_tokens")) if isinstance(inputs, dict) else None
+        ),
+        reasoning_tokens=(
+            wire.token_count(outputs.get("reasoning_tokens")) if isinstance(outputs, dict) else None
+        ),
+    )
+
+
+def _finish_reasons(status: str | None, incomplete_details: Any) -> tuple[str, ...] | None:
+    """The incomplete reason for an incomplete response, else the status (module doc)."""
+    if status == "incomplete" and isinstance(incomplete_details, dict):
+        reason = incomplete_details.get("reason")
+        if isinstance(reason, str):
+            return (reason,)
+    return None if status is None else (status,)
+
+
+def _tool_call(item: Json) -> ToolCall | None:
+    """The client tool call an output item asks for, or None for other items."""
+    kind = item.get("type")
+    if kind == "function_call":
+        arguments = item.get("arguments")
+    elif kind == "custom_tool_call":
+        arguments = item.get("input")
+    else:
+        return None
+    return ToolCall(
+        call_id=_str(item.get("call_id")),
+        name=_str(item.get("name")),
+        arguments=_str(arguments),
+        namespace=_str(item.get("namespace")),
+    )
+
+
+def _output_tool_calls(output: list[Any]) -> tuple[ToolCall, ...]:
+    calls = (_tool_call(item) for item in output if isinstance(item, dict))
+    return tuple(call for call in calls if call is not None)
+
+
+class _PendingCall:
+    """A tool call being streamed: what is known of it so far (no model text)."""
+
+    __slots__ = ("chunks", "done_arguments", "final", "started")
+
+    def __init__(self, item: Json | None) -> None:
+        # The `added` item (arguments usually "", sometimes already whole).
+        self.started = _tool_call(item) if item is not None else None
+        self.chunks: list[str] = []
+        self.done_arguments: str | None = None
+        self.final: ToolCall | None = None
+
+    def result(self) -> ToolCall:
+        """The call: its ``output_item.done`` item, else what the stream assembled.
+
+        Arguments, best first: the ``arguments.done`` / ``input.done`` value,
+        the deltas joined, the ``added`` item's own.
+        """
+        if self.final is not None:
+            return self.final
+        started = self.started or ToolCall(None, None, None)
+        arguments = self.done_arguments
+        if arguments is None:
+            arguments = "".join(self.chunks) if self.chunks else started.arguments
+        return dataclasses.replace(started, arguments=arguments)
+
+
+class StreamObserver:
+    """Observe one streamed Responses answer, event by event (sans-I/O).
+
+    Keeps facts only (ids, usage, tool calls and their arguments), never output
+    text. Tool calls come from ``response.output_item.done`` items; a call whose
+    done item never came is assembled from its ``added`` item and argument
+    deltas. When no tool-call item event was seen at all, the terminal Response
+    object's ``output`` is used instead.
+
+    Args:
+        facts: the request's facts (unused: Responses streams always carry
+            usage in their terminal event; accepted for the shared interface).
+    """
+
+    def __init__(self, facts: RequestFacts | None = None) -> None:
+        self._response_id: str | None = None
+        self._model: str | None = None
+        self._status: str | None = None
+        self._usage = Usage()
+        self._finish_reasons: tuple[str, ...] | None = None
+        self._calls: dict[object, _PendingCall] = {}
+        self._terminal_calls: tuple[ToolCall, ...] = ()
+        self._errors: list[str] = []
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """True once a terminal event (completed, incomplete, failed, error) was seen."""
+        return self._done
+
+    def feed(self, event: SSEEvent) -> bool:
+        """Observe one SSE event.
+
+        Args:
+            event: a decoded SSE event whose ``data`` is one JSON event object.
+
+        Returns:
+            True when the event carried model output.
+        """
+        return self.feed_text(event.data)
+
+    def feed_text(self, data: str | bytes) -> bool:
+        """Observe one JSON-encoded event (SSE data or a WebSocket message).
+
+        Invalid JSON is noted as a capture error, never raised. Anything after
+        the terminal event is ignored.
+
+        Args:
+            data: the encoded event.
+
+        Returns:
+            True when the event carried model output.
+        """
+        if self._done:
+            return False
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self._note("a stream event is not valid JSON")
+            return False
+        if not isinstance(event, dict):
+            self._note("a stream event is not a JSON object")
+            return False
+        return self.feed_json(event)
+
+    def feed_json(self, event: Json) -> bool:
+        """Observe one parsed event object (also how WebSocket server events come in).
+
+        Args:
+            event: the event, e.g. ``{"type": "response.output_text.delta", ...}``.
+
+        Returns:
+            True when the event carried model output: any ``response.*.delta``
+            (text, refusal, reasoning, tool-call arguments), or the
+            ``output_item.added`` that starts a tool call.
+        """
+        if self._done:
+            return False
+        kind = event.get("type")
+        if not isinstance(kind, str):
+            self._note("a stream event has no type")
+            return False
+        if kind in _STARTED_EVENTS or kind in _TERMINAL_EVENTS:
+            self._read_response_event(kind, event)
+        elif kind == "response.output_item.added":
+            item = event.get("item")
+            if isinstance(item, dict) and _tool_call(item) is not None:
+                self._calls[_call_key(event, item)] = _PendingCall(item)
+                return True
+        elif kind == "response.output_item.done":
+            item = event.get("item")
+            call = _tool_call(item) if isinstance(item, dict) else None
+            if isinstance(item, dict) and call is not None:
+                self._pending(event, item).final = call
+        elif kind in _ARGUMENT_DELTAS:
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                self._pending(event, None).chunks.append(delta)
+        elif kind == "response.function_call_arguments.done":
+            self._pending(event, None).done_arguments = _str(event.get("arguments"))
+        elif kind == "response.custom_tool_call_input.done":
+            self._pending(event, None).done_arguments = _str(event.get("input"))
+        return kind.startswith("response.") and kind.endswith(".delta")
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        """The facts observed so far, as the response's final record.
+
+        Args:
+            error: why the stream ended early, if the caller knows (a reset,
+                a client gone); added to ``capture_errors``.
+
+        Returns:
+            The facts; ``evidence_complete`` only when a terminal event was
+            seen and nothing went wrong.
+        """
+        errors = list(self._errors)
+        if not self._done:
+            errors.append(_STREAM_CUT)
+        if error:
+            errors.append(error)
+        calls = tuple(pending.result() for pending in self._calls.values())
+        return ResponseFacts(
+            response_id=self._response_id,
+            model=self._model,
+            usage=self._usage,
+            finish_reasons=self._finish_reasons,
+            tool_calls=calls or self._terminal_calls,
+            status=self._status,
+            evidence_complete=not errors,
+            capture_errors=tuple(errors),
+        )
+
+    def _read_response_event(self, kind: str, event: Json) -> None:
+        """Take id, model, status (and, when terminal, usage) from a response event."""
+        if kind == "error":
+            self._status = "error"
+            self._done = True
+            return
+        response = event.get("response")
+        terminal = kind in _TERMINAL_EVENTS
+        if terminal:
+            self._done = True
+        if not isinstance(response, dict):
+            self._note(f"{kind} without a response object")
+            return
+        # Only facts are kept: the Response object also holds the output text.
+        facts = _from_response(response, (), ())
+        self._response_id = facts.response_id or self._response_id
+        self._model = facts.model or self._model
+        self._status = facts.status or self._status
+        if terminal:
+            self._usage = facts.usage
+            self._finish_reasons = facts.finish_reasons
+            output = response.get("output")
+            if isinstance(output, list):
+                self._terminal_calls = _output_tool_calls(output)
+
+    def _pending(self, event: Json, item: Json | None) -> _PendingCall:
+        """The tool call an event belongs to, started here if its ``added`` was missed."""
+        key = _call_key(event, item)
+        pending = self._calls.get(key)
+        if pending is None:
+            pending = self._calls[key] = _PendingCall(item)
+        return pending
+
+    def _note(self, error: str) -> None:
+        # Deduplicated so a long broken stream cannot grow the list.
+        if error not in self._errors:
+            self._errors.append(error)
+
+
+def _call_key(event: Json, item: Json | None) -> object:
+    """Which output item an event is about: its ``output_index``, else the item id."""
+    index = event.get("output_index")
+    if isinstance(index, int):
+        return index
+    item_id = item.get("id") if item is not None else event.get("item_id")
+    return _str(item_id)
