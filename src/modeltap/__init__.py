@@ -1,0 +1,27 @@
+"""modeltap: a capture proxy beside an AI agent.
+
+It writes a request-audit record for every model request before forwarding
+it, refuses what it cannot audit, observes responses and streams, and exports
+OpenTelemetry spans. Read the evidence with :class:`modeltap.Capture`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from modeltap.capture import Capture
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import modeltap` stays cheap and the core stays importable alone.
+    if name == "Capture":
+        from modeltap.capture import Capture
+
+        return Capture
+    raise AttributeError(name)
+
+
+__all__ = ["Capture", "__version__"]

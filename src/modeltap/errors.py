@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Final
 
+import orjson
+
 #: Every refusal rule: name -> (HTTP status, fixed explanation). The message
 #: shown to the agent is built from this text only.
 RULES: Final[dict[str, tuple[int, str]]] = {
@@ -97,3 +99,29 @@ class UpstreamProtocolError(ModelTapError):
 
 class SinkError(ModelTapError):
     """The audit or events file could not be written."""
+
+
+def provider_error_body(shape: str, message: str, *, status: int, code: str) -> bytes:
+    """The JSON error body an agent's SDK expects from its provider.
+
+    Args:
+        shape: ``"openai"`` or ``"anthropic"``; anything else gives a body that
+            satisfies both SDKs (used when the provider is not known).
+        message: a message built by modeltap (never request content).
+        status: the HTTP status it goes with (4xx: ``invalid_request_error``,
+            5xx: ``api_error``).
+        code: the machine-readable code, e.g. ``modeltap_rejected``.
+
+    Returns:
+        UTF-8 JSON bytes.
+    """
+    kind = "invalid_request_error" if status < 500 else "api_error"
+    if shape == "openai":
+        body: dict[str, object] = {
+            "error": {"message": message, "type": kind, "param": None, "code": code}
+        }
+    elif shape == "anthropic":
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"type": "error", "error": {"type": kind, "message": message, "code": code}}
+    return orjson.dumps(body)

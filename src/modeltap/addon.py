@@ -1,0 +1,615 @@
+"""The mitmproxy addon: hooks -> core -> sink and telemetry.
+
+Hooks stay short. Everything about bodies lives in the pure core
+(``apis/``, ``sse``, ``decoding``, ``ws``); this module only decides *when*
+to call it and what to do with the answer (forward, refuse, write a line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+from mitmproxy import exceptions, http
+from mitmproxy.net.http import http1
+from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.utils import human
+
+from modeltap import apis
+from modeltap.apis import wire
+from modeltap.decoding import StreamDecompressor, decode_body
+from modeltap.errors import (
+    Rejected,
+    SinkError,
+    UpstreamProtocolError,
+    provider_error_body,
+)
+from modeltap.records import (
+    AuditRecord,
+    ErrorEvent,
+    RejectedEvent,
+    RequestFacts,
+    ResponseEvent,
+    ResponseFacts,
+    UnauditedEvent,
+    redact_path,
+    utc_now,
+)
+from modeltap.routing import Route, RouteError, RouteTable, error_shape_for
+from modeltap.sink import Sink
+from modeltap.sse import SSEDecoder
+
+logger = logging.getLogger(__name__)
+
+SESSION_HEADER = "x-modeltap-session"
+IMAGE_DETAILS = ("low", "high", "auto")
+MODES = ("reverse", "regular")
+METADATA_KEY = "modeltap"
+
+
+def new_run_id() -> str:
+    """A run id: UTC start time plus randomness, sortable and unique across processes."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+def _ms(start_ns: int, end_ns: int | None) -> float | None:
+    if end_ns is None:
+        return None
+    return round((end_ns - start_ns) / 1e6, 3)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """What modeltap knows about one HTTP exchange, kept in ``flow.metadata``."""
+
+    session_id: str
+    request_id: str
+    route: Route | None
+    upstream: str
+    path: str
+    api: str | None = None
+    audited: bool = False
+    refused: bool = False
+    facts: RequestFacts | None = None
+    seq: int | None = None
+    t_forward_ns: int = 0
+    t_first_byte_ns: int | None = None
+    t_first_chunk_ns: int | None = None
+    observer: apis.StreamObserver | None = None
+    decompressor: StreamDecompressor | None = None
+    sse: SSEDecoder | None = None
+    streamed: bool = False
+    stream_errors: list[str] = field(default_factory=list)
+    finished: bool = False
+
+
+def _provider_neutral_error_response(status_code: int, message: str = "") -> bytes:
+    """Replacement for mitmproxy's HTML error page (e.g. the 502 of an unreachable
+    upstream): a JSON body that both the OpenAI and the Anthropic SDK parse, so the
+    agent's SDK raises a clear error instead of choking on HTML."""
+    body = provider_error_body(
+        "both",
+        f"modeltap: the upstream could not be reached or failed ({message})",
+        status=status_code,
+        code="modeltap_upstream_error",
+    )
+    resp = http.Response.make(
+        status_code,
+        body,
+        {"Content-Type": "application/json", "Connection": "close"},
+    )
+    data: bytes = http1.assemble_response(resp)
+    return data
+
+
+class ModelTap:
+    """Audit every model request before it is forwarded; observe what comes back."""
+
+    def __init__(self) -> None:
+        self.run_id = new_run_id()
+        self.routes = RouteTable.build([], None)
+        self.sink: Sink | None = None
+        self.max_body = 64 * 1024 * 1024
+        self._seq = itertools.count(1)
+        self._failed_sessions: set[str] = set()
+        self.counts = {"audited": 0, "refused": 0, "unaudited": 0, "errors": 0}
+        self.options: Any = None
+
+    # ------------------------------------------------------------------ options
+
+    def load(self, loader: Any) -> None:
+        # Keep our master's options rather than the process-global ``ctx``: tests
+        # and benchmarks may run more than one proxy in one process.
+        self.options = loader.master.options
+        loader.add_option(
+            "modeltap_out",
+            str,
+            "./modeltap-out",
+            "Directory for audit.jsonl and events.jsonl. Lines are appended, one whole "
+            "line per write, so several proxies may share it.",
+        )
+        loader.add_option(
+            "modeltap_routes",
+            Sequence[str],
+            [],
+            "Extra or replacement routes as NAME=URL, mounted at /NAME (e.g. "
+            "azure=https://x.openai.azure.com/openai). Defaults: openai=https://api.openai.com, "
+            "anthropic=https://api.anthropic.com.",
+        )
+        loader.add_option(
+            "modeltap_upstream",
+            str | None,
+            None,
+            "One upstream mounted at / (shorthand for a single route), e.g. http://127.0.0.1:8000.",
+        )
+        loader.add_option(
+            "modeltap_mode",
+            str,
+            "reverse",
+            "reverse: agents point their base URL at the route prefixes. regular: modeltap is the "
+            "agent's HTTP(S) proxy; provider hosts are audited, other hosts pass as unaudited.",
+        )
+        loader.add_option(
+            "modeltap_strict",
+            bool,
+            False,
+            "Refuse requests that are not auditable model requests (other than GET .../models) "
+            "instead of passing them through as unaudited.",
+        )
+        loader.add_option(
+            "modeltap_fail_closed",
+            bool,
+            False,
+            "After the first refusal in a session, refuse every further model request of that "
+            "session, so an eval never continues on partial evidence.",
+        )
+        loader.add_option(
+            "modeltap_image_detail",
+            str | None,
+            None,
+            "Rewrite every outgoing image's detail to low, high or auto before forwarding; the "
+            "audit record shows the value sent.",
+        )
+        loader.add_option(
+            "modeltap_max_body",
+            str,
+            "64m",
+            "Largest request body audited (e.g. 64m, 512k); bigger bodies are refused with 413.",
+        )
+        loader.add_option(
+            "modeltap_session",
+            str | None,
+            None,
+            "Session id for requests without an x-modeltap-session header (default: the run id).",
+        )
+        loader.add_option(
+            "modeltap_quiet",
+            bool,
+            False,
+            "Do not print one line per exchange on stderr.",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        opts = self.options
+        if "modeltap_routes" in updated or "modeltap_upstream" in updated:
+            try:
+                self.routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
+            except RouteError as e:
+                raise exceptions.OptionsError(str(e)) from None
+        if "modeltap_mode" in updated and opts.modeltap_mode not in MODES:
+            raise exceptions.OptionsError("modeltap_mode must be reverse or regular")
+        if "modeltap_image_detail" in updated:
+            detail = opts.modeltap_image_detail
+            if detail is not None and detail not in IMAGE_DETAILS:
+                raise exceptions.OptionsError("modeltap_image_detail must be low, high or auto")
+        if "modeltap_max_body" in updated:
+            try:
+                size = human.parse_size(opts.modeltap_max_body)
+            except ValueError:
+                size = None
+            if size is None or size <= 0:
+                raise exceptions.OptionsError("modeltap_max_body must be a size such as 64m")
+            self.max_body = size
+        if "modeltap_out" in updated:
+            sink = Sink(Path(opts.modeltap_out))
+            try:
+                sink.prepare()
+            except SinkError as e:
+                raise exceptions.OptionsError(str(e)) from None
+            if self.sink is not None:
+                self.sink.close()
+            self.sink = sink
+        # mitmproxy answers an unreachable upstream with an HTML page; agents' SDKs
+        # want JSON they can parse, in their provider's shape.
+        _http1.make_error_response = _provider_neutral_error_response
+
+    def done(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+
+    # ------------------------------------------------------------------ HTTP hooks
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        session = req.headers.pop(SESSION_HEADER, None)
+        session_id = session or self.options.modeltap_session or self.run_id
+        request_id = (
+            req.headers.get("x-client-request-id") or req.headers.get("x-request-id") or flow.id
+        )
+        if self.options.modeltap_mode == "regular":
+            route = self.routes.for_host(req.host, req.port)
+            upstream = f"{req.scheme}://{req.host}:{req.port}"
+            path = req.path
+        else:
+            route = self.routes.match(req.path)
+            if route is None:
+                ex = Exchange(session_id, request_id, None, "", redact_path(req.path))
+                flow.metadata[METADATA_KEY] = ex
+                self._answer(flow, 404, "no modeltap route matches this path", "modeltap_no_route")
+                return
+            path = route.upstream_path(req.path)
+            req.scheme, req.host, req.port = route.scheme, route.host, route.port
+            req.path = path
+            req.host_header = route.url.split("://", 1)[1].split("/", 1)[0]
+            upstream = route.url
+        ex = Exchange(session_id, request_id, route, upstream, path)
+        ex.api = apis.api_for_path(req.method, path) if route is not None else None
+        flow.metadata[METADATA_KEY] = ex
+        if ex.api is not None:
+            length = req.headers.get("content-length", "")
+            if length.isdigit() and int(length) > self.max_body:
+                # Refuse before reading a body we would refuse anyway.
+                self._refuse(flow, ex, Rejected("body_too_large"))
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        ex: Exchange | None = flow.metadata.get(METADATA_KEY)
+        if ex is None or flow.response is not None:
+            return  # already answered (no route, refused early)
+        if ex.api is None:
+            if self.options.modeltap_strict and not apis.is_models_listing(
+                flow.request.method, ex.path
+            ):
+                self._refuse(flow, ex, Rejected("strict_unaudited"))
+            return  # passed through; logged as unaudited when it ends
+        if ex.session_id in self._failed_sessions:
+            self._refuse(flow, ex, Rejected("fail_closed"))
+            return
+        try:
+            facts = self._audit(flow, ex)
+        except Rejected as e:
+            self._refuse(flow, ex, e)
+            return
+        raw = flow.request.raw_content or b""
+        ex.seq = next(self._seq)
+        record = AuditRecord.build(
+            facts,
+            request_id=ex.request_id,
+            seq=ex.seq,
+            run_id=self.run_id,
+            session_id=ex.session_id,
+            transport="http",
+            api=ex.api,
+            route=ex.route.name if ex.route else None,
+            upstream=ex.upstream,
+            path=ex.path,
+            body_bytes=len(raw),
+            body_sha256=hashlib.sha256(raw).hexdigest(),
+        )
+        assert self.sink is not None
+        try:
+            self.sink.write_audit(record)
+        except SinkError:
+            # If we cannot write the audit line we must not let the request through
+            # unrecorded: refuse it, visibly.
+            self._refuse(flow, ex, Rejected("audit_write_failed"))
+            return
+        ex.audited, ex.facts = True, facts
+        self.counts["audited"] += 1
+        ex.t_forward_ns = time.perf_counter_ns()
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        ex: Exchange | None = flow.metadata.get(METADATA_KEY)
+        resp = flow.response
+        if ex is None or resp is None:
+            return
+        ex.t_first_byte_ns = time.perf_counter_ns()
+        if "text/event-stream" not in resp.headers.get("content-type", "").lower():
+            return
+        # Never buffer a stream: each chunk goes on to the agent as it arrives.
+        ex.streamed = True
+        if ex.audited and ex.api is not None and ex.facts is not None:
+            try:
+                ex.decompressor = StreamDecompressor(resp.headers.get("content-encoding", ""))
+            except UpstreamProtocolError as e:
+                ex.stream_errors.append(str(e))
+            else:
+                ex.sse = SSEDecoder()
+                ex.observer = apis.module_for(ex.api).StreamObserver(ex.facts)
+            resp.stream = _StreamTap(ex)
+        else:
+            resp.stream = True
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        ex: Exchange | None = flow.metadata.get(METADATA_KEY)
+        if ex is None or ex.refused or flow.response is None:
+            return
+        if not ex.audited:
+            self._unaudited(flow, ex, flow.response.status_code)
+            return
+        assert ex.api is not None
+        if ex.observer is not None:
+            facts = ex.observer.finish(None)
+            if ex.stream_errors:
+                facts = replace(
+                    facts,
+                    evidence_complete=False,
+                    capture_errors=facts.capture_errors + tuple(ex.stream_errors),
+                )
+        elif ex.streamed:
+            facts = ResponseFacts(
+                evidence_complete=False,
+                capture_errors=tuple(ex.stream_errors) or ("the stream could not be observed",),
+            )
+        else:
+            facts = self._observe_body(flow, ex)
+        self._respond_event(flow, ex, facts, time.perf_counter_ns())
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        ex: Exchange | None = flow.metadata.get(METADATA_KEY)
+        if ex is None or ex.refused or ex.finished:
+            return
+        msg = flow.error.msg if flow.error else "unknown error"
+        now = time.perf_counter_ns()
+        if not ex.audited:
+            self._unaudited(flow, ex, None)
+        kind = _classify_error(msg, ex.t_first_byte_ns is not None)
+        self.counts["errors"] += 1
+        self._write_event(
+            ErrorEvent(
+                ts=utc_now(),
+                run_id=self.run_id,
+                session_id=ex.session_id,
+                seq=ex.seq,
+                request_id=ex.request_id,
+                error=kind,
+                message=msg,
+                transport="http",
+                method=flow.request.method,
+                path=redact_path(ex.path),
+            )
+        )
+        if ex.audited:
+            if ex.observer is not None:
+                facts = ex.observer.finish(f"{kind}: {msg}")
+            else:
+                facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {msg}",))
+            self._respond_event(flow, ex, facts, now)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _audit(self, flow: http.HTTPFlow, ex: Exchange) -> RequestFacts:
+        """Decode, parse and audit the body; apply --image-detail. Raises Rejected."""
+        assert ex.api is not None
+        raw = flow.request.raw_content or b""
+        if len(raw) > self.max_body:
+            raise Rejected("body_too_large")
+        try:
+            decoded = flow.request.get_content(strict=True) or b""
+        except ValueError:
+            raise Rejected("undecodable_content_encoding") from None
+        if len(decoded) > self.max_body:
+            raise Rejected("body_too_large")
+        body = wire.parse_json_object(decoded)
+        module = apis.module_for(ex.api)
+        detail = self.options.modeltap_image_detail
+        if detail is not None and module.set_image_detail(body, detail):
+            # Forward the rewritten body (re-encoded as the client sent it) and
+            # audit what is actually sent.
+            flow.request.content = orjson.dumps(body)
+        facts: RequestFacts = module.audit_request(body)
+        return facts
+
+    def _observe_body(self, flow: http.HTTPFlow, ex: Exchange) -> ResponseFacts:
+        assert flow.response is not None and ex.api is not None
+        module = apis.module_for(ex.api)
+        try:
+            data = decode_body(
+                flow.response.raw_content or b"", flow.response.headers.get("content-encoding")
+            )
+            body = orjson.loads(data)
+        except (UpstreamProtocolError, orjson.JSONDecodeError):
+            return ResponseFacts(
+                evidence_complete=False,
+                capture_errors=("the response body is not valid JSON",),
+            )
+        facts: ResponseFacts = module.observe_json(body, ex.facts)
+        return facts
+
+    def _respond_event(
+        self, flow: http.HTTPFlow, ex: Exchange, facts: ResponseFacts, end_ns: int
+    ) -> None:
+        ex.finished = True
+        assert ex.api is not None
+        status = flow.response.status_code if flow.response is not None else None
+        ttfb = _ms(ex.t_forward_ns, ex.t_first_byte_ns)
+        ttft = _ms(ex.t_forward_ns, ex.t_first_chunk_ns)
+        duration = _ms(ex.t_forward_ns, end_ns)
+        event = ResponseEvent(
+            ts=utc_now(),
+            run_id=self.run_id,
+            session_id=ex.session_id,
+            seq=ex.seq,
+            request_id=ex.request_id,
+            api=ex.api,
+            transport="http",
+            status=status,
+            stream=ex.streamed,
+            response_id=facts.response_id,
+            model=facts.model,
+            usage=facts.usage,
+            finish_reasons=facts.finish_reasons,
+            tool_calls=facts.tool_calls,
+            response_status=facts.status,
+            ttfb_ms=ttfb,
+            ttft_ms=ttft,
+            duration_ms=duration,
+            evidence_complete=facts.evidence_complete,
+            capture_errors=facts.capture_errors,
+        )
+        self._write_event(event)
+        model = facts.model or (ex.facts.model if ex.facts else None)
+        self._say(ex, model, status, facts, duration)
+
+    def _refuse(self, flow: http.HTTPFlow, ex: Exchange, rejected: Rejected) -> None:
+        """Answer ``flow`` with the provider-shaped refusal and record it."""
+        ex.refused = True
+        if self.options.modeltap_fail_closed:
+            self._failed_sessions.add(ex.session_id)
+        self.counts["refused"] += 1
+        shape = error_shape_for(ex.api, ex.route)
+        flow.response = http.Response.make(
+            rejected.status,
+            provider_error_body(
+                shape, rejected.message, status=rejected.status, code="modeltap_rejected"
+            ),
+            {"Content-Type": "application/json"},
+        )
+        self._write_event(
+            RejectedEvent(
+                ts=utc_now(),
+                run_id=self.run_id,
+                session_id=ex.session_id,
+                request_id=ex.request_id,
+                rule=rejected.rule,
+                message=rejected.message,
+                status=rejected.status,
+                transport="http",
+                method=flow.request.method,
+                path=redact_path(ex.path),
+                api=ex.api,
+            )
+        )
+        self._say(ex, None, rejected.status, None, None, note=f"refused: {rejected.rule}")
+
+    def _answer(self, flow: http.HTTPFlow, status: int, message: str, code: str) -> None:
+        ex: Exchange = flow.metadata[METADATA_KEY]
+        ex.refused = True
+        flow.response = http.Response.make(
+            status,
+            provider_error_body("both", f"modeltap: {message}", status=status, code=code),
+            {"Content-Type": "application/json"},
+        )
+        self._unaudited(flow, ex, status)
+
+    def _unaudited(self, flow: http.HTTPFlow, ex: Exchange, status: int | None) -> None:
+        self.counts["unaudited"] += 1
+        self._write_event(
+            UnauditedEvent(
+                ts=utc_now(),
+                run_id=self.run_id,
+                session_id=ex.session_id,
+                request_id=ex.request_id,
+                method=flow.request.method,
+                host=flow.request.host or None,
+                path=redact_path(ex.path),
+                status=status,
+            )
+        )
+
+    def _write_event(self, event: Any) -> None:
+        if self.sink is not None and not self.sink.write_event(event):
+            logger.warning("modeltap: an events.jsonl line could not be written")
+
+    def _say(
+        self,
+        ex: Exchange,
+        model: str | None,
+        status: int | None,
+        facts: ResponseFacts | None,
+        duration_ms: float | None,
+        note: str = "",
+    ) -> None:
+        """One line per exchange on stderr (SPEC section 1), unless quiet."""
+        if self.options.modeltap_quiet:
+            return
+        tokens = "-"
+        if facts is not None:
+            u = facts.usage
+            tokens = f"in={_n(u.input_tokens)} out={_n(u.output_tokens)}"
+        dur = f"{duration_ms:.0f}ms" if duration_ms is not None else "-"
+        line = (
+            f"{time.strftime('%H:%M:%S')} {ex.session_id} {ex.api or '-'} {model or '-'} "
+            f"{status if status is not None else '-'} {tokens} {dur}"
+        )
+        if note:
+            line += f" {note}"
+        print(line, file=sys.stderr, flush=True)
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _classify_error(message: str, got_response: bool) -> str:
+    """Name what broke from mitmproxy's error message (it carries no request content)."""
+    lowered = message.lower()
+    if "client" in lowered:
+        return "client_gone"
+    if not got_response:
+        return "upstream_unreachable"
+    return "upstream_reset"
+
+
+class _StreamTap:
+    """The ``response.stream`` callable: passes every chunk on unchanged, and feeds
+    a copy through decompression, the SSE decoder and the API's observer."""
+
+    __slots__ = ("ex",)
+
+    def __init__(self, ex: Exchange) -> None:
+        self.ex = ex
+
+    def __call__(self, chunk: bytes) -> bytes:
+        ex = self.ex
+        if ex.observer is not None and ex.sse is not None and ex.decompressor is not None:
+            try:
+                if chunk:
+                    events = ex.sse.feed(ex.decompressor.feed(chunk))
+                else:
+                    events = ex.sse.feed(ex.decompressor.flush()) + ex.sse.close()
+                self._observe(events)
+            except UpstreamProtocolError as e:
+                # Stop observing, never stop the stream: the agent gets its bytes.
+                ex.stream_errors.append(str(e))
+                ex.observer, ex.sse = _Stopped(ex.observer), None
+        return chunk
+
+    def _observe(self, events: Iterable[Any]) -> None:
+        ex = self.ex
+        assert ex.observer is not None
+        for event in events:
+            if ex.observer.feed(event) and ex.t_first_chunk_ns is None:
+                ex.t_first_chunk_ns = time.perf_counter_ns()
+
+
+class _Stopped:
+    """An observer whose stream became unreadable: it reports what it had."""
+
+    def __init__(self, inner: apis.StreamObserver) -> None:
+        self.inner = inner
+
+    def feed(self, event: Any) -> bool:
+        return False
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        facts = self.inner.finish(error or "the stream could not be decoded")
+        return replace(facts, evidence_complete=False)

@@ -1,0 +1,206 @@
+"""``modeltap run | report``: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from modeltap import __version__
+from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.routing import RouteError, RouteTable
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError("use HOST:PORT, e.g. 127.0.0.1:8787")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="modeltap",
+        description="A capture proxy beside an AI agent: audit every model request before "
+        "it is forwarded, observe what comes back, export OpenTelemetry spans.",
+    )
+    parser.add_argument("--version", action="version", version=f"modeltap {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start the proxy", description="Start the capture proxy.")
+    run.add_argument(
+        "--listen",
+        type=_listen,
+        default=("127.0.0.1", 8787),
+        metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:8787; loopback unless told otherwise)",
+    )
+    run.add_argument(
+        "--out",
+        default="./modeltap-out",
+        metavar="DIR",
+        help="directory for audit.jsonl and events.jsonl (default ./modeltap-out)",
+    )
+    run.add_argument(
+        "--mode",
+        choices=("reverse", "regular"),
+        default="reverse",
+        help="reverse: point SDK base URLs at the route prefixes (default); regular: be the "
+        "agent's HTTPS_PROXY (needs mitmproxy's CA); provider hosts are audited, others "
+        "pass through as unaudited",
+    )
+    run.add_argument(
+        "--route",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="add or replace a route mounted at /NAME (repeatable), e.g. "
+        "--route vllm=http://127.0.0.1:8000",
+    )
+    run.add_argument(
+        "--upstream", metavar="URL", help="one upstream mounted at / (single-route shorthand)"
+    )
+    run.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse requests that are not auditable model requests (GET .../models still "
+        "passes) instead of logging them as unaudited",
+    )
+    run.add_argument(
+        "--fail-closed",
+        action="store_true",
+        help="after the first refusal in a session, refuse every further model request of it",
+    )
+    run.add_argument(
+        "--image-detail",
+        choices=("low", "high", "auto"),
+        help="rewrite every outgoing image's detail before forwarding",
+    )
+    run.add_argument(
+        "--max-body",
+        default="64m",
+        metavar="SIZE",
+        help="largest request body audited, e.g. 64m (default); larger ones get 413",
+    )
+    run.add_argument(
+        "--session",
+        metavar="NAME",
+        help="session id for requests without an x-modeltap-session header (default: the run)",
+    )
+    run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
+
+    report = sub.add_parser(
+        "report", help="per-session, per-turn report of an out dir", add_help=False
+    )
+    report.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> ProxyConfig:
+    """Turn parsed ``run`` arguments into a :class:`ProxyConfig`."""
+    host, port = args.listen
+    return ProxyConfig(
+        listen_host=host,
+        listen_port=port,
+        out=args.out,
+        mode=args.mode,
+        routes=list(args.route),
+        upstream=args.upstream,
+        strict=args.strict,
+        fail_closed=args.fail_closed,
+        image_detail=args.image_detail,
+        max_body=args.max_body,
+        session=args.session,
+        quiet=args.quiet,
+    )
+
+
+def startup_screen(proxy: Proxy) -> str:
+    """The one-screen summary printed at start (SPEC section 1)."""
+    cfg = proxy.config
+    routes = RouteTable.build(cfg.routes, cfg.upstream)
+    url = proxy.url
+    out = Path(cfg.out)
+    lines = [f"modeltap {__version__}  run {proxy.addon.run_id}"]
+    if cfg.mode == "regular":
+        lines.append(f"  listening  {url}  (forward proxy)")
+        lines.append("  audited    " + ", ".join(f"{r.host}:{r.port}" for r in routes.routes))
+        lines.append("  export     HTTPS_PROXY=" + url + "  HTTP_PROXY=" + url)
+        ca = Path("~/.mitmproxy/mitmproxy-ca-cert.pem").expanduser()
+        lines.append(f"  CA cert    {ca}  (trust it, e.g. SSL_CERT_FILE / NODE_EXTRA_CA_CERTS)")
+    else:
+        lines.append(f"  listening  {url}  (reverse proxy)")
+        width = max(len(r.prefix) for r in routes.routes)
+        for i, r in enumerate(routes.routes):
+            head = "  routes     " if i == 0 else "             "
+            lines.append(f"{head}{r.prefix.ljust(width)}  -> {r.url}")
+        names = {r.name for r in routes.routes}
+        exports = []
+        if "openai" in names:
+            exports.append(f"OPENAI_BASE_URL={url}/openai/v1")
+        if "anthropic" in names:
+            exports.append(f"ANTHROPIC_BASE_URL={url}/anthropic")
+        for r in routes.routes:
+            if r.name not in ("openai", "anthropic"):
+                exports.append(f"{r.name}: {url}{'' if r.prefix == '/' else r.prefix}")
+        for i, e in enumerate(exports):
+            lines.append(("  export     " if i == 0 else "             ") + e)
+    lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
+    lines.append("  Ctrl-C stops and flushes.")
+    if cfg.listen_host not in ("127.0.0.1", "localhost", "::1"):
+        lines.append(
+            f"  WARNING    listening on {cfg.listen_host}: anyone who can reach it can use it"
+        )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the proxy in the foreground until Ctrl-C or SIGTERM; exit 0 after flushing."""
+    try:
+        RouteTable.build(list(args.route), args.upstream)
+    except RouteError as e:
+        print(f"modeltap: {e}", file=sys.stderr)
+        return 2
+    proxy = Proxy(config_from_args(args))
+
+    def ready(p: Proxy) -> None:
+        print(startup_screen(p), file=sys.stderr, flush=True)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, lambda: proxy.master.shutdown() if proxy.master else None)
+        await proxy.run(on_ready=ready)
+
+    try:
+        asyncio.run(main())
+    except Exception as e:  # bad options or a port in use: say it plainly
+        print(f"modeltap: {e}", file=sys.stderr)
+        return 1
+    counts = proxy.addon.counts
+    print(
+        f"modeltap: stopped. audited {counts['audited']}, refused {counts['refused']}, "
+        f"unaudited {counts['unaudited']}, errors {counts['errors']}.",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``modeltap`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["report"]:
+        from modeltap import report
+
+        return report.main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return run(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Run mitmproxy with the modeltap addon: in the foreground (``modeltap run``)
+or in a background thread (the pytest fixture, tests, benchmarks)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import options as mitm_options
+from mitmproxy.tools.dump import DumpMaster
+
+from modeltap.addon import ModelTap
+
+#: Reverse mode needs *a* target; every request is re-pointed at its route's
+#: upstream before it leaves, and connections are opened lazily, so this
+#: placeholder is never connected to.
+_PLACEHOLDER = "reverse:http://127.0.0.1:9"
+
+
+@dataclass
+class ProxyConfig:
+    """Everything ``modeltap run`` takes; names follow the command-line options."""
+
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8787
+    out: str = "./modeltap-out"
+    mode: str = "reverse"
+    routes: list[str] = field(default_factory=list)
+    upstream: str | None = None
+    strict: bool = False
+    fail_closed: bool = False
+    image_detail: str | None = None
+    max_body: str = "64m"
+    session: str | None = None
+    quiet: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def mitm_options(self) -> dict[str, Any]:
+        """The mitmproxy option values (core options and the addon's own)."""
+        opts: dict[str, Any] = {
+            "mode": ["regular" if self.mode == "regular" else _PLACEHOLDER],
+            "listen_host": self.listen_host,
+            "listen_port": self.listen_port,
+            "connection_strategy": "lazy",
+            "modeltap_out": self.out,
+            "modeltap_mode": self.mode,
+            "modeltap_routes": list(self.routes),
+            "modeltap_upstream": self.upstream,
+            "modeltap_strict": self.strict,
+            "modeltap_fail_closed": self.fail_closed,
+            "modeltap_image_detail": self.image_detail,
+            "modeltap_max_body": self.max_body,
+            "modeltap_session": self.session,
+            "modeltap_quiet": self.quiet,
+        }
+        opts.update(self.extra)
+        return opts
+
+
+def _quiet_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        return
+    loop.default_exception_handler(context)
+
+
+class Proxy:
+    """One mitmproxy master with a :class:`ModelTap` addon."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.addon = ModelTap()
+        self.master: DumpMaster | None = None
+        self.addresses: list[tuple[str, int]] = []
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    async def run(self, on_ready: Callable[[Proxy], None] | None = None) -> None:
+        """Run until :meth:`stop` (or Ctrl-C in the CLI).
+
+        Raises:
+            mitmproxy.exceptions.OptionsError: for bad option values.
+        """
+        opts = mitm_options.Options()
+        master = DumpMaster(opts, with_termlog=False, with_dumper=False)
+        master.addons.add(self.addon)
+        opts.update(**self.config.mitm_options())
+        self.master = master
+
+        async def announce() -> None:
+            # Wait until the listening sockets exist, then report their addresses.
+            ps = master.addons.get("proxyserver")
+            while not master.should_exit.is_set():
+                addrs = ps.listen_addrs() if ps else []
+                if addrs:
+                    self.addresses = [(a[0], a[1]) for a in addrs]
+                    self._ready.set()
+                    if on_ready is not None:
+                        on_ready(self)
+                    return
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(announce())
+        try:
+            await master.run()
+        finally:
+            task.cancel()
+            self._ready.set()
+            # Connections still open at shutdown (SDK keep-alives) are cancelled by
+            # asyncio.run's cleanup; that is expected and not worth a traceback.
+            asyncio.get_running_loop().set_exception_handler(_quiet_cancelled)
+
+    @property
+    def port(self) -> int:
+        """The port actually listened on (useful with ``listen_port=0``)."""
+        return self.addresses[0][1]
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` of the proxy."""
+        host = self.config.listen_host
+        return f"http://{host}:{self.port}"
+
+    # -------------------------------------------------------------- threads
+
+    def start(self, timeout: float = 15.0) -> Proxy:
+        """Start in a background thread and wait until it listens.
+
+        Raises:
+            RuntimeError: if it did not start (the cause is chained).
+        """
+
+        def target() -> None:
+            try:
+                asyncio.run(self.run())
+            except BaseException as e:  # reported to the starting thread
+                self._error = e
+                self._ready.set()
+
+        self._thread = threading.Thread(target=target, name="modeltap-proxy", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(timeout) or not self.addresses:
+            self.stop()
+            raise RuntimeError("modeltap did not start") from self._error
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Shut down and wait for the thread; files are flushed by the addon's ``done``."""
+        master, self.master = self.master, None
+        if master is not None and not master.event_loop.is_closed():
+            master.shutdown()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def __enter__(self) -> Proxy:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

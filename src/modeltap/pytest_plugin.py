@@ -1,0 +1,3 @@
+"""pytest plugin (entry point ``pytest11``): fixtures that run modeltap for one test."""
+
+from __future__ import annotations

@@ -1,0 +1,685 @@
+"""The HTTP audit end to end: real SDKs -> modeltap -> the upstream stub.
+
+Expected record values are written here by hand from the request each test
+sends (hashes computed once from the texts shown beside them), never by the
+code under test.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import anthropic
+import httpx2 as httpx
+import openai
+import orjson
+import pytest
+
+from tests.conftest import Running
+from tests.upstream import Reply, chat_text_json
+
+KEY = "sk-test-PLANTED-SECRET-0123456789"
+PNG = "data:image/png;base64,iVBORw0KGgo="
+MARKER = "CONTENT-MARKER-7f3a"
+
+# sha256("You are a careful agent.\n\nUse tools when helpful.\n\nAnswer briefly.")
+CHAT_SHA = "e44cbfb77d5a12f27fccd9e2164896f583f036af96a9a5074dab7400f20b44ba"
+# sha256("Be precise.\n\nDev A\n\nDev B")
+RESP_SHA = "e60abef04d957191b12bc02e880886b311515a8c316c2954d792698b5b135299"
+# sha256("Sys one\n\nSys two")
+ANTH_SHA = "ca553bc30215ec73d1500314e71b1beaf6e5eefd9948901e1f0559d5c9b74833"
+EMPTY_SHA = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+def oai(running: Running, **kw: Any) -> openai.OpenAI:
+    return openai.OpenAI(base_url=running.base() + "/v1", api_key=KEY, max_retries=0, **kw)
+
+
+def anth(running: Running, **kw: Any) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=running.base(), api_key=KEY, max_retries=0, **kw)
+
+
+def fn_tool(name: str) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": name, "parameters": {"type": "object", "properties": {}}},
+    }
+
+
+CHAT_MESSAGES: list[Any] = [
+    {"role": "system", "content": "You are a careful agent."},
+    {
+        "role": "developer",
+        "content": [
+            {"type": "text", "text": "Use tools when helpful."},
+            {"type": "text", "text": "Answer briefly."},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "What is in these?"},
+            {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}},
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/b.png"}},
+        ],
+    },
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "lookup", "arguments": '{"q":"x"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call_1", "content": "result text"},
+]
+
+RESP_INPUT: list[Any] = [
+    {
+        "role": "developer",
+        "content": [
+            {"type": "input_text", "text": "Dev A"},
+            {"type": "input_text", "text": "Dev B"},
+        ],
+    },
+    {
+        "role": "user",
+        "content": [
+            {"type": "input_text", "text": "look"},
+            {"type": "input_image", "image_url": PNG, "detail": "high"},
+        ],
+    },
+    {"type": "function_call", "call_id": "call_9", "name": "lookup", "arguments": "{}"},
+    {
+        "type": "function_call_output",
+        "call_id": "call_9",
+        # An image inside a tool output counts too (114 bytes as compact JSON).
+        "output": [
+            {"type": "input_text", "text": "see image"},
+            {"type": "input_image", "image_url": PNG},
+        ],
+    },
+]
+RESP_TOOLS: list[Any] = [
+    {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}},
+    {"type": "web_search"},
+]
+
+ANTH_SRC = {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}
+ANTH_MESSAGES: list[Any] = [
+    {
+        "role": "user",
+        "content": [{"type": "text", "text": "hi"}, {"type": "image", "source": ANTH_SRC}],
+    },
+    {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}],
+    },
+    {
+        "role": "user",
+        "content": [
+            {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                # 120 bytes as compact JSON; the image inside counts.
+                "content": [{"type": "text", "text": "ok"}, {"type": "image", "source": ANTH_SRC}],
+            }
+        ],
+    },
+]
+ANTH_SYSTEM: list[Any] = [
+    {"type": "text", "text": "Sys one", "cache_control": {"type": "ephemeral"}},
+    {"type": "text", "text": "Sys two"},
+]
+ANTH_TOOLS: list[Any] = [
+    {"name": "lookup", "input_schema": {"type": "object", "properties": {}}},
+    {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+]
+
+
+def check_common(rec: dict[str, Any], running: Running, *, api: str, path: str) -> None:
+    upstream = running.upstream.received[-1]
+    assert rec["transport"] == "http"
+    assert rec["api"] == api
+    assert rec["route"] == "stub"
+    assert rec["upstream"] == running.upstream.url
+    assert rec["path"] == path
+    assert upstream.path == path
+    assert rec["body_bytes"] == len(upstream.raw)
+    import hashlib
+
+    assert rec["body_sha256"] == hashlib.sha256(upstream.raw).hexdigest()
+    assert rec["seq"] == 1
+    assert rec["session_id"] == rec["run_id"]
+    assert rec["ts"].endswith("Z")
+    assert rec["request_id"]  # the SDK's or the proxy's id; checked exactly below
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_completions_record(running: Running, stream: bool) -> None:
+    client = oai(running)
+    kwargs: dict[str, Any] = dict(
+        model="gpt-5",
+        messages=CHAT_MESSAGES,
+        tools=[fn_tool("lookup"), fn_tool("write_file")],
+        reasoning_effort="low",
+    )
+    if stream:
+        chunks = list(client.chat.completions.create(stream=True, **kwargs))
+        assert chunks
+    else:
+        out = client.chat.completions.create(**kwargs)
+        assert out.choices[0].message.content == "Hello from the stub."
+    (rec,) = running.audit()
+    check_common(rec, running, api="openai.chat_completions", path="/v1/chat/completions")
+    expected = {
+        "model": "gpt-5",
+        "tool_names": ["lookup", "write_file"],
+        "reasoning_effort": "low",
+        "thinking": None,
+        "image_details": ["low", None],
+        "image_count": 2,
+        "instructions_sha256": CHAT_SHA,
+        "stream": stream,
+        "hosted_tools": [],
+        "tool_results": [{"call_id": "call_1", "bytes": 11}],
+        "previous_response_id": None,
+        "generate": None,
+        "omitted_settings": [],
+    }
+    assert {k: rec[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_record(running: Running, stream: bool) -> None:
+    client = oai(running)
+    kwargs: dict[str, Any] = dict(
+        model="gpt-5.1",
+        instructions="Be precise.",
+        input=RESP_INPUT,
+        tools=RESP_TOOLS,
+        reasoning={"effort": "medium"},
+        previous_response_id="resp_prev",
+    )
+    if stream:
+        events = list(client.responses.create(stream=True, **kwargs))
+        assert events[-1].type == "response.completed"
+    else:
+        out = client.responses.create(**kwargs)
+        assert out.id == "resp_stub1"
+    (rec,) = running.audit()
+    check_common(rec, running, api="openai.responses", path="/v1/responses")
+    expected = {
+        "model": "gpt-5.1",
+        "tool_names": ["lookup"],
+        "reasoning_effort": "medium",
+        "thinking": None,
+        "image_details": ["high", None],
+        "image_count": 2,
+        "instructions_sha256": RESP_SHA,
+        "stream": stream,
+        "hosted_tools": [{"type": "web_search", "name": None}],
+        "tool_results": [{"call_id": "call_9", "bytes": 114}],
+        "previous_response_id": "resp_prev",
+        "generate": None,
+        "omitted_settings": [],
+    }
+    assert {k: rec[k] for k in expected} == expected
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_messages_record(running: Running, stream: bool) -> None:
+    client = anth(running)
+    kwargs: dict[str, Any] = dict(
+        model="claude-stub-1",
+        max_tokens=4096,
+        system=ANTH_SYSTEM,
+        messages=ANTH_MESSAGES,
+        tools=ANTH_TOOLS,
+        thinking={"type": "enabled", "budget_tokens": 2048},
+        extra_body={"output_config": {"effort": "high"}},
+    )
+    if stream:
+        with client.messages.stream(**kwargs) as s:
+            final = s.get_final_message()
+        assert final.stop_reason == "end_turn"
+    else:
+        out = client.messages.create(**kwargs)
+        assert out.content[0].type == "text"
+    (rec,) = running.audit()
+    check_common(rec, running, api="anthropic.messages", path="/v1/messages")
+    expected = {
+        "model": "claude-stub-1",
+        "tool_names": ["lookup"],
+        "reasoning_effort": "high",
+        "thinking": {"type": "enabled", "budget_tokens": 2048},
+        "image_details": [None, None],
+        "image_count": 2,
+        "instructions_sha256": ANTH_SHA,
+        "stream": stream,
+        "hosted_tools": [{"type": "web_search_20250305", "name": "web_search"}],
+        "tool_results": [{"call_id": "toolu_1", "bytes": 120}],
+        "previous_response_id": None,
+        "generate": None,
+        "omitted_settings": [],
+    }
+    assert {k: rec[k] for k in expected} == expected
+
+
+def test_request_id_from_client_header(running: Running) -> None:
+    client = oai(running)
+    client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"x-client-request-id": "req-abc-1"},
+    )
+    (rec,) = running.audit()
+    assert rec["request_id"] == "req-abc-1"
+    assert rec["instructions_sha256"] == EMPTY_SHA  # no instructions hashes ""
+    assert rec["tool_names"] == []
+
+
+def test_session_header_read_and_removed(running: Running) -> None:
+    client = oai(running)
+    client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"x-modeltap-session": "eval-42"},
+    )
+    (rec,) = running.audit()
+    assert rec["session_id"] == "eval-42"
+    assert "x-modeltap-session" not in {k.lower() for k in running.upstream.received[0].headers}
+
+
+def test_claude_code_shape_query_string_and_head_preflight(running: Running) -> None:
+    """Claude Code sends HEAD / first, then POST /v1/messages?beta=true."""
+    head = httpx.head(running.base())
+    assert head.status_code == 200
+    client = anth(running)
+    client.messages.create(
+        model="claude-stub-2",
+        max_tokens=10,
+        messages=[{"role": "user", "content": "hi"}],
+        extra_query={"beta": "true"},
+    )
+    (rec,) = running.audit()
+    assert rec["path"] == "/v1/messages?beta=true"
+    (unaudited,) = running.events("unaudited")
+    assert (unaudited["method"], unaudited["path"], unaudited["status"]) == ("HEAD", "/", 200)
+
+
+def test_models_listing_passes_unaudited_even_when_strict(
+    start_proxy: Callable[..., Running],
+) -> None:
+    running = start_proxy(strict=True)
+    models = oai(running).models.list()
+    assert [m.id for m in models] == ["stub-model"]
+    assert running.audit() == []
+    (ev,) = running.events("unaudited")
+    assert (ev["method"], ev["path"], ev["status"]) == ("GET", "/v1/models", 200)
+
+
+def test_other_requests_unaudited_or_refused_when_strict(
+    start_proxy: Callable[..., Running],
+) -> None:
+    lax = start_proxy()
+    ok = oai(lax).post("/embeddings", cast_to=httpx.Response, body={"model": "e", "input": "x"})
+    assert ok.status_code == 200
+    (ev,) = lax.events("unaudited")
+    assert (ev["method"], ev["path"]) == ("POST", "/v1/embeddings")
+
+    strict = start_proxy(strict=True)
+    n = len(strict.upstream.received)
+    with pytest.raises(openai.BadRequestError) as exc:
+        oai(strict).post("/embeddings", cast_to=httpx.Response, body={"model": "e", "input": "x"})
+    assert exc.value.code == "modeltap_rejected"
+    assert len(strict.upstream.received) == n
+    (rej,) = strict.events("rejected")
+    assert rej["rule"] == "strict_unaudited"
+
+
+def test_gzip_request_body_audited_and_forwarded_unchanged(running: Running) -> None:
+    body = orjson.dumps({"model": "gpt-5", "messages": [{"role": "system", "content": "S"}]})
+    packed = gzip.compress(body)
+    r = httpx.post(
+        running.base() + "/v1/chat/completions",
+        content=packed,
+        headers={"content-encoding": "gzip", "content-type": "application/json"},
+    )
+    assert r.status_code == 200
+    (rec,) = running.audit()
+    assert rec["model"] == "gpt-5"
+    # sha256("S")
+    assert rec["instructions_sha256"] == (
+        "8de0b3c47f112c59745f717a626932264c422a7563954872e237b223af4ad643"
+    )
+    assert running.upstream.received[0].raw == packed
+    assert rec["body_bytes"] == len(packed)
+
+
+def test_image_detail_rewrite(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy(image_detail="low")
+    oai(running).chat.completions.create(model="gpt-5", messages=CHAT_MESSAGES)
+    (rec,) = running.audit()
+    assert rec["image_details"] == ["low", "low"]
+    sent = running.upstream.received[0].json()
+    parts = sent["messages"][2]["content"]
+    assert [p["image_url"].get("detail") for p in parts[1:]] == ["low", "low"]
+
+
+def test_regular_mode_forward_proxy(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy(mode="regular")
+    proxied = httpx.Client(proxy=running.url)
+    client = openai.OpenAI(
+        base_url=running.upstream.url + "/v1", api_key=KEY, http_client=proxied, max_retries=0
+    )
+    client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "x"}])
+    (rec,) = running.audit()
+    assert rec["route"] == "stub"
+    assert rec["path"] == "/v1/chat/completions"
+
+
+# ---------------------------------------------------------------- refusals
+
+
+class Rewrite(httpx.HTTPTransport):
+    """A transport that alters the SDK's request on its way out, to send what
+    no well-behaved SDK would (invalid JSON, a lying content-encoding)."""
+
+    def __init__(self, body: bytes | None = None, headers: dict[str, str] | None = None):
+        super().__init__()
+        self.body, self.headers = body, headers or {}
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if self.body is not None:
+            request = httpx.Request(
+                request.method,
+                request.url,
+                headers={
+                    **dict(request.headers),
+                    "content-length": str(len(self.body)),
+                    **self.headers,
+                },
+                content=self.body,
+            )
+        return super().handle_request(request)
+
+
+def _chat(**over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": "gpt-5",
+        "messages": [{"role": "user", "content": MARKER}],
+    }
+    body.update(over)
+    return body
+
+
+REFUSALS: list[tuple[str, dict[str, Any], bytes | None, dict[str, str]]] = [
+    ("invalid_json", _chat(), b'{"model": "gpt-5", "messages": [' + MARKER.encode(), {}),
+    ("body_not_object", _chat(), b'["' + MARKER.encode() + b'"]', {}),
+    ("missing_model", _chat(model=""), None, {}),
+    ("messages_and_input", _chat(input=MARKER), None, {}),
+    (
+        "instructions_not_text",
+        _chat(
+            messages=[
+                {"role": "system", "content": [{"type": "image_url", "image_url": {"url": PNG}}]},
+                {"role": "user", "content": MARKER},
+            ]
+        ),
+        None,
+        {},
+    ),
+    ("malformed_tools", _chat(tools=MARKER), None, {}),
+    (
+        "tool_without_name",
+        _chat(tools=[{"type": "function", "function": {"description": MARKER}}]),
+        None,
+        {},
+    ),
+    (
+        "malformed_image",
+        _chat(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image_url", "image_url": {"url": 5, "detail": MARKER}}],
+                }
+            ]
+        ),
+        None,
+        {},
+    ),
+    ("undecodable_content_encoding", _chat(), orjson.dumps(_chat()), {"content-encoding": "gzip"}),
+]
+
+
+@pytest.mark.parametrize(("rule", "body", "raw", "headers"), REFUSALS, ids=[r[0] for r in REFUSALS])
+def test_refusal_openai(
+    running: Running, rule: str, body: dict[str, Any], raw: bytes | None, headers: dict[str, str]
+) -> None:
+    http_client = httpx.Client(transport=Rewrite(raw, headers)) if raw is not None else None
+    client = oai(running, http_client=http_client) if http_client else oai(running)
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.post("/chat/completions", cast_to=httpx.Response, body=body)
+    err = exc.value
+    assert err.status_code == 400
+    assert err.code == "modeltap_rejected"
+    assert err.type == "invalid_request_error"
+    assert f"rule {rule}" in err.message
+    assert MARKER not in err.message
+    assert running.upstream.received == []
+    assert running.audit() == []
+    (ev,) = running.events("rejected")
+    assert (ev["rule"], ev["status"], ev["method"], ev["path"]) == (
+        rule,
+        400,
+        "POST",
+        "/v1/chat/completions",
+    )
+    assert MARKER not in (running.out / "events.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("rule", "over"),
+    [
+        ("instructions_not_text", {"system": [{"type": "image", "source": ANTH_SRC}]}),
+        ("tool_without_name", {"tools": [{"input_schema": {"description": MARKER}}]}),
+        (
+            "malformed_image",
+            {"messages": [{"role": "user", "content": [{"type": "image", "source": MARKER}]}]},
+        ),
+        ("messages_and_input", {"input": MARKER}),
+    ],
+)
+def test_refusal_anthropic(running: Running, rule: str, over: dict[str, Any]) -> None:
+    body: dict[str, Any] = {
+        "model": "claude-x",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": MARKER}],
+    }
+    body.update(over)
+    with pytest.raises(anthropic.BadRequestError) as exc:
+        anth(running).post("/v1/messages", cast_to=httpx.Response, body=body)
+    err = exc.value
+    assert err.status_code == 400
+    assert isinstance(err.body, dict)
+    assert err.body["type"] == "error"
+    assert err.body["error"]["type"] == "invalid_request_error"
+    assert f"rule {rule}" in err.body["error"]["message"]
+    assert MARKER not in err.message
+    assert running.upstream.received == []
+    assert running.audit() == []
+    (ev,) = running.events("rejected")
+    assert ev["rule"] == rule
+
+
+def test_body_too_large_is_413(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy(max_body="1k")
+    with pytest.raises(openai.APIStatusError) as exc:
+        oai(running).chat.completions.create(
+            model="gpt-5", messages=[{"role": "user", "content": MARKER * 200}]
+        )
+    assert exc.value.status_code == 413
+    assert "rule body_too_large" in exc.value.message
+    assert running.upstream.received == []
+    assert running.audit() == []
+    (ev,) = running.events("rejected")
+    assert (ev["rule"], ev["status"]) == ("body_too_large", 413)
+
+
+def test_fail_closed_refuses_rest_of_session(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy(fail_closed=True)
+    client = oai(running)
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="",
+            messages=[{"role": "user", "content": "x"}],
+            extra_headers={"x-modeltap-session": "s1"},
+        )
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(
+            model="gpt-5",
+            messages=[{"role": "user", "content": "x"}],
+            extra_headers={"x-modeltap-session": "s1"},
+        )
+    assert "rule fail_closed" in exc.value.message
+    # Another session is unaffected.
+    client.chat.completions.create(
+        model="gpt-5",
+        messages=[{"role": "user", "content": "x"}],
+        extra_headers={"x-modeltap-session": "s2"},
+    )
+    assert [r["session_id"] for r in running.audit()] == ["s2"]
+    assert [e["rule"] for e in running.events("rejected")] == ["missing_model", "fail_closed"]
+    assert len(running.upstream.received) == 1
+
+
+def test_unwritable_audit_file_refuses_with_503(running: Running) -> None:
+    audit = running.out / "audit.jsonl"
+    running.proxy.addon.sink.audit.close()  # type: ignore[union-attr]
+    audit.mkdir()  # a directory where the file should be: every open fails
+    with pytest.raises(openai.InternalServerError) as exc:
+        oai(running).chat.completions.create(
+            model="gpt-5", messages=[{"role": "user", "content": "x"}]
+        )
+    assert exc.value.status_code == 503
+    assert "rule audit_write_failed" in exc.value.message
+    assert running.upstream.received == []
+    audit.rmdir()  # fixed: the proxy recovers by itself
+    oai(running).chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "x"}])
+    assert len(running.audit()) == 1
+    assert len(running.upstream.received) == 1
+
+
+# ---------------------------------------------------------------- concurrency, secrets, streams
+
+
+def test_500_requests_16_in_flight(running: Running) -> None:
+    client = oai(running)
+
+    def one(i: int) -> None:
+        client.chat.completions.create(
+            model=f"model-{i}",
+            messages=[{"role": "user", "content": "x"}],
+            extra_headers={"x-client-request-id": f"req-{i}"},
+        )
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(one, range(500)))
+    lines = (running.out / "audit.jsonl").read_bytes().splitlines()
+    assert len(lines) == 500
+    records = [json.loads(line) for line in lines]  # every line whole JSON
+    assert len({r["seq"] for r in records}) == 500
+    for r in records:
+        i = r["request_id"].removeprefix("req-")
+        assert r["model"] == f"model-{i}"
+    assert sorted(int(r["request_id"][4:]) for r in records) == list(range(500))
+
+
+def test_no_key_in_any_file_or_output(
+    start_proxy: Callable[..., Running], capfd: pytest.CaptureFixture[str]
+) -> None:
+    running = start_proxy(quiet=False)
+    oai(running).chat.completions.create(
+        model="gpt-5",
+        messages=[{"role": "user", "content": "x"}],
+        extra_headers={"api-key": KEY, "cookie": f"session={KEY}"},
+        extra_query={"key": KEY},
+    )
+    anth(running).messages.create(
+        model="claude-x", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+    )
+    httpx.get(running.base() + "/v1/other", params={"key": KEY}, headers={"authorization": KEY})
+    with pytest.raises(openai.BadRequestError):
+        oai(running).chat.completions.create(
+            model="", messages=[{"role": "user", "content": "x"}], extra_query={"api_key": KEY}
+        )
+    running.proxy.stop()
+    # The upstream did get the keys (they are forwarded), so the plant was real.
+    assert any(KEY in str(r.headers) for r in running.upstream.received)
+    out, err = capfd.readouterr()
+    assert "chat" in err  # the per-exchange lines were printed
+    for f in running.out.iterdir():
+        assert KEY not in f.read_text(), f.name
+    assert KEY not in out and KEY not in err
+    (rec, _) = running.audit()
+    assert rec["path"] == "/v1/chat/completions?key=REDACTED"
+
+
+def test_stream_first_event_not_buffered(running: Running) -> None:
+    """The first SSE event reaches the client while the upstream still pauses."""
+    import threading
+
+    gate = threading.Event()
+    reply = Reply(
+        sse=[
+            (
+                None,
+                {
+                    "id": "c",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [{"index": 0, "delta": {"content": "first"}, "finish_reason": None}],
+                },
+            ),
+            (
+                None,
+                {
+                    "id": "c",
+                    "object": "chat.completion.chunk",
+                    "created": 1,
+                    "model": "m",
+                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                },
+            ),
+            (None, "[DONE]"),
+        ],
+        gate_after={0: gate},
+    )
+    running.upstream.replies.append(reply)
+    stream = oai(running).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x"}], stream=True
+    )
+    it = iter(stream)
+    first = next(it)  # would block until the gate opens if the proxy buffered
+    assert first.choices[0].delta.content == "first"
+    assert not gate.is_set()
+    gate.set()
+    rest = list(it)
+    assert rest[-1].choices[0].finish_reason == "stop"
+
+
+def test_upstream_stub_serves_default_json(running: Running) -> None:
+    """Guard for the stub itself: the canned answer round-trips through the SDK."""
+    running.upstream.replies.append(chat_text_json("gpt-x", text="canned"))
+    out = oai(running).chat.completions.create(model="m", messages=[])
+    assert out.choices[0].message.content == "canned"

@@ -1,0 +1,460 @@
+"""A local upstream stub that speaks the providers' real wire formats.
+
+One aiohttp server on 127.0.0.1 (free port, background thread, stops by
+itself) answers JSON, SSE and WebSocket on the same port. It records every
+request exactly as it arrived (raw bytes, headers), so tests can check what
+modeltap forwarded. Replies are scripted per test with :class:`Reply`, or
+default to a canned answer in the API's own format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import threading
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import brotli
+import orjson
+from aiohttp import WSMsgType, web
+
+Json = dict[str, Any]
+
+
+@dataclass
+class Received:
+    """One request as the upstream saw it."""
+
+    method: str
+    path: str  # with query string
+    headers: dict[str, str]
+    raw: bytes
+
+    def json(self) -> Any:
+        data = self.raw
+        enc = self.headers.get("content-encoding", "")
+        if enc == "gzip":
+            data = gzip.decompress(data)
+        return orjson.loads(data) if data else None
+
+
+@dataclass
+class Reply:
+    """A scripted answer.
+
+    ``sse`` is a list of ``(event_name_or_None, data)``; data is a dict (sent as
+    JSON) or a str (sent verbatim, e.g. ``[DONE]``).
+    """
+
+    status: int = 200
+    json: Any = None
+    sse: list[tuple[str | None, Any]] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    encoding: str | None = None  # "gzip" or "br"
+    pause_after: dict[int, float] = field(default_factory=dict)
+    gate_after: dict[int, threading.Event] = field(default_factory=dict)
+    cut_after: int | None = None  # abort the connection after event i
+    raw: bytes | None = None  # a verbatim body (e.g. invalid JSON)
+
+
+@dataclass
+class WsReceived:
+    """One WebSocket client message as the upstream saw it."""
+
+    is_text: bool
+    data: bytes | str
+
+
+class Upstream:
+    """The stub server. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self.replies: deque[Reply] = deque()
+        self.ws_received: list[WsReceived] = []
+        self.ws_handshakes: list[dict[str, str]] = []
+        #: For WebSocket: a function from a response.create message to its server events.
+        self.ws_script: Callable[[Json, int], list[Json]] | None = None
+        self._ws_count = 0
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._runner: web.AppRunner | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    # ------------------------------------------------------------ lifecycle
+
+    def __enter__(self) -> Upstream:
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="upstream-stub")
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError("upstream stub did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._loop is not None and self._runner is not None:
+            fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
+            with contextlib.suppress(Exception):
+                fut.result(10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._runner = None
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        # auto_decompress off: tests compare the exact bytes modeltap forwarded.
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, auto_decompress=False)
+        loop.run_until_complete(runner.setup())
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        loop.run_until_complete(site.start())
+        self._runner = runner
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[union-attr]
+        self.port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._started.set()
+        loop.run_forever()
+        loop.close()
+
+    # ------------------------------------------------------------ handlers
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("upgrade", "").lower() == "websocket":
+            return await self._websocket(request)
+        raw = await request.read()
+        self.received.append(Received(request.method, request.path_qs, dict(request.headers), raw))
+        reply = self.replies.popleft() if self.replies else self._default(request, raw)
+        if reply.raw is not None:
+            return web.Response(status=reply.status, body=reply.raw, headers=reply.headers)
+        if reply.sse is not None:
+            return await self._stream(request, reply)
+        body = orjson.dumps(reply.json)
+        headers = {"Content-Type": "application/json", **reply.headers}
+        if reply.encoding == "gzip":
+            body, headers["Content-Encoding"] = gzip.compress(body), "gzip"
+        elif reply.encoding == "br":
+            body, headers["Content-Encoding"] = brotli.compress(body), "br"
+        return web.Response(status=reply.status, body=body, headers=headers)
+
+    async def _stream(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        headers.update(reply.headers)
+        compress: Callable[[bytes], bytes] = lambda b: b  # noqa: E731
+        if reply.encoding == "gzip":
+            z = zlib.compressobj(wbits=31)
+            compress = lambda b: z.compress(b) + z.flush(zlib.Z_SYNC_FLUSH)  # noqa: E731
+            headers["Content-Encoding"] = "gzip"
+        elif reply.encoding == "br":
+            c = brotli.Compressor()
+            compress = lambda b: c.process(b) + c.flush()  # noqa: E731
+            headers["Content-Encoding"] = "br"
+        resp = web.StreamResponse(status=reply.status, headers=headers)
+        await resp.prepare(request)
+        assert reply.sse is not None
+        for i, (name, data) in enumerate(reply.sse):
+            await resp.write(compress(sse_bytes(name, data)))
+            if reply.cut_after == i:
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            if i in reply.gate_after:
+                await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
+            if i in reply.pause_after:
+                await asyncio.sleep(reply.pause_after[i])
+        if reply.encoding == "gzip":
+            await resp.write(z.flush())
+        elif reply.encoding == "br":
+            await resp.write(c.finish())
+        await resp.write_eof()
+        return resp
+
+    async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+        self.ws_handshakes.append(dict(request.headers))
+        ws = web.WebSocketResponse(max_msg_size=0)
+        await ws.prepare(request)
+        async for msg in ws:
+            if msg.type == WSMsgType.TEXT:
+                self.ws_received.append(WsReceived(True, msg.data))
+                try:
+                    obj = orjson.loads(msg.data)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict) and obj.get("type") == "response.create":
+                    self._ws_count += 1
+                    script = self.ws_script or default_ws_events
+                    for event in script(obj, self._ws_count):
+                        await ws.send_str(orjson.dumps(event).decode())
+            elif msg.type == WSMsgType.BINARY:
+                self.ws_received.append(WsReceived(False, msg.data))
+            else:
+                break
+        return ws
+
+    def _default(self, request: web.Request, raw: bytes) -> Reply:
+        try:
+            body = orjson.loads(raw) if raw else {}
+        except orjson.JSONDecodeError:
+            body = {}
+        stream = isinstance(body, dict) and body.get("stream") is True
+        model = body.get("model", "stub-model") if isinstance(body, dict) else "stub-model"
+        path = request.path
+        if path.endswith("/chat/completions"):
+            include = bool((body.get("stream_options") or {}).get("include_usage"))
+            return chat_text_sse(model, include_usage=include) if stream else chat_text_json(model)
+        if path.endswith("/responses"):
+            return responses_text_sse(model) if stream else responses_text_json(model)
+        if path.endswith("/messages"):
+            return anthropic_text_sse(model) if stream else anthropic_text_json(model)
+        if path.endswith("/models"):
+            return Reply(json={"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
+        return Reply(json={"ok": True})
+
+
+def sse_bytes(name: str | None, data: Any) -> bytes:
+    """One SSE event on the wire."""
+    payload = data if isinstance(data, str) else orjson.dumps(data).decode()
+    head = f"event: {name}\n" if name else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+# ---------------------------------------------------------------- canned answers
+# Shapes follow the providers' documented wire formats.
+
+
+def chat_text_json(model: str, text: str = "Hello from the stub.") -> Reply:
+    return Reply(
+        json={
+            "id": "chatcmpl-stub1",
+            "object": "chat.completion",
+            "created": 1760000000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text, "refusal": None},
+                    "finish_reason": "stop",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 21,
+                "completion_tokens": 5,
+                "total_tokens": 26,
+                "prompt_tokens_details": {"cached_tokens": 3},
+                "completion_tokens_details": {"reasoning_tokens": 0},
+            },
+        }
+    )
+
+
+def _chat_chunk(model: str, delta: Json, finish: str | None = None) -> Json:
+    return {
+        "id": "chatcmpl-stub2",
+        "object": "chat.completion.chunk",
+        "created": 1760000000,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+    }
+
+
+def chat_text_sse(model: str, include_usage: bool = False) -> Reply:
+    events: list[tuple[str | None, Any]] = [
+        (None, _chat_chunk(model, {"role": "assistant", "content": ""})),
+        (None, _chat_chunk(model, {"content": "Hello"})),
+        (None, _chat_chunk(model, {"content": " there"})),
+        (None, _chat_chunk(model, {}, "stop")),
+    ]
+    if include_usage:
+        events.append(
+            (
+                None,
+                {
+                    "id": "chatcmpl-stub2",
+                    "object": "chat.completion.chunk",
+                    "created": 1760000000,
+                    "model": model,
+                    "choices": [],
+                    "usage": {"prompt_tokens": 9, "completion_tokens": 2, "total_tokens": 11},
+                },
+            )
+        )
+    events.append((None, "[DONE]"))
+    return Reply(sse=events)
+
+
+def responses_text_json(model: str) -> Reply:
+    return Reply(json=_response_object(model, "completed", [_message_item("Hello from the stub.")]))
+
+
+def _message_item(text: str) -> Json:
+    return {
+        "id": "msg_stub1",
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def _response_object(model: str, status: str, output: list[Json], usage: bool = True) -> Json:
+    return {
+        "id": "resp_stub1",
+        "object": "response",
+        "created_at": 1760000000,
+        "status": status,
+        "model": model,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": (
+            {
+                "input_tokens": 30,
+                "input_tokens_details": {"cached_tokens": 4},
+                "output_tokens": 6,
+                "output_tokens_details": {"reasoning_tokens": 2},
+                "total_tokens": 36,
+            }
+            if usage
+            else None
+        ),
+    }
+
+
+def responses_text_sse(model: str) -> Reply:
+    done = _response_object(model, "completed", [_message_item("Hello")])
+    created = dict(_response_object(model, "in_progress", []), usage=None)
+    return Reply(
+        sse=[
+            (
+                "response.created",
+                {"type": "response.created", "sequence_number": 0, "response": created},
+            ),
+            (
+                "response.output_text.delta",
+                {
+                    "type": "response.output_text.delta",
+                    "sequence_number": 1,
+                    "item_id": "msg_stub1",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": "Hello",
+                },
+            ),
+            (
+                "response.completed",
+                {"type": "response.completed", "sequence_number": 2, "response": done},
+            ),
+        ]
+    )
+
+
+def anthropic_text_json(model: str) -> Reply:
+    return Reply(
+        json={
+            "id": "msg_stub1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": "Hello from the stub."}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 25,
+                "output_tokens": 7,
+                "cache_read_input_tokens": 10,
+                "cache_creation_input_tokens": 5,
+            },
+        }
+    )
+
+
+def anthropic_text_sse(model: str) -> Reply:
+    return Reply(
+        sse=[
+            (
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": "msg_stub2",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": model,
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {
+                            "input_tokens": 25,
+                            "output_tokens": 1,
+                            "cache_read_input_tokens": 10,
+                            "cache_creation_input_tokens": 0,
+                        },
+                    },
+                },
+            ),
+            (
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            ),
+            ("ping", {"type": "ping"}),
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": "Hello"},
+                },
+            ),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 12},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+    )
+
+
+def default_ws_events(message: Json, n: int) -> list[Json]:
+    """Server events for one ``response.create`` over WebSocket."""
+    model = message.get("model") or "stub-model"
+    rid = f"resp_ws{n}"
+    done = dict(_response_object(model, "completed", [_message_item("Hi")]), id=rid)
+    created = dict(_response_object(model, "in_progress", []), id=rid, usage=None)
+    return [
+        {"type": "response.created", "sequence_number": 0, "response": created},
+        {
+            "type": "response.output_text.delta",
+            "sequence_number": 1,
+            "item_id": "msg_stub1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "Hi",
+        },
+        {"type": "response.completed", "sequence_number": 2, "response": done},
+    ]
