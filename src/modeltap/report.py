@@ -1,0 +1,483 @@
+"""``modeltap report DIR [--json]``: what a capture holds, per session and per turn.
+
+:func:`build_report` turns a :class:`~modeltap.capture.Capture` into a JSON-able
+dict (its shape is ``schemas/report.schema.json``); :func:`render_text` prints
+that dict for a terminal; :func:`main` is the command (``cli.py`` delegates
+to it).
+
+One audited request is one model turn. A turn follows the TurnResult shape of
+a multi-turn test result wherever a field applies: ``turn_index``,
+``tool_calls`` (qualified names), ``tool_invocations`` (``name``, ``call_id``,
+``args``, ``result``, ``bytes``, ``duration_ms``, ``result_turn_index``),
+``token_usage``, ``errors``, ``execution_time_ms``. Verdict fields (passed,
+metrics) do not apply: these are execution facts, not a judgement of the
+agent. Content fields (``input``, ``response``, a call's ``result``) are
+``null``: this version records names, counts and hashes, never content.
+
+* A tool call's result is looked for in the ``tool_results`` of the later
+  requests of the session, by ``call_id`` (normally the very next request).
+  ``bytes`` is the result's size as sent; ``duration_ms`` runs from the ``ts``
+  of the response event that asked for the call (written when that response
+  ended) to the ``ts`` of the request that carried the result back.
+* ``args`` is the call's arguments parsed as a JSON object when they are one,
+  else the arguments string as the model sent it (custom tools send free
+  text), ``null`` when none were seen.
+* ``token_usage``: ``prompt_tokens`` (input), ``completion_tokens`` (output),
+  ``total_tokens``, ``cache_creation_tokens`` (cache writes),
+  ``cache_read_tokens``, ``reasoning_tokens``; each ``null`` when the provider
+  did not report it. ``execution_time_ms`` is the response's ``duration_ms``.
+
+Session roll-up: ``tool_calls`` and ``tool_invocations`` flattened in turn
+order; ``token_usage`` summed element-wise, a sum being ``null`` when any
+turn's count is unknown (a known zero stays zero); ``execution_time_ms`` the
+sum of the turns' (``null`` if any is unknown); ``errors`` are the turns'
+errors prefixed ``[turn i]``, then refusals and errors outside any turn.
+
+Evidence coverage, six channels per turn, session and capture, each
+``{"status": "complete"}`` or ``{"status": "partial" | "unavailable",
+"reason": ...}``. A turn can only lower a channel; a session is the worst over
+its turns (reasons prefixed ``[turn i]``, or ``[turns 0-2]`` when shared) plus
+what happened outside them; the capture is the worst over its sessions.
+
+========  ==============================================================
+channel   lowered when
+========  ==============================================================
+events    partial: no response event for a request, or the response was
+          not seen completely (``evidence_complete: false``; its
+          ``capture_errors`` are the reason), or ``sessions.jsonl`` says
+          the session's evidence was incomplete
+actions   partial: a tool call never got its result in a later request
+          (the reason names the call), a call has no ``call_id``, or the
+          response listing the calls is missing or incomplete
+messages  unavailable: "message content is not recorded (names, counts
+          and hashes only)"
+usage     unavailable: no usage for a turn (no response, or every count
+          null); partial: some counts null (the reason lists them)
+status    partial: a request was refused (``rejected`` event), an
+          ``error`` event happened, or a request's outcome is unknown
+data      partial: a line could not be read (``load_errors``; this lowers
+          every session, the lost line may have been its own) or lines do
+          not link up (an event's ``seq`` with no audit record, or
+          ``sessions.jsonl`` counts other than what the files hold)
+========  ==============================================================
+
+A session without any audited request has ``events``, ``actions``, ``usage``
+and ``status`` unavailable: "No outbound model requests captured; audit
+unsupported". ``evidence_complete`` is true when ``events``, ``actions``,
+``status`` and ``data`` are all complete (see :mod:`modeltap.capture`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Any, Final
+
+import orjson
+
+from modeltap.capture import (
+    CHANNELS,
+    Capture,
+    EvidenceCoverage,
+    Session,
+    ToolInvocation,
+    Turn,
+)
+from modeltap.records import Usage
+
+REPORT_VERSION: Final = 1
+
+Json = dict[str, Any]
+
+
+# --------------------------------------------------------------------------
+# The JSON report
+
+
+def token_usage(usage: Usage) -> dict[str, int | None]:
+    """Map modeltap usage onto the TurnResult ``token_usage`` names.
+
+    Args:
+        usage: usage as recorded (each count ``None`` when unknown).
+
+    Returns:
+        ``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+        ``cache_creation_tokens``, ``cache_read_tokens``, ``reasoning_tokens``.
+    """
+    return {
+        "prompt_tokens": usage.input_tokens,
+        "completion_tokens": usage.output_tokens,
+        "total_tokens": usage.total_tokens,
+        "cache_creation_tokens": usage.cache_write_tokens,
+        "cache_read_tokens": usage.cache_read_tokens,
+        "reasoning_tokens": usage.reasoning_tokens,
+    }
+
+
+def tool_arguments(arguments: str | None) -> Any:
+    """Return the arguments as a JSON object when they are one, else as sent.
+
+    Args:
+        arguments: the arguments string the model sent, or ``None``.
+
+    Returns:
+        A dict when ``arguments`` is a JSON object; otherwise the string
+        unchanged (free-text custom tool input, or malformed JSON kept as
+        evidence); ``None`` when no arguments were seen.
+    """
+    if arguments is None:
+        return None
+    try:
+        parsed = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return arguments
+    return parsed if isinstance(parsed, dict) else arguments
+
+
+def _invocation_json(inv: ToolInvocation) -> Json:
+    return {
+        "name": inv.name,
+        "call_id": inv.call.call_id,
+        "args": tool_arguments(inv.call.arguments),
+        "result": None,  # content is not recorded
+        "bytes": inv.result_bytes,
+        "duration_ms": inv.duration_ms,
+        "result_turn_index": inv.result_turn_index,
+    }
+
+
+def _coverage_json(coverage: EvidenceCoverage) -> Json:
+    return coverage.to_json()
+
+
+def _turn_json(turn: Turn) -> Json:
+    record, response = turn.record, turn.response
+    return {
+        "turn_index": turn.index,
+        "seq": record.seq,
+        "run_id": record.run_id,
+        "request_id": record.request_id,
+        "ts": record.ts,
+        "api": record.api,
+        "transport": record.transport,
+        "model": record.model,
+        "response_model": response.model if response else None,
+        "http_status": response.status if response else None,
+        "response_status": response.response_status if response else None,
+        "finish_reasons": (
+            list(response.finish_reasons)
+            if response and response.finish_reasons is not None
+            else None
+        ),
+        "input": None,
+        "response": None,
+        "tools_advertised": list(record.tool_names) if record.tool_names is not None else None,
+        "tool_calls": [inv.name for inv in turn.tool_invocations],
+        "tool_invocations": [_invocation_json(inv) for inv in turn.tool_invocations],
+        "tool_results_sent": [
+            {"call_id": result.call_id, "bytes": result.bytes} for result in record.tool_results
+        ],
+        "token_usage": token_usage(turn.usage),
+        "execution_time_ms": turn.execution_time_ms,
+        "ttfb_ms": response.ttfb_ms if response else None,
+        "ttft_ms": response.ttft_ms if response else None,
+        "errors": turn.errors,
+        "evidence_complete": turn.evidence_complete,
+        "capture_errors": turn.capture_errors,
+        "coverage": _coverage_json(turn.coverage),
+    }
+
+
+def _session_json(session: Session) -> Json:
+    models: dict[str, None] = {}
+    for turn in session.turns:
+        models.setdefault(turn.model, None)
+    return {
+        "session_id": session.session_id,
+        "run_ids": list(session.run_ids),
+        "stop_reason": session.stop_reason,
+        "models": list(models),
+        "tools_advertised": session.tools_advertised(),
+        "turn_count": len(session.turns),
+        "tool_calls": [inv.name for inv in session.tool_invocations],
+        "tool_invocations": [_invocation_json(inv) for inv in session.tool_invocations],
+        "token_usage": token_usage(session.usage),
+        "execution_time_ms": session.execution_time_ms,
+        "errors": session.error_messages,
+        "refusals": [
+            {
+                "ts": e.ts,
+                "rule": e.rule,
+                "message": e.message,
+                "transport": e.transport,
+                "method": e.method,
+                "path": e.path,
+            }
+            for e in session.refusals
+        ],
+        "unaudited_count": len(session.unaudited),
+        "evidence_complete": session.evidence_complete,
+        "capture_errors": session.capture_errors,
+        "coverage": _coverage_json(session.coverage),
+        "turns": [_turn_json(turn) for turn in session.turns],
+    }
+
+
+def build_report(capture: Capture) -> Json:
+    """Build the JSON-able report of a capture (``schemas/report.schema.json``).
+
+    Args:
+        capture: a loaded capture.
+
+    Returns:
+        A dict of JSON types only: per session, per turn, with coverage.
+    """
+    sessions = [_session_json(s) for s in capture.sessions.values()]
+    return {
+        "report_version": REPORT_VERSION,
+        "directory": str(capture.directory),
+        "run_ids": capture.run_ids,
+        "counts": {
+            "audit_records": len(capture.records),
+            "events": len(capture.events),
+            "sessions": len(sessions),
+            "turns": sum(s["turn_count"] for s in sessions),
+            "refusals": sum(len(s["refusals"]) for s in sessions),
+            "load_errors": len(capture.load_errors),
+        },
+        "load_errors": [
+            {"file": e.file, "line": e.line, "message": e.message} for e in capture.load_errors
+        ],
+        "token_usage": token_usage(capture.usage),
+        "evidence_complete": capture.evidence_complete,
+        "capture_errors": capture.capture_errors,
+        "coverage": _coverage_json(capture.coverage),
+        "sessions": sessions,
+    }
+
+
+# --------------------------------------------------------------------------
+# Text
+
+
+UNKNOWN: Final = "?"
+
+
+def _count(value: int | None) -> str:
+    return UNKNOWN if value is None else f"{value:,}"
+
+
+def _duration(ms: float | None) -> str:
+    if ms is None:
+        return UNKNOWN
+    if abs(ms) < 1000:
+        return f"{ms:.0f} ms"
+    if abs(ms) < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{ms / 60_000:.1f} min"
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return UNKNOWN
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024 * 1024:
+        return f"{n / 1024:.1f} KB"
+    return f"{n / (1024 * 1024):.1f} MB"
+
+
+def _table(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
+    """Align ``rows`` in columns; ``right`` holds the right-aligned column indexes."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
+
+
+def _usage_line(usage: dict[str, int | None]) -> str:
+    return (
+        f"in {_count(usage['prompt_tokens'])}  out {_count(usage['completion_tokens'])}  "
+        f"total {_count(usage['total_tokens'])}  cache read {_count(usage['cache_read_tokens'])}  "
+        f"cache write {_count(usage['cache_creation_tokens'])}  "
+        f"reasoning {_count(usage['reasoning_tokens'])}"
+    )
+
+
+def _coverage_lines(coverage: Json, indent: str) -> list[str]:
+    width = max(len(name) for name in CHANNELS)
+    status_width = max(len(coverage[name]["status"]) for name in CHANNELS)
+    lines = []
+    for name in CHANNELS:
+        entry = coverage[name]
+        head = f"{indent}{name.ljust(width)}  "
+        reasons = entry["reason"].split("; ") if "reason" in entry else []
+        if not reasons:
+            lines.append(f"{head}{entry['status']}")
+            continue
+        lines.append(f"{head}{entry['status'].ljust(status_width)}  {reasons[0]}")
+        pad = " " * (len(head) + status_width + 2)
+        lines.extend(f"{pad}{reason}" for reason in reasons[1:])
+    return lines
+
+
+def _turn_row(turn: Json) -> list[str]:
+    usage = turn["token_usage"]
+    tools = turn["tools_advertised"]
+    status = turn["http_status"]
+    calls = [name or "(unnamed)" for name in turn["tool_calls"]]
+    return [
+        str(turn["turn_index"]),
+        turn["model"],
+        "-" if status is None else str(status),
+        UNKNOWN if tools is None else str(len(tools)),
+        _count(usage["prompt_tokens"]),
+        _count(usage["completion_tokens"]),
+        _count(usage["total_tokens"]),
+        _duration(turn["execution_time_ms"]),
+        "complete" if turn["evidence_complete"] else "partial",
+        ", ".join(calls) or "-",
+    ]
+
+
+def _session_lines(session: Json) -> list[str]:
+    runs = ", ".join(session["run_ids"])
+    stop = session["stop_reason"] or "not recorded"
+    lines = [f"session {session['session_id']}   run {runs}   stop: {stop}"]
+    tools = session["tools_advertised"]
+    if tools:
+        lines.append(f"  tools advertised ({len(tools)}): {', '.join(tools)}")
+    if session["turns"]:
+        header = ["turn", "model", "http", "tools", "in", "out", "total", "time", "evidence"]
+        rows = [[*header, "calls"]]
+        rows.extend(_turn_row(turn) for turn in session["turns"])
+        usage = session["token_usage"]
+        calls = len(session["tool_calls"])
+        rows.append(
+            [
+                "all",
+                "",
+                "",
+                "",
+                _count(usage["prompt_tokens"]),
+                _count(usage["completion_tokens"]),
+                _count(usage["total_tokens"]),
+                _duration(session["execution_time_ms"]),
+                "complete" if session["evidence_complete"] else "partial",
+                f"{calls} call{'s' if calls != 1 else ''}",
+            ]
+        )
+        lines.append("")
+        lines.extend(_table(rows, right={0, 2, 3, 4, 5, 6, 7}))
+    invocations = session["tool_invocations"]
+    if invocations:
+        lines += ["", "  tool results"]
+        rows = []
+        for turn in session["turns"]:
+            for inv in turn["tool_invocations"]:
+                answered = inv["result_turn_index"] is not None
+                rows.append(
+                    [
+                        f"turn {turn['turn_index']}",
+                        inv["name"] or "(unnamed)",
+                        inv["call_id"] or "(no call_id)",
+                        f"-> turn {inv['result_turn_index']}" if answered else "no result",
+                        _size(inv["bytes"]) if answered else "",
+                        _duration(inv["duration_ms"]) if answered else "",
+                    ]
+                )
+        lines.extend(_table(rows, right={4, 5}, indent="    "))
+    lines += ["", f"  usage     {_usage_line(session['token_usage'])}"]
+    if session["refusals"]:
+        lines += ["", f"  refusals ({len(session['refusals'])})"]
+        lines.extend(f"    {r['ts']}  {r['rule']}: {r['message']}" for r in session["refusals"])
+    if session["errors"]:
+        lines += ["", "  errors"]
+        lines.extend(f"    {error}" for error in session["errors"])
+    lines += ["", "  coverage"]
+    lines.extend(_coverage_lines(session["coverage"], indent="    "))
+    return lines
+
+
+def render_text(report: Json) -> str:
+    """Render a report built by :func:`build_report` for a terminal.
+
+    Args:
+        report: the dict :func:`build_report` returned (or its JSON, parsed).
+
+    Returns:
+        Aligned plain text ending in a newline; ``?`` marks unknown values.
+    """
+    counts = report["counts"]
+    evidence = "complete" if report["evidence_complete"] else "INCOMPLETE"
+    lines = [
+        f"modeltap report  {report['directory']}",
+        (
+            f"runs {len(report['run_ids'])}   sessions {counts['sessions']}   "
+            f"turns {counts['turns']}   refusals {counts['refusals']}   "
+            f"unreadable lines {counts['load_errors']}   evidence {evidence}"
+        ),
+    ]
+    if report["load_errors"]:
+        lines += ["", "unreadable lines"]
+        lines.extend(
+            f"  {e['file']} line {e['line']}: {e['message']}" for e in report["load_errors"]
+        )
+    for session in report["sessions"]:
+        lines += ["", *_session_lines(session)]
+    if not report["sessions"]:
+        lines += ["", "no sessions: no outbound model requests captured"]
+    lines += ["", "? = unknown (not reported or not seen)"]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------
+# Command
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``modeltap report DIR [--json]``.
+
+    Args:
+        argv: the arguments after ``report`` (``sys.argv[1:]``-style); ``None``
+            reads ``sys.argv[1:]``.
+
+    Returns:
+        0 when the report was printed (incomplete evidence is reported, not
+        an error: ``modeltap check`` gates on it), 2 when the directory
+        cannot be read.
+    """
+    parser = argparse.ArgumentParser(
+        prog="modeltap report",
+        description=(
+            "Summarise a capture directory per session and per turn: models, tools, "
+            "tool results, token usage, errors and evidence coverage."
+        ),
+    )
+    parser.add_argument("directory", metavar="DIR", help="the --out directory of a run")
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as JSON (report.schema.json)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        capture = Capture.load(args.directory)
+    except OSError as exc:
+        # The message names the path and the OS reason; nothing from the files.
+        print(f"modeltap report: error: {exc}", file=sys.stderr)
+        return 2
+    report = build_report(capture)
+    if args.json:
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(render_text(report))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,443 @@
+"""Tests for modeltap.report: the JSON report, its text rendering and the command.
+
+Fixtures are built from the dataclasses of modeltap.records and written with
+records.to_json_line; every report is validated against report.schema.json.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import orjson
+import pytest
+
+from modeltap import records
+from modeltap.capture import MESSAGES_NOT_RECORDED, Capture
+from modeltap.records import (
+    AuditRecord,
+    Event,
+    RejectedEvent,
+    ResponseEvent,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
+from modeltap.report import build_report, main, render_text, tool_arguments
+
+RUN = "run-1"
+T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+USAGE = Usage(100, 20, 120, 0, 0, 0)
+
+
+def _schema(name: str) -> dict[str, Any]:
+    text = resources.files("modeltap").joinpath("schemas", name).read_text("utf-8")
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
+REPORT_SCHEMA = jsonschema.Draft202012Validator(_schema("report.schema.json"))
+AUDIT_SCHEMA = jsonschema.Draft202012Validator(_schema("audit_record.schema.json"))
+EVENT_SCHEMA = jsonschema.Draft202012Validator(_schema("event.schema.json"))
+
+
+def ts(seconds: float) -> str:
+    return (
+        (T0 + timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def audit(
+    seq: int, at: float, *, session: str = "s-1", tool_results: tuple[ToolResult, ...] = ()
+) -> AuditRecord:
+    return AuditRecord(
+        request_id=f"req-{seq}",
+        model="claude-sonnet-4-5",
+        tool_names=("Read", "Bash", "fs.grep"),
+        reasoning_effort="high",
+        thinking={"type": "adaptive"},
+        image_details=(None,),
+        image_count=1,
+        instructions_sha256="b" * 64,
+        seq=seq,
+        run_id=RUN,
+        session_id=session,
+        ts=ts(at),
+        transport="http",
+        api=records.API_ANTHROPIC,
+        route="anthropic",
+        upstream="https://api.anthropic.com",
+        path="/v1/messages?beta=true",
+        stream=True,
+        hosted_tools=(records.HostedTool("web_search_20250305", "web_search"),),
+        tool_results=tool_results,
+        previous_response_id=None,
+        generate=None,
+        omitted_settings=(),
+        body_bytes=2048,
+        body_sha256="c" * 64,
+    )
+
+
+def response(
+    seq: int,
+    at: float,
+    *,
+    session: str = "s-1",
+    calls: tuple[ToolCall, ...] = (),
+    usage: Usage = USAGE,
+    complete: bool = True,
+    errors: tuple[str, ...] = (),
+    duration_ms: float | None = 900.0,
+) -> ResponseEvent:
+    return ResponseEvent(
+        ts=ts(at),
+        run_id=RUN,
+        session_id=session,
+        seq=seq,
+        api=records.API_ANTHROPIC,
+        transport="http",
+        status=200,
+        stream=True,
+        response_id=f"msg_{seq}",
+        model="claude-sonnet-4-5-20250929",
+        usage=usage,
+        finish_reasons=("tool_use",) if calls else ("end_turn",),
+        tool_calls=calls,
+        response_status=None,
+        ttfb_ms=300.0,
+        ttft_ms=420.5,
+        duration_ms=duration_ms,
+        evidence_complete=complete,
+        capture_errors=errors,
+    )
+
+
+def write(directory: Path, audits: list[AuditRecord], events: list[Event]) -> Path:
+    """Write the fixture, validating each line against the shipped schemas."""
+    with (directory / "audit.jsonl").open("wb") as out:
+        for record in audits:
+            line = records.to_json_line(record)
+            AUDIT_SCHEMA.validate(orjson.loads(line))
+            out.write(line)
+    with (directory / "events.jsonl").open("wb") as out:
+        for event in events:
+            line = records.to_json_line(event)
+            EVENT_SCHEMA.validate(orjson.loads(line))
+            out.write(line)
+    return directory
+
+
+def tool_loop(directory: Path) -> Path:
+    """Turn 0 calls Read, turn 1 answers it and calls fs.grep, turn 2 answers and ends."""
+    return write(
+        directory,
+        [
+            audit(1, 0.0),
+            audit(2, 1.5, tool_results=(ToolResult("toolu_1", 3000),)),
+            audit(3, 3.0, tool_results=(ToolResult("toolu_1", 3000), ToolResult("toolu_2", 17))),
+        ],
+        [
+            response(1, 1.0, calls=(ToolCall("toolu_1", "Read", '{"file_path": "README.md"}'),)),
+            response(2, 2.0, calls=(ToolCall("toolu_2", "grep", "TODO", namespace="fs"),)),
+            response(3, 4.0, duration_ms=1250.0),
+        ],
+    )
+
+
+def report_of(directory: Path) -> dict[str, Any]:
+    report = build_report(Capture.load(directory))
+    # What build_report returns must be JSON as it is, and match the schema.
+    REPORT_SCHEMA.validate(orjson.loads(orjson.dumps(report)))
+    return report
+
+
+# --------------------------------------------------------------------------
+# JSON report
+
+
+def test_turns_follow_the_turn_result_shape(tmp_path: Path) -> None:
+    report = report_of(tool_loop(tmp_path))
+    (session,) = report["sessions"]
+    turn0, turn1, turn2 = session["turns"]
+
+    assert turn0["turn_index"] == 0
+    assert turn0["model"] == "claude-sonnet-4-5"
+    assert turn0["tools_advertised"] == ["Read", "Bash", "fs.grep"]
+    assert turn0["tool_calls"] == ["Read"]
+    assert turn0["tool_invocations"] == [
+        {
+            "name": "Read",
+            "call_id": "toolu_1",
+            "args": {"file_path": "README.md"},
+            "result": None,
+            "bytes": 3000,
+            "duration_ms": 500.0,  # response ended at 1.0 s, answer sent at 1.5 s
+            "result_turn_index": 1,
+        }
+    ]
+    assert turn1["tool_invocations"][0]["name"] == "fs.grep"
+    assert turn1["tool_invocations"][0]["args"] == "TODO"  # free text kept as sent
+    assert turn1["tool_invocations"][0]["duration_ms"] == 1000.0
+    assert turn2["tool_calls"] == []
+    assert turn0["token_usage"] == {
+        "prompt_tokens": 100,
+        "completion_tokens": 20,
+        "total_tokens": 120,
+        "cache_creation_tokens": 0,
+        "cache_read_tokens": 0,
+        "reasoning_tokens": 0,
+    }
+    assert turn2["execution_time_ms"] == 1250.0
+    assert (turn0["input"], turn0["response"]) == (None, None)
+    assert turn0["errors"] == []
+
+
+def test_session_roll_up(tmp_path: Path) -> None:
+    report = report_of(tool_loop(tmp_path))
+    (session,) = report["sessions"]
+
+    assert session["tool_calls"] == ["Read", "fs.grep"]
+    assert [inv["call_id"] for inv in session["tool_invocations"]] == ["toolu_1", "toolu_2"]
+    assert session["token_usage"]["prompt_tokens"] == 300
+    assert session["token_usage"]["cache_read_tokens"] == 0
+    assert session["execution_time_ms"] == 3050.0
+    assert session["errors"] == []
+    assert session["evidence_complete"] is True
+    assert report["evidence_complete"] is True
+    assert report["counts"] == {
+        "audit_records": 3,
+        "events": 3,
+        "sessions": 1,
+        "turns": 3,
+        "refusals": 0,
+        "load_errors": 0,
+    }
+    assert session["coverage"]["messages"] == {
+        "status": "unavailable",
+        "reason": MESSAGES_NOT_RECORDED,
+    }
+    assert session["coverage"]["actions"] == {"status": "complete"}
+
+
+def test_stream_without_usage(tmp_path: Path) -> None:
+    write(tmp_path, [audit(1, 0.0)], [response(1, 1.0, usage=Usage())])
+    report = report_of(tmp_path)
+    (session,) = report["sessions"]
+
+    assert set(session["token_usage"].values()) == {None}
+    assert session["coverage"]["usage"] == {
+        "status": "unavailable",
+        "reason": "[turn 0] the provider reported no token usage for this turn",
+    }
+    assert session["turns"][0]["coverage"]["usage"] == {
+        "status": "unavailable",
+        "reason": "the provider reported no token usage for this turn",
+    }
+
+
+def test_known_zero_stays_zero_and_unknown_stays_null(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        [audit(1, 0.0), audit(2, 2.0)],
+        [
+            response(1, 1.0, usage=Usage(0, 0, 0, 0, 0, 0)),
+            response(2, 3.0, usage=Usage(10, 2, None, 0, 0, 0)),
+        ],
+    )
+    usage = report_of(tmp_path)["sessions"][0]["token_usage"]
+    assert usage["prompt_tokens"] == 10
+    assert usage["cache_read_tokens"] == 0
+    assert usage["total_tokens"] is None
+
+
+def test_refused_request(tmp_path: Path) -> None:
+    refusal = RejectedEvent(
+        ts=ts(2.0),
+        run_id=RUN,
+        session_id="s-1",
+        rule="fail_closed",
+        message="an earlier request of this session was refused and --fail-closed is set",
+        status=400,
+        transport="http",
+        method="POST",
+        path="/v1/messages",
+    )
+    write(tmp_path, [audit(1, 0.0)], [response(1, 1.0), refusal])
+    report = report_of(tmp_path)
+    (session,) = report["sessions"]
+
+    assert session["coverage"]["status"]["status"] == "partial"
+    assert "request refused (fail_closed)" in session["coverage"]["status"]["reason"]
+    assert session["refusals"][0]["rule"] == "fail_closed"
+    assert session["errors"] == [f"refused (fail_closed): {refusal.message}"]
+    assert report["counts"]["refusals"] == 1
+    assert report["evidence_complete"] is False
+
+
+def test_tool_call_without_result(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        [audit(1, 0.0)],
+        [response(1, 1.0, calls=(ToolCall("toolu_9", "Bash", '{"command": "ls"}'),))],
+    )
+    session = report_of(tmp_path)["sessions"][0]
+
+    inv = session["tool_invocations"][0]
+    assert (inv["bytes"], inv["duration_ms"], inv["result_turn_index"]) == (None, None, None)
+    assert session["coverage"]["actions"] == {
+        "status": "partial",
+        "reason": "[turn 0] tool call Bash (toolu_9) got no result in a later request",
+    }
+    assert session["capture_errors"] == [
+        "[turn 0] tool call Bash (toolu_9) got no result in a later request"
+    ]
+
+
+def test_incomplete_response_errors_are_prefixed(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        [audit(1, 0.0), audit(2, 2.0)],
+        [
+            response(1, 1.0),
+            response(2, 3.0, complete=False, errors=("stream ended before message_stop",)),
+        ],
+    )
+    session = report_of(tmp_path)["sessions"][0]
+
+    assert session["errors"] == ["[turn 1] stream ended before message_stop"]
+    assert session["turns"][1]["errors"] == ["stream ended before message_stop"]
+    assert session["coverage"]["events"] == {
+        "status": "partial",
+        "reason": "[turn 1] response not seen completely (stream ended before message_stop)",
+    }
+    # A turn can only lower a channel: turn 0 stays complete on its own.
+    assert session["turns"][0]["coverage"]["events"] == {"status": "complete"}
+
+
+def test_torn_last_line(tmp_path: Path) -> None:
+    tool_loop(tmp_path)
+    with (tmp_path / "audit.jsonl").open("ab") as out:
+        out.write(records.to_json_line(audit(4, 5.0))[:-30])
+    report = report_of(tmp_path)
+
+    assert report["load_errors"] == [
+        {
+            "file": "audit.jsonl",
+            "line": 4,
+            "message": "incomplete last line (torn write: no newline at end of file)",
+        }
+    ]
+    data = report["sessions"][0]["coverage"]["data"]
+    assert data["status"] == "partial"
+    assert "audit.jsonl line 4" in data["reason"]
+    assert report["coverage"]["data"]["status"] == "partial"
+
+
+def test_empty_capture(tmp_path: Path) -> None:
+    write(tmp_path, [], [])
+    report = report_of(tmp_path)
+    assert report["sessions"] == []
+    assert report["evidence_complete"] is False
+    assert report["coverage"]["events"]["status"] == "unavailable"
+
+
+def test_tool_arguments() -> None:
+    assert tool_arguments('{"a": 1}') == {"a": 1}
+    assert tool_arguments("[1]") == "[1]"  # not an object: kept as sent
+    assert tool_arguments("{broken") == "{broken"
+    assert tool_arguments(None) is None
+
+
+# --------------------------------------------------------------------------
+# Text
+
+
+def test_render_text_key_lines(tmp_path: Path) -> None:
+    text = render_text(report_of(tool_loop(tmp_path)))
+    lines = text.splitlines()
+
+    assert lines[0] == f"modeltap report  {tmp_path}"
+    assert lines[1] == (
+        "runs 1   sessions 1   turns 3   refusals 0   unreadable lines 0   evidence complete"
+    )
+    assert "session s-1   run run-1   stop: not recorded" in lines
+    assert "  tools advertised (3): Read, Bash, fs.grep" in lines
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["turn", "model"])
+    table = lines[header : header + 5]  # header, three turns, the "all" row
+    assert table[0].split() == [
+        *("turn", "model", "http", "tools", "in", "out", "total", "time", "evidence", "calls")
+    ]
+    assert table[1].split() == [
+        *("0", "claude-sonnet-4-5", "200", "3", "100", "20", "120", "900", "ms", "complete", "Read")
+    ]
+    assert table[-1].split() == ["all", "300", "60", "360", "3.0", "s", "complete", "2", "calls"]
+    # Columns line up: every table row has the same width up to "calls".
+    assert len({line.index("complete") for line in table[1:]}) == 1
+    assert "    turn 0  Read     toolu_1  -> turn 1  2.9 KB  500 ms" in lines
+    assert "    turn 1  fs.grep  toolu_2  -> turn 2    17 B   1.0 s" in lines
+    assert (
+        "  usage     in 300  out 60  total 360  cache read 0  cache write 0  reasoning 0" in lines
+    )
+    assert (
+        "    messages  unavailable  message content is not recorded (names, counts and hashes only)"
+        in lines
+    )
+    assert "    actions   complete" in lines
+    assert text.endswith("? = unknown (not reported or not seen)\n")
+
+
+def test_render_text_shows_gaps(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        [audit(1, 0.0), audit(2, 2.0)],
+        [
+            response(1, 1.0, calls=(ToolCall("toolu_9", "Bash", "{}"),), usage=Usage()),
+            response(2, 3.0, usage=Usage(), complete=False, errors=("stream cut",)),
+        ],
+    )
+    lines = render_text(report_of(tmp_path)).splitlines()
+
+    assert lines[1].endswith("evidence INCOMPLETE")
+    assert "    turn 0  Bash  toolu_9  no result" in lines
+    assert "  usage     in ?  out ?  total ?  cache read ?  cache write ?  reasoning ?" in lines
+    assert "    [turn 1] stream cut" in lines
+    actions = lines.index(
+        "    actions   partial      [turn 0] tool call Bash (toolu_9) got no result"
+        " in a later request"
+    )
+    # A second reason goes on its own line, under the first.
+    assert lines[actions + 1] == (
+        "                           [turn 1] response not seen completely (stream cut)"
+    )
+    assert (
+        "    usage     unavailable  [turns 0-1] the provider reported no token usage for this turn"
+        in lines
+    )
+
+
+# --------------------------------------------------------------------------
+# Command
+
+
+def test_main_prints_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tool_loop(tmp_path))]) == 0
+    assert capsys.readouterr().out.startswith("modeltap report  ")
+
+
+def test_main_prints_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tool_loop(tmp_path)), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    REPORT_SCHEMA.validate(report)
+    assert report["sessions"][0]["tool_calls"] == ["Read", "fs.grep"]
+
+
+def test_main_on_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([str(tmp_path / "nope")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("modeltap report: error: not a directory")
