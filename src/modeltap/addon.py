@@ -288,32 +288,14 @@ class ModelTap:
         except Rejected as e:
             self._refuse(flow, ex, e)
             return
-        raw = flow.request.raw_content or b""
-        ex.seq = next(self._seq)
-        record = AuditRecord.build(
-            facts,
-            request_id=ex.request_id,
-            seq=ex.seq,
-            run_id=self.run_id,
-            session_id=ex.session_id,
-            transport="http",
-            api=ex.api,
-            route=ex.route.name if ex.route else None,
-            upstream=ex.upstream,
-            path=ex.path,
-            body_bytes=len(raw),
-            body_sha256=hashlib.sha256(raw).hexdigest(),
-        )
-        assert self.sink is not None
         try:
-            self.sink.write_audit(record)
+            ex.seq = self._write_audit(ex, facts, "http", flow.request.raw_content or b"")
         except SinkError:
             # If we cannot write the audit line we must not let the request through
             # unrecorded: refuse it, visibly.
             self._refuse(flow, ex, Rejected("audit_write_failed"))
             return
         ex.audited, ex.facts = True, facts
-        self.counts["audited"] += 1
         ex.t_forward_ns = time.perf_counter_ns()
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -438,43 +420,93 @@ class ModelTap:
         self, flow: http.HTTPFlow, ex: Exchange, facts: ResponseFacts, end_ns: int
     ) -> None:
         ex.finished = True
-        assert ex.api is not None
-        status = flow.response.status_code if flow.response is not None else None
-        ttfb = _ms(ex.t_forward_ns, ex.t_first_byte_ns)
-        ttft = _ms(ex.t_forward_ns, ex.t_first_chunk_ns)
-        duration = _ms(ex.t_forward_ns, end_ns)
-        event = ResponseEvent(
-            ts=utc_now(),
+        assert ex.seq is not None
+        self._emit_response(
+            ex,
+            seq=ex.seq,
+            facts=facts,
+            transport="http",
+            status=flow.response.status_code if flow.response is not None else None,
+            stream=ex.streamed,
+            start_ns=ex.t_forward_ns,
+            first_byte_ns=ex.t_first_byte_ns,
+            first_chunk_ns=ex.t_first_chunk_ns,
+            end_ns=end_ns,
+            request_model=ex.facts.model if ex.facts else None,
+        )
+
+    def _write_audit(self, ex: Exchange, facts: RequestFacts, transport: str, raw: bytes) -> int:
+        """Write the audit line of one request or WebSocket message; return its seq.
+
+        Raises:
+            SinkError: the caller must refuse, not forward.
+        """
+        assert self.sink is not None and ex.api is not None
+        seq = next(self._seq)
+        record = AuditRecord.build(
+            facts,
+            request_id=ex.request_id,
+            seq=seq,
             run_id=self.run_id,
             session_id=ex.session_id,
-            seq=ex.seq,
-            request_id=ex.request_id,
+            transport=transport,
             api=ex.api,
-            transport="http",
-            status=status,
-            stream=ex.streamed,
-            response_id=facts.response_id,
-            model=facts.model,
-            usage=facts.usage,
-            finish_reasons=facts.finish_reasons,
-            tool_calls=facts.tool_calls,
-            response_status=facts.status,
-            ttfb_ms=ttfb,
-            ttft_ms=ttft,
-            duration_ms=duration,
-            evidence_complete=facts.evidence_complete,
-            capture_errors=facts.capture_errors,
+            route=ex.route.name if ex.route else None,
+            upstream=ex.upstream,
+            path=ex.path,
+            body_bytes=len(raw),
+            body_sha256=hashlib.sha256(raw).hexdigest(),
         )
-        self._write_event(event)
-        model = facts.model or (ex.facts.model if ex.facts else None)
-        self._say(ex, model, status, facts, duration)
+        self.sink.write_audit(record)
+        self.counts["audited"] += 1
+        return seq
+
+    def _emit_response(
+        self,
+        ex: Exchange,
+        *,
+        seq: int,
+        facts: ResponseFacts,
+        transport: str,
+        status: int | None,
+        stream: bool,
+        start_ns: int,
+        first_byte_ns: int | None,
+        first_chunk_ns: int | None,
+        end_ns: int,
+        request_model: str | None,
+    ) -> None:
+        assert ex.api is not None
+        duration = _ms(start_ns, end_ns)
+        self._write_event(
+            ResponseEvent(
+                ts=utc_now(),
+                run_id=self.run_id,
+                session_id=ex.session_id,
+                seq=seq,
+                request_id=ex.request_id,
+                api=ex.api,
+                transport=transport,
+                status=status,
+                stream=stream,
+                response_id=facts.response_id,
+                model=facts.model,
+                usage=facts.usage,
+                finish_reasons=facts.finish_reasons,
+                tool_calls=facts.tool_calls,
+                response_status=facts.status,
+                ttfb_ms=_ms(start_ns, first_byte_ns),
+                ttft_ms=_ms(start_ns, first_chunk_ns),
+                duration_ms=duration,
+                evidence_complete=facts.evidence_complete,
+                capture_errors=facts.capture_errors,
+            )
+        )
+        self._say(ex, facts.model or request_model, status, facts, duration)
 
     def _refuse(self, flow: http.HTTPFlow, ex: Exchange, rejected: Rejected) -> None:
         """Answer ``flow`` with the provider-shaped refusal and record it."""
         ex.refused = True
-        if self.options.modeltap_fail_closed:
-            self._failed_sessions.add(ex.session_id)
-        self.counts["refused"] += 1
         shape = error_shape_for(ex.api, ex.route)
         flow.response = http.Response.make(
             rejected.status,
@@ -483,6 +515,15 @@ class ModelTap:
             ),
             {"Content-Type": "application/json"},
         )
+        self._rejected(ex, rejected, "http", flow.request.method)
+
+    def _rejected(
+        self, ex: Exchange, rejected: Rejected, transport: str, method: str | None
+    ) -> None:
+        """Record a refusal: the rejected event, fail-closed state, the stderr line."""
+        if self.options.modeltap_fail_closed:
+            self._failed_sessions.add(ex.session_id)
+        self.counts["refused"] += 1
         self._write_event(
             RejectedEvent(
                 ts=utc_now(),
@@ -491,9 +532,9 @@ class ModelTap:
                 request_id=ex.request_id,
                 rule=rejected.rule,
                 message=rejected.message,
-                status=rejected.status,
-                transport="http",
-                method=flow.request.method,
+                status=rejected.status if transport == "http" else None,
+                transport=transport,
+                method=method,
                 path=redact_path(ex.path),
                 api=ex.api,
             )
