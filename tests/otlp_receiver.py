@@ -1,0 +1,321 @@
+"""A real OTLP trace receiver for tests: OTLP/HTTP protobuf and OTLP/gRPC.
+
+Spans arrive over the wire exactly as a collector would get them, and are
+decoded into plain :class:`ReceivedSpan` objects to assert on. Each receiver
+binds 127.0.0.1 on a free port and stops when its ``with`` block ends.
+
+- :class:`HttpReceiver` serves ``POST /v1/traces`` (``http.server`` in a thread).
+- :class:`GrpcReceiver` serves ``TraceService/Export`` (``grpcio``).
+- ``hang=SECONDS`` makes either one sit on each request before answering, a
+  collector that accepts connections and never replies in time.
+- :func:`closed_endpoint` gives a port nothing listens on: a collector that is
+  down (connections are refused at once).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Self
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.trace.v1 import trace_pb2
+
+_KINDS = {
+    trace_pb2.Span.SPAN_KIND_UNSPECIFIED: "UNSPECIFIED",
+    trace_pb2.Span.SPAN_KIND_INTERNAL: "INTERNAL",
+    trace_pb2.Span.SPAN_KIND_SERVER: "SERVER",
+    trace_pb2.Span.SPAN_KIND_CLIENT: "CLIENT",
+    trace_pb2.Span.SPAN_KIND_PRODUCER: "PRODUCER",
+    trace_pb2.Span.SPAN_KIND_CONSUMER: "CONSUMER",
+}
+_STATUS = {
+    trace_pb2.Status.STATUS_CODE_UNSET: "UNSET",
+    trace_pb2.Status.STATUS_CODE_OK: "OK",
+    trace_pb2.Status.STATUS_CODE_ERROR: "ERROR",
+}
+
+
+def decode_value(value: common_pb2.AnyValue) -> Any:
+    """Turn an OTLP ``AnyValue`` into the Python value it carries."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [decode_value(item) for item in value.array_value.values]
+    if which == "kvlist_value":
+        return {item.key: decode_value(item.value) for item in value.kvlist_value.values}
+    return getattr(value, which)
+
+
+def decode_attributes(attributes: Any) -> dict[str, Any]:
+    """Turn repeated ``KeyValue`` into a dict."""
+    return {item.key: decode_value(item.value) for item in attributes}
+
+
+@dataclass(frozen=True)
+class ReceivedEvent:
+    """A span event as received."""
+
+    name: str
+    time_ns: int
+    attributes: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ReceivedSpan:
+    """One span as a collector received it."""
+
+    name: str
+    kind: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    start_ns: int
+    end_ns: int
+    attributes: dict[str, Any]
+    status: str
+    status_message: str
+    events: tuple[ReceivedEvent, ...]
+    resource: dict[str, Any]
+    scope: str
+
+    @classmethod
+    def decode(cls, span: trace_pb2.Span, resource: dict[str, Any], scope: str) -> ReceivedSpan:
+        """Build from a protobuf span."""
+        return cls(
+            name=span.name,
+            kind=_KINDS[span.kind],
+            trace_id=span.trace_id.hex(),
+            span_id=span.span_id.hex(),
+            parent_span_id=span.parent_span_id.hex() or None,
+            start_ns=span.start_time_unix_nano,
+            end_ns=span.end_time_unix_nano,
+            attributes=decode_attributes(span.attributes),
+            status=_STATUS[span.status.code],
+            status_message=span.status.message,
+            events=tuple(
+                ReceivedEvent(event.name, event.time_unix_nano, decode_attributes(event.attributes))
+                for event in span.events
+            ),
+            resource=resource,
+            scope=scope,
+        )
+
+
+@dataclass
+class _Store:
+    """Spans received so far, with a way to wait for more."""
+
+    spans: list[ReceivedSpan] = field(default_factory=list)
+    requests: int = 0
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def add(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
+        decoded = [
+            ReceivedSpan.decode(span, decode_attributes(rs.resource.attributes), ss.scope.name)
+            for rs in request.resource_spans
+            for ss in rs.scope_spans
+            for span in ss.spans
+        ]
+        with self.changed:
+            self.requests += 1
+            self.spans.extend(decoded)
+            self.changed.notify_all()
+
+
+class _Receiver:
+    """What both receivers share: the store, the hang switch, the context manager."""
+
+    protocol: str
+
+    def __init__(self, *, hang: float = 0.0) -> None:
+        self.hang = hang
+        self._store = _Store()
+        #: Set on stop so a hanging handler lets go at once.
+        self._stopping = threading.Event()
+
+    @property
+    def spans(self) -> list[ReceivedSpan]:
+        """A snapshot of the spans received so far."""
+        with self._store.changed:
+            return list(self._store.spans)
+
+    @property
+    def requests(self) -> int:
+        """How many export requests arrived (answered or not)."""
+        with self._store.changed:
+            return self._store.requests
+
+    def wait_for(self, count: int, timeout: float = 5.0) -> list[ReceivedSpan]:
+        """Wait until at least ``count`` spans arrived; return them all."""
+        deadline = time.monotonic() + timeout
+        with self._store.changed:
+            while len(self._store.spans) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._store.changed.wait(remaining)
+            return list(self._store.spans)
+
+    def _received(self, body: bytes) -> None:
+        request = trace_service_pb2.ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        if self.hang:
+            # Count the request, then sit on it: the exporter must give up.
+            with self._store.changed:
+                self._store.requests += 1
+                self._store.changed.notify_all()
+            self._stopping.wait(self.hang)
+            return
+        self._store.add(request)
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class HttpReceiver(_Receiver):
+    """OTLP/HTTP protobuf receiver on ``http://127.0.0.1:PORT/v1/traces``."""
+
+    protocol = "http/protobuf"
+
+    def __init__(self, *, hang: float = 0.0) -> None:
+        super().__init__(hang=hang)
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                if self.path != "/v1/traces":
+                    self.send_error(404)
+                    return
+                receiver._received(body)
+                if receiver._stopping.is_set():
+                    return
+                reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass  # keep test output clean
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        # A short poll interval keeps stop() (and so every test's teardown) quick.
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        return int(self._server.server_address[1])
+
+    @property
+    def endpoint(self) -> str:
+        """Base URL, as ``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``--otlp`` would take it."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def traces_url(self) -> str:
+        """The full traces URL (``.../v1/traces``)."""
+        return f"{self.endpoint}/v1/traces"
+
+    def start(self) -> None:
+        """Serve in a daemon thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Release hanging handlers, stop serving and close the socket."""
+        self._stopping.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, receiver: GrpcReceiver) -> None:
+        self._receiver = receiver
+
+    def Export(
+        self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
+    ) -> trace_service_pb2.ExportTraceServiceResponse:
+        self._receiver._received(request.SerializeToString())
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+class GrpcReceiver(_Receiver):
+    """OTLP/gRPC receiver on ``127.0.0.1:PORT`` (plaintext)."""
+
+    protocol = "grpc"
+
+    def __init__(self, *, hang: float = 0.0) -> None:
+        super().__init__(hang=hang)
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        # The generated gRPC module is untyped.
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _TraceService(self), self._server
+        )
+        self.port = int(self._server.add_insecure_port("127.0.0.1:0"))
+
+    @property
+    def endpoint(self) -> str:
+        """``http://127.0.0.1:PORT`` (plaintext gRPC, as the OTLP exporter takes it)."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``grpc://127.0.0.1:PORT``, the ``--otlp`` spelling."""
+        return f"grpc://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start serving."""
+        self._server.start()
+
+    def stop(self) -> None:
+        """Release hanging handlers and stop at once."""
+        self._stopping.set()
+        self._server.stop(grace=None).wait(5)
+
+
+@contextmanager
+def closed_endpoint() -> Iterator[int]:
+    """Yield a loopback port that refuses connections: a collector that is down.
+
+    The port stays bound (without listening) for the duration, so nothing
+    else can take it and every connection attempt is refused at once.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+    finally:
+        sock.close()
