@@ -34,6 +34,7 @@ from modeltap.errors import (
     provider_error_body,
 )
 from modeltap.records import (
+    API_RESPONSES,
     AuditRecord,
     ErrorEvent,
     RejectedEvent,
@@ -41,12 +42,22 @@ from modeltap.records import (
     ResponseEvent,
     ResponseFacts,
     UnauditedEvent,
+    WsCloseEvent,
+    WsControlEvent,
+    WsOpenEvent,
     redact_path,
     utc_now,
 )
 from modeltap.routing import Route, RouteError, RouteTable, error_shape_for
 from modeltap.sink import Sink
 from modeltap.sse import SSEDecoder
+from modeltap.ws import (
+    Control,
+    ServerEventObserver,
+    WsPolicy,
+    classify_client_message,
+    rejection_event,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +65,8 @@ SESSION_HEADER = "x-modeltap-session"
 IMAGE_DETAILS = ("low", "high", "auto")
 MODES = ("reverse", "regular")
 METADATA_KEY = "modeltap"
+WS_KEY = "modeltap_ws"
+CONTINUATIONS = ("explicit", "as-sent")
 
 
 def new_run_id() -> str:
@@ -88,8 +101,23 @@ class Exchange:
     decompressor: StreamDecompressor | None = None
     sse: SSEDecoder | None = None
     streamed: bool = False
+    websocket: bool = False
     stream_errors: list[str] = field(default_factory=list)
     finished: bool = False
+
+
+@dataclass(slots=True)
+class WsConnection:
+    """One WebSocket Responses connection: its handshake and its responses in flight."""
+
+    ex: Exchange
+    observer: ServerEventObserver = field(default_factory=ServerEventObserver)
+    started_ns: dict[int, int] = field(default_factory=dict)
+    first_byte_ns: dict[int, int] = field(default_factory=dict)
+    first_chunk_ns: dict[int, int] = field(default_factory=dict)
+    models: dict[int, str] = field(default_factory=dict)
+    from_client: int = 0
+    from_server: int = 0
 
 
 def _provider_neutral_error_response(status_code: int, message: str = "") -> bytes:
@@ -123,6 +151,8 @@ class ModelTap:
         self._failed_sessions: set[str] = set()
         self.counts = {"audited": 0, "refused": 0, "unaudited": 0, "errors": 0}
         self.options: Any = None
+        self.master: Any = None
+        self.ws_policy = WsPolicy()
 
     # ------------------------------------------------------------------ options
 
@@ -130,6 +160,7 @@ class ModelTap:
         # Keep our master's options rather than the process-global ``ctx``: tests
         # and benchmarks may run more than one proxy in one process.
         self.options = loader.master.options
+        self.master = loader.master
         loader.add_option(
             "modeltap_out",
             str,
@@ -192,6 +223,21 @@ class ModelTap:
             "Session id for requests without an x-modeltap-session header (default: the run id).",
         )
         loader.add_option(
+            "modeltap_continuation",
+            str,
+            "explicit",
+            "WebSocket continuations (previous_response_id) that do not restate their "
+            "instructions or tools: explicit refuses them; as-sent audits them as sent, listing "
+            "the unstated settings in omitted_settings with their fields null.",
+        )
+        loader.add_option(
+            "modeltap_ws_allow",
+            Sequence[str],
+            [],
+            "Extra WebSocket message types forwarded as control messages (logged as ws_control) "
+            "besides response.processed.",
+        )
+        loader.add_option(
             "modeltap_quiet",
             bool,
             False,
@@ -219,6 +265,13 @@ class ModelTap:
             if size is None or size <= 0:
                 raise exceptions.OptionsError("modeltap_max_body must be a size such as 64m")
             self.max_body = size
+        if "modeltap_continuation" in updated or "modeltap_ws_allow" in updated:
+            if opts.modeltap_continuation not in CONTINUATIONS:
+                raise exceptions.OptionsError("modeltap_continuation must be explicit or as-sent")
+            self.ws_policy = WsPolicy(
+                continuation=opts.modeltap_continuation,
+                allow=frozenset({"response.processed", *opts.modeltap_ws_allow}),
+            )
         if "modeltap_out" in updated:
             sink = Sink(Path(opts.modeltap_out))
             try:
@@ -241,9 +294,16 @@ class ModelTap:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         session = req.headers.pop(SESSION_HEADER, None)
-        session_id = session or self.options.modeltap_session or self.run_id
         request_id = (
             req.headers.get("x-client-request-id") or req.headers.get("x-request-id") or flow.id
+        )
+        websocket = req.method == "GET" and req.headers.get("upgrade", "").lower() == "websocket"
+        # SPEC 5: the header, else the WebSocket connection, else --session, else the run.
+        session_id = (
+            session
+            or (request_id if websocket else None)
+            or self.options.modeltap_session
+            or self.run_id
         )
         if self.options.modeltap_mode == "regular":
             route = self.routes.for_host(req.host, req.port)
@@ -262,7 +322,10 @@ class ModelTap:
             req.host_header = route.url.split("://", 1)[1].split("/", 1)[0]
             upstream = route.url
         ex = Exchange(session_id, request_id, route, upstream, path)
-        ex.api = apis.api_for_path(req.method, path) if route is not None else None
+        if route is not None and websocket and apis.api_for_ws_path(path) == API_RESPONSES:
+            ex.websocket = True  # audited message by message once it is open
+        elif route is not None:
+            ex.api = apis.api_for_path(req.method, path)
         flow.metadata[METADATA_KEY] = ex
         if ex.api is not None:
             length = req.headers.get("content-length", "")
@@ -272,8 +335,8 @@ class ModelTap:
 
     def request(self, flow: http.HTTPFlow) -> None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
-        if ex is None or flow.response is not None:
-            return  # already answered (no route, refused early)
+        if ex is None or flow.response is not None or ex.websocket:
+            return  # already answered (no route, refused early), or a WebSocket handshake
         if ex.api is None:
             if self.options.modeltap_strict and not apis.is_models_listing(
                 flow.request.method, ex.path
@@ -324,6 +387,8 @@ class ModelTap:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
         if ex is None or ex.refused or flow.response is None:
             return
+        if ex.websocket and flow.response.status_code == 101:
+            return  # the connection is reported by ws_open / ws_close
         if not ex.audited:
             self._unaudited(flow, ex, flow.response.status_code)
             return
@@ -375,6 +440,136 @@ class ModelTap:
             else:
                 facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {msg}",))
             self._respond_event(flow, ex, facts, now)
+
+    # ------------------------------------------------------------------ WebSocket hooks
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        ex: Exchange | None = flow.metadata.get(METADATA_KEY)
+        if ex is None or not ex.websocket:
+            return
+        ex.api = API_RESPONSES
+        flow.metadata[WS_KEY] = WsConnection(ex)
+        self._write_event(
+            WsOpenEvent(
+                ts=utc_now(),
+                run_id=self.run_id,
+                session_id=ex.session_id,
+                request_id=ex.request_id,
+                path=redact_path(ex.path),
+                route=ex.route.name if ex.route else None,
+                upstream=ex.upstream,
+            )
+        )
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        conn: WsConnection | None = flow.metadata.get(WS_KEY)
+        assert flow.websocket is not None
+        message = flow.websocket.messages[-1]
+        # mitmproxy keeps every message of a flow; we keep none of the past ones,
+        # so a long session's memory stays flat.
+        del flow.websocket.messages[:-1]
+        if conn is None or message.injected:
+            return
+        if message.from_client:
+            conn.from_client += 1
+            self._ws_client_message(flow, conn, message)
+        else:
+            conn.from_server += 1
+            self._ws_server_message(conn, message.content)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        conn: WsConnection | None = flow.metadata.get(WS_KEY)
+        if conn is None:
+            return
+        assert flow.websocket is not None
+        ws = flow.websocket
+        now = time.perf_counter_ns()
+        reason = f"the WebSocket closed (code {ws.close_code}) before the response ended"
+        for done in conn.observer.close(reason):
+            self._ws_response(conn, done.seq, done.facts, now)
+        ex = conn.ex
+        self._write_event(
+            WsCloseEvent(
+                ts=utc_now(),
+                run_id=self.run_id,
+                session_id=ex.session_id,
+                request_id=ex.request_id,
+                code=ws.close_code,
+                reason=ws.close_reason or None,
+                closed_by=(
+                    None
+                    if ws.closed_by_client is None
+                    else ("client" if ws.closed_by_client else "server")
+                ),
+                messages_from_client=conn.from_client,
+                messages_from_server=conn.from_server,
+            )
+        )
+
+    def _ws_client_message(self, flow: http.HTTPFlow, conn: WsConnection, message: Any) -> None:
+        ex = conn.ex
+        try:
+            if ex.session_id in self._failed_sessions:
+                raise Rejected("fail_closed")
+            seen = classify_client_message(message.content, message.is_text, self.ws_policy)
+            if isinstance(seen, Control):
+                self._write_event(
+                    WsControlEvent(
+                        ts=utc_now(),
+                        run_id=self.run_id,
+                        session_id=ex.session_id,
+                        request_id=ex.request_id,
+                        type=seen.type,
+                    )
+                )
+                return
+            detail = self.options.modeltap_image_detail
+            module = apis.module_for(API_RESPONSES)
+            if detail is not None and module.set_image_detail(seen.body, detail):
+                message.content = orjson.dumps(seen.body)
+                seen = classify_client_message(message.content, True, self.ws_policy)
+                assert not isinstance(seen, Control)
+            try:
+                seq = self._write_audit(ex, seen.facts, "websocket", message.content)
+            except SinkError:
+                raise Rejected("audit_write_failed") from None
+        except Rejected as rejected:
+            # Drop it, tell the client in its own event shape; the connection stays usable.
+            message.drop()
+            self.master.commands.call(
+                "inject.websocket", flow, True, rejection_event(rejected), True
+            )
+            self._rejected(ex, rejected, "websocket", None)
+            return
+        conn.observer.expect(seq, seen.facts)
+        conn.started_ns[seq] = time.perf_counter_ns()
+        conn.models[seq] = seen.facts.model
+
+    def _ws_server_message(self, conn: WsConnection, content: bytes) -> None:
+        now = time.perf_counter_ns()
+        seen = conn.observer.feed(content)
+        if seen.seq is None:
+            return
+        conn.first_byte_ns.setdefault(seen.seq, now)
+        if seen.first_output:
+            conn.first_chunk_ns.setdefault(seen.seq, now)
+        if seen.finished is not None:
+            self._ws_response(conn, seen.seq, seen.finished, now)
+
+    def _ws_response(self, conn: WsConnection, seq: int, facts: ResponseFacts, end_ns: int) -> None:
+        self._emit_response(
+            conn.ex,
+            seq=seq,
+            facts=facts,
+            transport="websocket",
+            status=None,
+            stream=True,
+            start_ns=conn.started_ns.pop(seq, end_ns),
+            first_byte_ns=conn.first_byte_ns.pop(seq, None),
+            first_chunk_ns=conn.first_chunk_ns.pop(seq, None),
+            end_ns=end_ns,
+            request_model=conn.models.pop(seq, None),
+        )
 
     # ------------------------------------------------------------------ helpers
 

@@ -90,6 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="session id for requests without an x-modeltap-session header (default: the run)",
     )
+    run.add_argument(
+        "--continuation",
+        choices=("explicit", "as-sent"),
+        default="explicit",
+        help="WebSocket continuations that do not restate instructions/tools: explicit refuses "
+        "them (default); as-sent audits them as sent, listing what was not stated in "
+        "omitted_settings",
+    )
+    run.add_argument(
+        "--ws-allow",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="extra WebSocket message type forwarded as a control message (repeatable; "
+        "response.processed is always allowed)",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
 
     report = sub.add_parser(
@@ -115,6 +131,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_body=args.max_body,
         session=args.session,
         quiet=args.quiet,
+        continuation=args.continuation,
+        ws_allow=list(args.ws_allow),
     )
 
 

@@ -36,6 +36,8 @@ class ProxyConfig:
     max_body: str = "64m"
     session: str | None = None
     quiet: bool = False
+    continuation: str = "explicit"
+    ws_allow: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def mitm_options(self) -> dict[str, Any]:
@@ -55,6 +57,8 @@ class ProxyConfig:
             "modeltap_max_body": self.max_body,
             "modeltap_session": self.session,
             "modeltap_quiet": self.quiet,
+            "modeltap_continuation": self.continuation,
+            "modeltap_ws_allow": list(self.ws_allow),
         }
         opts.update(self.extra)
         return opts
