@@ -51,6 +51,7 @@ from modeltap.records import (
 from modeltap.routing import Route, RouteError, RouteTable, error_shape_for
 from modeltap.sink import Sink
 from modeltap.sse import SSEDecoder
+from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
 from modeltap.ws import (
     Control,
     ServerEventObserver,
@@ -72,6 +73,16 @@ CONTINUATIONS = ("explicit", "as-sent")
 def new_run_id() -> str:
     """A run id: UTC start time plus randomness, sortable and unique across processes."""
     return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+# Durations come from the monotonic clock; spans want epoch time. One fixed
+# offset converts, so both views of an exchange agree.
+_EPOCH_OFFSET_NS = time.time_ns() - time.perf_counter_ns()
+
+
+def epoch_ns(perf_ns: int) -> int:
+    """Convert a ``time.perf_counter_ns()`` reading to epoch nanoseconds."""
+    return perf_ns + _EPOCH_OFFSET_NS
 
 
 def _ms(start_ns: int, end_ns: int | None) -> float | None:
@@ -102,8 +113,21 @@ class Exchange:
     sse: SSEDecoder | None = None
     streamed: bool = False
     websocket: bool = False
+    span: ExchangeSpan | None = None
+    traceparent: str | None = None
     stream_errors: list[str] = field(default_factory=list)
     finished: bool = False
+
+
+@dataclass(slots=True)
+class WsPending:
+    """One forwarded ``response.create`` waiting for its response."""
+
+    started_ns: int
+    model: str
+    span: ExchangeSpan
+    first_byte_ns: int | None = None
+    first_chunk_ns: int | None = None
 
 
 @dataclass(slots=True)
@@ -111,11 +135,10 @@ class WsConnection:
     """One WebSocket Responses connection: its handshake and its responses in flight."""
 
     ex: Exchange
+    span: ConnectionSpan
     observer: ServerEventObserver = field(default_factory=ServerEventObserver)
-    started_ns: dict[int, int] = field(default_factory=dict)
-    first_byte_ns: dict[int, int] = field(default_factory=dict)
-    first_chunk_ns: dict[int, int] = field(default_factory=dict)
-    models: dict[int, str] = field(default_factory=dict)
+    #: Responses in flight, by the seq of their response.create.
+    pending: dict[int, WsPending] = field(default_factory=dict)
     from_client: int = 0
     from_server: int = 0
 
@@ -153,6 +176,9 @@ class ModelTap:
         self.options: Any = None
         self.master: Any = None
         self.ws_policy = WsPolicy()
+        self.telemetry = Telemetry.configure(otlp=None, capture_content=False, environ={})
+        #: The line the telemetry printed at exit (dropped spans), for the CLI.
+        self.telemetry_summary: str | None = None
 
     # ------------------------------------------------------------------ options
 
@@ -238,6 +264,21 @@ class ModelTap:
             "besides response.processed.",
         )
         loader.add_option(
+            "modeltap_otlp",
+            str | None,
+            None,
+            "Export spans over OTLP to this endpoint: http(s)://host:4318 for OTLP/HTTP "
+            "protobuf, grpc://host:4317 for gRPC. Unset: the standard OTEL_EXPORTER_OTLP_* "
+            "variables decide; with none set, spans are not exported.",
+        )
+        loader.add_option(
+            "modeltap_capture_content",
+            bool,
+            False,
+            "Put prompt and output content into spans (off by default; also turned on by "
+            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true). Never into the JSONL files.",
+        )
+        loader.add_option(
             "modeltap_quiet",
             bool,
             False,
@@ -272,6 +313,17 @@ class ModelTap:
                 continuation=opts.modeltap_continuation,
                 allow=frozenset({"response.processed", *opts.modeltap_ws_allow}),
             )
+        if "modeltap_otlp" in updated or "modeltap_capture_content" in updated:
+            try:
+                telemetry = Telemetry.configure(
+                    otlp=opts.modeltap_otlp,
+                    capture_content=True if opts.modeltap_capture_content else None,
+                    run_id=self.run_id,
+                )
+            except ValueError as e:
+                raise exceptions.OptionsError(str(e)) from None
+            self.telemetry.shutdown()
+            self.telemetry = telemetry
         if "modeltap_out" in updated:
             sink = Sink(Path(opts.modeltap_out))
             try:
@@ -286,6 +338,8 @@ class ModelTap:
         _http1.make_error_response = _provider_neutral_error_response
 
     def done(self) -> None:
+        if self.telemetry.enabled:
+            self.telemetry_summary = self.telemetry.shutdown()
         if self.sink is not None:
             self.sink.close()
 
@@ -327,6 +381,13 @@ class ModelTap:
         elif route is not None:
             ex.api = apis.api_for_path(req.method, path)
         flow.metadata[METADATA_KEY] = ex
+        ex.traceparent = req.headers.get("traceparent")
+        if ex.api is not None:
+            ex.span = self.telemetry.start_exchange(
+                session_id=session_id,
+                traceparent=ex.traceparent,
+                start_ns=epoch_ns(time.perf_counter_ns()),
+            )
         if ex.api is not None:
             length = req.headers.get("content-length", "")
             if length.isdigit() and int(length) > self.max_body:
@@ -352,14 +413,18 @@ class ModelTap:
             self._refuse(flow, ex, e)
             return
         try:
-            ex.seq = self._write_audit(ex, facts, "http", flow.request.raw_content or b"")
+            record = self._write_audit(ex, facts, "http", flow.request.raw_content or b"")
         except SinkError:
             # If we cannot write the audit line we must not let the request through
             # unrecorded: refuse it, visibly.
             self._refuse(flow, ex, Rejected("audit_write_failed"))
             return
-        ex.audited, ex.facts = True, facts
+        ex.audited, ex.facts, ex.seq = True, facts, record.seq
         ex.t_forward_ns = time.perf_counter_ns()
+        if ex.span is not None:
+            ex.span.audited(
+                record, self._content(flow.request), forwarded_ns=epoch_ns(ex.t_forward_ns)
+            )
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
@@ -367,6 +432,8 @@ class ModelTap:
         if ex is None or resp is None:
             return
         ex.t_first_byte_ns = time.perf_counter_ns()
+        if ex.span is not None:
+            ex.span.upstream_first_byte(epoch_ns(ex.t_first_byte_ns))
         if "text/event-stream" not in resp.headers.get("content-type", "").lower():
             return
         # Never buffer a stream: each chunk goes on to the agent as it arrives.
@@ -420,26 +487,27 @@ class ModelTap:
             self._unaudited(flow, ex, None)
         kind = _classify_error(msg, ex.t_first_byte_ns is not None)
         self.counts["errors"] += 1
-        self._write_event(
-            ErrorEvent(
-                ts=utc_now(),
-                run_id=self.run_id,
-                session_id=ex.session_id,
-                seq=ex.seq,
-                request_id=ex.request_id,
-                error=kind,
-                message=msg,
-                transport="http",
-                method=flow.request.method,
-                path=redact_path(ex.path),
-            )
+        error = ErrorEvent(
+            ts=utc_now(),
+            run_id=self.run_id,
+            session_id=ex.session_id,
+            seq=ex.seq,
+            request_id=ex.request_id,
+            error=kind,
+            message=msg,
+            transport="http",
+            method=flow.request.method,
+            path=redact_path(ex.path),
         )
+        self._write_event(error)
         if ex.audited:
             if ex.observer is not None:
                 facts = ex.observer.finish(f"{kind}: {msg}")
             else:
                 facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {msg}",))
-            self._respond_event(flow, ex, facts, now)
+            self._respond_event(flow, ex, facts, now, error=error)
+        elif ex.span is not None:
+            ex.span.finish(end_ns=epoch_ns(now), error=error)
 
     # ------------------------------------------------------------------ WebSocket hooks
 
@@ -448,7 +516,14 @@ class ModelTap:
         if ex is None or not ex.websocket:
             return
         ex.api = API_RESPONSES
-        flow.metadata[WS_KEY] = WsConnection(ex)
+        span = self.telemetry.start_connection(
+            session_id=ex.session_id,
+            traceparent=ex.traceparent,
+            start_ns=epoch_ns(time.perf_counter_ns()),
+            path=redact_path(ex.path),
+            upstream=ex.upstream,
+        )
+        flow.metadata[WS_KEY] = WsConnection(ex, span)
         self._write_event(
             WsOpenEvent(
                 ts=utc_now(),
@@ -505,6 +580,7 @@ class ModelTap:
                 messages_from_server=conn.from_server,
             )
         )
+        conn.span.finish(end_ns=epoch_ns(now), code=ws.close_code, error=None)
 
     def _ws_client_message(self, flow: http.HTTPFlow, conn: WsConnection, message: Any) -> None:
         ex = conn.ex
@@ -530,7 +606,7 @@ class ModelTap:
                 seen = classify_client_message(message.content, True, self.ws_policy)
                 assert not isinstance(seen, Control)
             try:
-                seq = self._write_audit(ex, seen.facts, "websocket", message.content)
+                record = self._write_audit(ex, seen.facts, "websocket", message.content)
             except SinkError:
                 raise Rejected("audit_write_failed") from None
         except Rejected as rejected:
@@ -541,35 +617,52 @@ class ModelTap:
             )
             self._rejected(ex, rejected, "websocket", None)
             return
-        conn.observer.expect(seq, seen.facts)
-        conn.started_ns[seq] = time.perf_counter_ns()
-        conn.models[seq] = seen.facts.model
+        now = time.perf_counter_ns()
+        conn.observer.expect(record.seq, seen.facts)
+        span = self.telemetry.start_exchange(
+            session_id=ex.session_id,
+            traceparent=ex.traceparent,
+            start_ns=epoch_ns(now),
+            transport="websocket",
+            parent=conn.span,
+        )
+        span.audited(record, message.content, forwarded_ns=epoch_ns(now))
+        conn.pending[record.seq] = WsPending(now, record.model, span)
 
     def _ws_server_message(self, conn: WsConnection, content: bytes) -> None:
         now = time.perf_counter_ns()
         seen = conn.observer.feed(content)
-        if seen.seq is None:
+        seq = seen.seq
+        pending = conn.pending.get(seq) if seq is not None else None
+        if seq is None or pending is None:
             return
-        conn.first_byte_ns.setdefault(seen.seq, now)
-        if seen.first_output:
-            conn.first_chunk_ns.setdefault(seen.seq, now)
+        if pending.first_byte_ns is None:
+            pending.first_byte_ns = now
+            pending.span.upstream_first_byte(epoch_ns(now))
+        if seen.first_output and pending.first_chunk_ns is None:
+            pending.first_chunk_ns = now
+            pending.span.first_chunk(epoch_ns(now))
         if seen.finished is not None:
-            self._ws_response(conn, seen.seq, seen.finished, now)
+            self._ws_response(conn, seq, seen.finished, now)
 
     def _ws_response(self, conn: WsConnection, seq: int, facts: ResponseFacts, end_ns: int) -> None:
-        self._emit_response(
+        pending = conn.pending.pop(seq, None)
+        if pending is None:
+            return
+        event = self._emit_response(
             conn.ex,
             seq=seq,
             facts=facts,
             transport="websocket",
             status=None,
             stream=True,
-            start_ns=conn.started_ns.pop(seq, end_ns),
-            first_byte_ns=conn.first_byte_ns.pop(seq, None),
-            first_chunk_ns=conn.first_chunk_ns.pop(seq, None),
+            start_ns=pending.started_ns,
+            first_byte_ns=pending.first_byte_ns,
+            first_chunk_ns=pending.first_chunk_ns,
             end_ns=end_ns,
-            request_model=conn.models.pop(seq, None),
+            request_model=pending.model,
         )
+        pending.span.finish(end_ns=epoch_ns(end_ns), response=event)
 
     # ------------------------------------------------------------------ helpers
 
@@ -595,6 +688,12 @@ class ModelTap:
         facts: RequestFacts = module.audit_request(body)
         return facts
 
+    def _content(self, message: http.Message | None) -> bytes | None:
+        """The decoded body for a span, only when content capture is on."""
+        if message is None or not self.telemetry.capture_content:
+            return None
+        return message.get_content(strict=False)
+
     def _observe_body(self, flow: http.HTTPFlow, ex: Exchange) -> ResponseFacts:
         assert flow.response is not None and ex.api is not None
         module = apis.module_for(ex.api)
@@ -612,16 +711,22 @@ class ModelTap:
         return facts
 
     def _respond_event(
-        self, flow: http.HTTPFlow, ex: Exchange, facts: ResponseFacts, end_ns: int
+        self,
+        flow: http.HTTPFlow,
+        ex: Exchange,
+        facts: ResponseFacts,
+        end_ns: int,
+        error: ErrorEvent | None = None,
     ) -> None:
         ex.finished = True
         assert ex.seq is not None
-        self._emit_response(
+        status = flow.response.status_code if flow.response is not None else None
+        event = self._emit_response(
             ex,
             seq=ex.seq,
             facts=facts,
             transport="http",
-            status=flow.response.status_code if flow.response is not None else None,
+            status=status,
             stream=ex.streamed,
             start_ns=ex.t_forward_ns,
             first_byte_ns=ex.t_first_byte_ns,
@@ -629,9 +734,19 @@ class ModelTap:
             end_ns=end_ns,
             request_model=ex.facts.model if ex.facts else None,
         )
+        if ex.span is not None:
+            ex.span.finish(
+                end_ns=epoch_ns(end_ns),
+                response=event,
+                error=error,
+                status_code=status,
+                content=self._content(flow.response) if not ex.streamed else None,
+            )
 
-    def _write_audit(self, ex: Exchange, facts: RequestFacts, transport: str, raw: bytes) -> int:
-        """Write the audit line of one request or WebSocket message; return its seq.
+    def _write_audit(
+        self, ex: Exchange, facts: RequestFacts, transport: str, raw: bytes
+    ) -> AuditRecord:
+        """Write the audit line of one request or WebSocket message and return it.
 
         Raises:
             SinkError: the caller must refuse, not forward.
@@ -654,7 +769,7 @@ class ModelTap:
         )
         self.sink.write_audit(record)
         self.counts["audited"] += 1
-        return seq
+        return record
 
     def _emit_response(
         self,
@@ -670,34 +785,34 @@ class ModelTap:
         first_chunk_ns: int | None,
         end_ns: int,
         request_model: str | None,
-    ) -> None:
+    ) -> ResponseEvent:
         assert ex.api is not None
         duration = _ms(start_ns, end_ns)
-        self._write_event(
-            ResponseEvent(
-                ts=utc_now(),
-                run_id=self.run_id,
-                session_id=ex.session_id,
-                seq=seq,
-                request_id=ex.request_id,
-                api=ex.api,
-                transport=transport,
-                status=status,
-                stream=stream,
-                response_id=facts.response_id,
-                model=facts.model,
-                usage=facts.usage,
-                finish_reasons=facts.finish_reasons,
-                tool_calls=facts.tool_calls,
-                response_status=facts.status,
-                ttfb_ms=_ms(start_ns, first_byte_ns),
-                ttft_ms=_ms(start_ns, first_chunk_ns),
-                duration_ms=duration,
-                evidence_complete=facts.evidence_complete,
-                capture_errors=facts.capture_errors,
-            )
+        event = ResponseEvent(
+            ts=utc_now(),
+            run_id=self.run_id,
+            session_id=ex.session_id,
+            seq=seq,
+            request_id=ex.request_id,
+            api=ex.api,
+            transport=transport,
+            status=status,
+            stream=stream,
+            response_id=facts.response_id,
+            model=facts.model,
+            usage=facts.usage,
+            finish_reasons=facts.finish_reasons,
+            tool_calls=facts.tool_calls,
+            response_status=facts.status,
+            ttfb_ms=_ms(start_ns, first_byte_ns),
+            ttft_ms=_ms(start_ns, first_chunk_ns),
+            duration_ms=duration,
+            evidence_complete=facts.evidence_complete,
+            capture_errors=facts.capture_errors,
         )
+        self._write_event(event)
         self._say(ex, facts.model or request_model, status, facts, duration)
+        return event
 
     def _refuse(self, flow: http.HTTPFlow, ex: Exchange, rejected: Rejected) -> None:
         """Answer ``flow`` with the provider-shaped refusal and record it."""
@@ -711,6 +826,12 @@ class ModelTap:
             {"Content-Type": "application/json"},
         )
         self._rejected(ex, rejected, "http", flow.request.method)
+        if ex.span is not None:
+            ex.span.finish(
+                end_ns=epoch_ns(time.perf_counter_ns()),
+                rejected_rule=rejected.rule,
+                status_code=rejected.status,
+            )
 
     def _rejected(
         self, ex: Exchange, rejected: Rejected, transport: str, method: str | None

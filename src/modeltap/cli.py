@@ -106,6 +106,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="extra WebSocket message type forwarded as a control message (repeatable; "
         "response.processed is always allowed)",
     )
+    run.add_argument(
+        "--otlp",
+        metavar="URL",
+        help="export spans over OTLP: http://host:4318 (OTLP/HTTP) or grpc://host:4317; "
+        "default: the standard OTEL_EXPORTER_OTLP_* variables, else no export",
+    )
+    run.add_argument(
+        "--capture-content",
+        action="store_true",
+        help="put prompt and output content into spans (also "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); never into the JSONL files",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
 
     report = sub.add_parser(
@@ -133,6 +145,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         quiet=args.quiet,
         continuation=args.continuation,
         ws_allow=list(args.ws_allow),
+        otlp=args.otlp,
+        capture_content=args.capture_content,
     )
 
 
@@ -167,6 +181,7 @@ def startup_screen(proxy: Proxy) -> str:
         for i, e in enumerate(exports):
             lines.append(("  export     " if i == 0 else "             ") + e)
     lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
+    lines.append(f"  {proxy.addon.telemetry.describe()}")
     lines.append("  Ctrl-C stops and flushes.")
     if cfg.listen_host not in ("127.0.0.1", "localhost", "::1"):
         lines.append(
@@ -204,6 +219,8 @@ def run(args: argparse.Namespace) -> int:
         f"unaudited {counts['unaudited']}, errors {counts['errors']}.",
         file=sys.stderr,
     )
+    if proxy.addon.telemetry_summary:
+        print(f"modeltap: {proxy.addon.telemetry_summary}", file=sys.stderr)
     return 0
 
 

@@ -38,6 +38,8 @@ class ProxyConfig:
     quiet: bool = False
     continuation: str = "explicit"
     ws_allow: list[str] = field(default_factory=list)
+    otlp: str | None = None
+    capture_content: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def mitm_options(self) -> dict[str, Any]:
@@ -59,6 +61,8 @@ class ProxyConfig:
             "modeltap_quiet": self.quiet,
             "modeltap_continuation": self.continuation,
             "modeltap_ws_allow": list(self.ws_allow),
+            "modeltap_otlp": self.otlp,
+            "modeltap_capture_content": self.capture_content,
         }
         opts.update(self.extra)
         return opts
