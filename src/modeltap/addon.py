@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import orjson
 from mitmproxy import exceptions, http
@@ -41,14 +42,17 @@ from modeltap.records import (
     RequestFacts,
     ResponseEvent,
     ResponseFacts,
+    SessionStatus,
     UnauditedEvent,
     WsCloseEvent,
     WsControlEvent,
     WsOpenEvent,
     redact_path,
+    to_json_line,
     utc_now,
 )
 from modeltap.routing import Route, RouteError, RouteTable, error_shape_for
+from modeltap.sessions import SessionTracker
 from modeltap.sink import Sink
 from modeltap.sse import SSEDecoder
 from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
@@ -67,6 +71,8 @@ IMAGE_DETAILS = ("low", "high", "auto")
 MODES = ("reverse", "regular")
 METADATA_KEY = "modeltap"
 WS_KEY = "modeltap_ws"
+#: Requests under this path are for modeltap itself (the harness), never forwarded.
+CONTROL_PREFIX = "/__modeltap/"
 CONTINUATIONS = ("explicit", "as-sent")
 
 
@@ -171,7 +177,7 @@ class ModelTap:
         self.sink: Sink | None = None
         self.max_body = 64 * 1024 * 1024
         self._seq = itertools.count(1)
-        self._failed_sessions: set[str] = set()
+        self._sessions: dict[str, SessionTracker] = {}
         self.counts = {"audited": 0, "refused": 0, "unaudited": 0, "errors": 0}
         self.options: Any = None
         self.master: Any = None
@@ -264,6 +270,14 @@ class ModelTap:
             "besides response.processed.",
         )
         loader.add_option(
+            "modeltap_max_tool_calls",
+            int | None,
+            None,
+            "Tool-call budget per session: once the model has asked for N tool calls and the "
+            "request carrying the Nth result was let through, every further model request of "
+            "the session is refused (rule tool_budget_exceeded).",
+        )
+        loader.add_option(
             "modeltap_otlp",
             str | None,
             None,
@@ -338,6 +352,8 @@ class ModelTap:
         _http1.make_error_response = _provider_neutral_error_response
 
     def done(self) -> None:
+        for session_id in list(self._sessions):
+            self.end_session(session_id)
         if self.telemetry.enabled:
             self.telemetry_summary = self.telemetry.shutdown()
         if self.sink is not None:
@@ -359,6 +375,10 @@ class ModelTap:
             or self.options.modeltap_session
             or self.run_id
         )
+        if req.path.startswith(CONTROL_PREFIX):
+            self._control(flow, session_id, request_id)
+            return
+        self._session(session_id)  # a session that only sends other requests still ends
         if self.options.modeltap_mode == "regular":
             route = self.routes.for_host(req.host, req.port)
             upstream = f"{req.scheme}://{req.host}:{req.port}"
@@ -404,20 +424,11 @@ class ModelTap:
             ):
                 self._refuse(flow, ex, Rejected("strict_unaudited"))
             return  # passed through; logged as unaudited when it ends
-        if ex.session_id in self._failed_sessions:
-            self._refuse(flow, ex, Rejected("fail_closed"))
-            return
         try:
             facts = self._audit(flow, ex)
+            record = self._write_audit(ex, facts, "http", flow.request.raw_content or b"")
         except Rejected as e:
             self._refuse(flow, ex, e)
-            return
-        try:
-            record = self._write_audit(ex, facts, "http", flow.request.raw_content or b"")
-        except SinkError:
-            # If we cannot write the audit line we must not let the request through
-            # unrecorded: refuse it, visibly.
-            self._refuse(flow, ex, Rejected("audit_write_failed"))
             return
         ex.audited, ex.facts, ex.seq = True, facts, record.seq
         ex.t_forward_ns = time.perf_counter_ns()
@@ -487,6 +498,7 @@ class ModelTap:
             self._unaudited(flow, ex, None)
         kind = _classify_error(msg, ex.t_first_byte_ns is not None)
         self.counts["errors"] += 1
+        self._session(ex.session_id).errored(kind)
         error = ErrorEvent(
             ts=utc_now(),
             run_id=self.run_id,
@@ -581,12 +593,13 @@ class ModelTap:
             )
         )
         conn.span.finish(end_ns=epoch_ns(now), code=ws.close_code, error=None)
+        if ex.session_id == ex.request_id:
+            # The connection was the session (no x-modeltap-session header): it ends here.
+            self.end_session(ex.session_id)
 
     def _ws_client_message(self, flow: http.HTTPFlow, conn: WsConnection, message: Any) -> None:
         ex = conn.ex
         try:
-            if ex.session_id in self._failed_sessions:
-                raise Rejected("fail_closed")
             seen = classify_client_message(message.content, message.is_text, self.ws_policy)
             if isinstance(seen, Control):
                 self._write_event(
@@ -605,10 +618,7 @@ class ModelTap:
                 message.content = orjson.dumps(seen.body)
                 seen = classify_client_message(message.content, True, self.ws_policy)
                 assert not isinstance(seen, Control)
-            try:
-                record = self._write_audit(ex, seen.facts, "websocket", message.content)
-            except SinkError:
-                raise Rejected("audit_write_failed") from None
+            record = self._write_audit(ex, seen.facts, "websocket", message.content)
         except Rejected as rejected:
             # Drop it, tell the client in its own event shape; the connection stays usable.
             message.drop()
@@ -664,6 +674,29 @@ class ModelTap:
         )
         pending.span.finish(end_ns=epoch_ns(end_ns), response=event)
 
+    # ------------------------------------------------------------------ sessions
+
+    def _session(self, session_id: str) -> SessionTracker:
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = SessionTracker(
+                self.run_id, session_id, self.options.modeltap_max_tool_calls
+            )
+        return session
+
+    def end_session(self, session_id: str) -> SessionStatus:
+        """Write the session's ``sessions.jsonl`` line and forget it.
+
+        A session that was never seen ends too: its line then says that no
+        model request was captured (the agent probably bypassed the proxy).
+        """
+        status = self._session(session_id).status()
+        del self._sessions[session_id]
+        if self.sink is not None and not self.sink.write_session(status):
+            logger.warning("modeltap: a sessions.jsonl line could not be written")
+        self.telemetry.end_session(session_id)
+        return status
+
     # ------------------------------------------------------------------ helpers
 
     def _audit(self, flow: http.HTTPFlow, ex: Exchange) -> RequestFacts:
@@ -687,6 +720,32 @@ class ModelTap:
             flow.request.content = orjson.dumps(body)
         facts: RequestFacts = module.audit_request(body)
         return facts
+
+    def _control(self, flow: http.HTTPFlow, session_id: str, request_id: str) -> None:
+        """``POST /__modeltap/sessions/ID/end``: end a session from the harness."""
+        req = flow.request
+        parts = req.path.split("?", 1)[0][len(CONTROL_PREFIX) :].split("/")
+        ex = Exchange(session_id, request_id, None, "", redact_path(req.path))
+        ex.refused = True  # answered here, never forwarded
+        flow.metadata[METADATA_KEY] = ex
+        if (
+            req.method == "POST"
+            and len(parts) == 3
+            and parts[0] == "sessions"
+            and parts[2] == "end"
+        ):
+            status = self.end_session(unquote(parts[1]))
+            flow.response = http.Response.make(
+                200, to_json_line(status), {"Content-Type": "application/json"}
+            )
+            return
+        flow.response = http.Response.make(
+            404,
+            provider_error_body(
+                "both", "modeltap: unknown control request", status=404, code="modeltap_control"
+            ),
+            {"Content-Type": "application/json"},
+        )
 
     def _content(self, message: http.Message | None) -> bytes | None:
         """The decoded body for a span, only when content capture is on."""
@@ -746,12 +805,20 @@ class ModelTap:
     def _write_audit(
         self, ex: Exchange, facts: RequestFacts, transport: str, raw: bytes
     ) -> AuditRecord:
-        """Write the audit line of one request or WebSocket message and return it.
+        """The last gate before forwarding: session policy, then the audit line.
+
+        Returns:
+            The record written; the request may now be forwarded.
 
         Raises:
-            SinkError: the caller must refuse, not forward.
+            Rejected: ``fail_closed``, ``tool_budget_exceeded``, or
+                ``audit_write_failed`` (then the request must not be forwarded).
         """
         assert self.sink is not None and ex.api is not None
+        session = self._session(ex.session_id)
+        if self.options.modeltap_fail_closed and session.refusals:
+            raise Rejected("fail_closed")
+        session.admit(facts)
         seq = next(self._seq)
         record = AuditRecord.build(
             facts,
@@ -767,7 +834,13 @@ class ModelTap:
             body_bytes=len(raw),
             body_sha256=hashlib.sha256(raw).hexdigest(),
         )
-        self.sink.write_audit(record)
+        try:
+            self.sink.write_audit(record)
+        except SinkError:
+            # If we cannot write the audit line we must not let the request through
+            # unrecorded: refuse it, visibly.
+            raise Rejected("audit_write_failed") from None
+        session.audited(seq, facts)
         self.counts["audited"] += 1
         return record
 
@@ -811,6 +884,7 @@ class ModelTap:
             capture_errors=facts.capture_errors,
         )
         self._write_event(event)
+        self._session(ex.session_id).responded(seq, facts)
         self._say(ex, facts.model or request_model, status, facts, duration)
         return event
 
@@ -836,9 +910,8 @@ class ModelTap:
     def _rejected(
         self, ex: Exchange, rejected: Rejected, transport: str, method: str | None
     ) -> None:
-        """Record a refusal: the rejected event, fail-closed state, the stderr line."""
-        if self.options.modeltap_fail_closed:
-            self._failed_sessions.add(ex.session_id)
+        """Record a refusal: the rejected event, the session's count, the stderr line."""
+        self._session(ex.session_id).refused(rejected.rule)
         self.counts["refused"] += 1
         self._write_event(
             RejectedEvent(

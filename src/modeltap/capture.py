@@ -98,6 +98,7 @@ from modeltap.records import (
     Event,
     RejectedEvent,
     ResponseEvent,
+    SessionStatus,
     ToolCall,
     UnauditedEvent,
     Usage,
@@ -142,24 +143,8 @@ class _DecodeError(ValueError):
     """A line is JSON but not the record it claims to be."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionEnd:
-    """One line of ``sessions.jsonl``: how a session ended, as the proxy saw it.
-
-    ``records.py`` does not model this line yet; this read-side type accepts
-    what the proxy writes and ignores anything more.
-    """
-
-    run_id: str
-    session_id: str
-    ts: str
-    stop_reason: str | None
-    requests_audited: int | None
-    refusals: int | None
-    tool_calls_admitted: int | None
-    evidence_complete: bool | None
-    capture_errors: tuple[str, ...] = ()
-    message: str | None = None
+#: One line of ``sessions.jsonl`` (the writer's own type, from records.py).
+SessionEnd = SessionStatus
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
 
+    session = sub.add_parser(
+        "session", help="end a session on a running proxy (writes its sessions.jsonl line)"
+    )
+    session.add_argument("action", choices=("end",))
+    session.add_argument("session_id", metavar="ID")
+    session.add_argument(
+        "--proxy",
+        default="http://127.0.0.1:8787",
+        metavar="URL",
+        help="the running proxy (default http://127.0.0.1:8787)",
+    )
+    sub.add_parser(
+        "check",
+        help="exit 0 only if every session completed with complete evidence",
+        add_help=False,
+    )
     report = sub.add_parser(
         "report", help="per-session, per-turn report of an out dir", add_help=False
     )
@@ -146,6 +162,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         continuation=args.continuation,
         ws_allow=list(args.ws_allow),
         otlp=args.otlp,
+        max_tool_calls=args.max_tool_calls,
         capture_content=args.capture_content,
     )
 
@@ -231,10 +248,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         from modeltap import report
 
         return report.main(argv[1:])
+    if argv[:1] == ["check"]:
+        from modeltap import check
+
+        return check.main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return run(args)
+    if args.command == "session":
+        return end_session(args.proxy, args.session_id)
     return 2
+
+
+def end_session(proxy: str, session_id: str) -> int:
+    """``modeltap session end ID``: ask a running proxy to end a session."""
+    import urllib.error
+    import urllib.request
+    from urllib.parse import quote
+
+    url = f"{proxy.rstrip('/')}/__modeltap/sessions/{quote(session_id, safe='')}/end"
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10) as r:
+            print(r.read().decode().strip())
+    except (urllib.error.URLError, OSError) as e:
+        print(f"modeltap: cannot reach the proxy at {proxy}: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

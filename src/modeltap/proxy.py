@@ -39,6 +39,7 @@ class ProxyConfig:
     continuation: str = "explicit"
     ws_allow: list[str] = field(default_factory=list)
     otlp: str | None = None
+    max_tool_calls: int | None = None
     capture_content: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -62,6 +63,7 @@ class ProxyConfig:
             "modeltap_continuation": self.continuation,
             "modeltap_ws_allow": list(self.ws_allow),
             "modeltap_otlp": self.otlp,
+            "modeltap_max_tool_calls": self.max_tool_calls,
             "modeltap_capture_content": self.capture_content,
         }
         opts.update(self.extra)

@@ -312,6 +312,40 @@ class WsControlEvent(Event):
     type: str
 
 
+# --------------------------------------------------------------------------
+# Sessions (sessions.jsonl)
+
+#: What a session without a single audited request says (seeds/000).
+NO_REQUESTS_MESSAGE = "No outbound model requests captured; audit unsupported"
+
+STOP_REASONS = (
+    "completed",
+    "tool_budget_exceeded",
+    "request_audit_error",
+    "upstream_error",
+    "client_gone",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStatus:
+    """One line of ``sessions.jsonl``: how a session ended, as the proxy saw it.
+
+    These are execution facts, never a verdict on the agent's task.
+    """
+
+    run_id: str
+    session_id: str
+    ts: str
+    stop_reason: str | None
+    requests_audited: int | None
+    refusals: int | None
+    tool_calls_admitted: int | None
+    evidence_complete: bool | None
+    capture_errors: tuple[str, ...] = ()
+    message: str | None = None
+
+
 def to_json_line(record: object) -> bytes:
     """Serialise a record or event to one JSON line (ending in ``\\n``).
 

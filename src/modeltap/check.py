@@ -1,0 +1,81 @@
+"""``modeltap check DIR``: did every session end completed, with complete evidence?
+
+This is the one line a CI job adds after running an agent. It reads
+``sessions.jsonl`` (written when a session ends: its WebSocket closes, the
+proxy stops, or the harness ends it) and checks execution facts only — never
+whether the agent did its task well; assert on the task's own output too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from modeltap.capture import Capture
+
+
+def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[str]]:
+    """Reasons each session fails the check (an empty list means it passes).
+
+    A session passes when its last ``sessions.jsonl`` line says
+    ``stop_reason: completed``, at least one request was audited, and the
+    evidence is complete.
+
+    Args:
+        capture: a loaded out dir.
+        session_id: check only this session (it must exist).
+    """
+    ids = [session_id] if session_id is not None else list(capture.sessions)
+    found: dict[str, list[str]] = {}
+    for sid in ids:
+        session = capture.sessions.get(sid)
+        reasons: list[str] = []
+        end = session.ends[-1] if session is not None and session.ends else None
+        if end is None:
+            reasons.append("the session has not ended (no sessions.jsonl line yet)")
+        else:
+            if end.stop_reason != "completed":
+                reasons.append(f"stop_reason is {end.stop_reason}")
+            if not end.requests_audited:
+                reasons.append(end.message or "no audited model request")
+            if end.evidence_complete is not True:
+                reasons.append("evidence is incomplete")
+                reasons += [f"  {e}" for e in end.capture_errors if e != end.message]
+        found[sid] = reasons
+    for error in capture.load_errors:
+        found.setdefault("(files)", []).append(str(error))
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``modeltap check DIR [--session ID]``; exit 0 only when everything passes."""
+    parser = argparse.ArgumentParser(
+        prog="modeltap check",
+        description="Exit 0 only if every session (or the named one) completed, audited at "
+        "least one model request, and has complete evidence. Execution facts, not a verdict "
+        "on the agent's task.",
+    )
+    parser.add_argument("dir", type=Path, help="the out dir of a modeltap run")
+    parser.add_argument("--session", metavar="ID", help="check only this session")
+    args = parser.parse_args(argv)
+    try:
+        capture = Capture.load(args.dir)
+    except (FileNotFoundError, NotADirectoryError) as e:
+        print(f"modeltap check: {e}", file=sys.stderr)
+        return 2
+    if not capture.sessions and args.session is None:
+        print("FAIL: no sessions in this out dir (did the agent use the proxy?)")
+        return 1
+    found = problems(capture, args.session)
+    failed = {sid: reasons for sid, reasons in found.items() if reasons}
+    for sid, reasons in found.items():
+        print(f"{'FAIL' if reasons else 'ok  '} session {sid}")
+        for reason in reasons:
+            print(f"       {reason}")
+    if failed:
+        print(f"{len(failed)} of {len(found)} sessions failed the check.")
+        return 1
+    print(f"all {len(found)} sessions completed with complete evidence.")
+    return 0

@@ -1,0 +1,301 @@
+"""Guards and run status end to end: --max-tool-calls, sessions.jsonl, modeltap check."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import openai
+import orjson
+import pytest
+
+from modeltap import check
+from modeltap.records import NO_REQUESTS_MESSAGE
+from modeltap.sessions import SessionTracker
+from tests.conftest import Running, read_jsonl
+from tests.upstream import Reply, chat_text_json
+
+
+def tool_call_reply(n: int) -> Reply:
+    """A chat completion asking for one `lookup` call (call id `call_n`)."""
+    return Reply(
+        json={
+            "id": f"chatcmpl-{n}",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "gpt-5",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": f"call_{n}",
+                                "type": "function",
+                                "function": {"name": "lookup", "arguments": f'{{"n":{n}}}'},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
+        }
+    )
+
+
+TOOLS: Any = [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]
+
+
+def tool_loop(running: Running, rounds: int, session: str) -> tuple[int, Exception | None]:
+    """Run an agent loop answering every tool call; return (requests sent, error)."""
+    for n in range(1, rounds + 1):
+        running.upstream.replies.append(tool_call_reply(n))
+    running.upstream.replies.append(chat_text_json("gpt-5", "done"))
+    client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
+    messages: Any = [{"role": "user", "content": "go"}]
+    sent = 0
+    while True:
+        try:
+            sent += 1
+            out = client.chat.completions.create(
+                model="gpt-5",
+                messages=messages,
+                tools=TOOLS,
+                extra_headers={"x-modeltap-session": session},
+            )
+        except openai.BadRequestError as e:
+            return sent, e
+        message = out.choices[0].message
+        if not message.tool_calls:
+            return sent, None
+        messages.append(message.model_dump(exclude_none=True))
+        for call in message.tool_calls:
+            messages.append({"role": "tool", "tool_call_id": call.id, "content": "42"})
+
+
+def end_session(running: Running, session: str) -> dict[str, Any]:
+    r = httpx.post(f"{running.url}/__modeltap/sessions/{session}/end")
+    assert r.status_code == 200
+    status: dict[str, Any] = r.json()
+    return status
+
+
+def sessions(running: Running) -> dict[str, dict[str, Any]]:
+    return {s["session_id"]: s for s in read_jsonl(running.out / "sessions.jsonl")}
+
+
+def test_tool_budget_refuses_third_round(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy(max_tool_calls=2)
+    sent, error = tool_loop(running, rounds=5, session="agent-1")
+    assert sent == 4  # turns 1-3 forwarded, the third tool round (turn 4) refused
+    assert isinstance(error, openai.BadRequestError)
+    assert "rule tool_budget_exceeded" in error.message
+    assert len(running.upstream.received) == 3
+    status = end_session(running, "agent-1")
+    assert status["stop_reason"] == "tool_budget_exceeded"
+    assert status["tool_calls_admitted"] == 2
+    assert status["requests_audited"] == 3
+    assert status["refusals"] == 1
+    assert sessions(running)["agent-1"] == status
+
+
+def test_tool_loop_within_budget_completes(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy(max_tool_calls=2)
+    sent, error = tool_loop(running, rounds=2, session="agent-2")
+    assert (sent, error) == (3, None)
+    status = end_session(running, "agent-2")
+    assert status["stop_reason"] == "completed"
+    assert status["tool_calls_admitted"] == 2
+    assert status["evidence_complete"] is True
+    assert status["capture_errors"] == []
+    assert check.main([str(running.out)]) == 0
+
+
+def test_refused_request_reads_request_audit_error(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy()
+    client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
+    client.chat.completions.create(
+        model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "s"}
+    )
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="", messages=[], extra_headers={"x-modeltap-session": "s"}
+        )
+    status = end_session(running, "s")
+    assert status["stop_reason"] == "request_audit_error"
+    assert status["refusals"] == 1
+
+
+def test_cut_stream_reads_evidence_incomplete(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy()
+    running.upstream.replies.append(
+        Reply(
+            sse=[
+                (
+                    None,
+                    {
+                        "id": "c",
+                        "object": "chat.completion.chunk",
+                        "created": 1,
+                        "model": "m",
+                        "choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}],
+                    },
+                ),
+                (
+                    None,
+                    {
+                        "id": "c",
+                        "object": "chat.completion.chunk",
+                        "created": 1,
+                        "model": "m",
+                        "choices": [{"index": 0, "delta": {"content": "b"}, "finish_reason": None}],
+                    },
+                ),
+            ],
+            cut_after=1,
+        )
+    )
+    client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.APIError):
+        list(
+            client.chat.completions.create(
+                model="m", messages=[], stream=True, extra_headers={"x-modeltap-session": "cut"}
+            )
+        )
+    running.proxy.stop()  # ends every open session
+    status = sessions(running)["cut"]
+    assert status["evidence_complete"] is False
+    assert status["stop_reason"] == "upstream_error"
+    assert any("[DONE]" in e for e in status["capture_errors"]), status["capture_errors"]
+
+
+def test_session_without_model_requests_is_flagged(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy()
+    httpx.get(running.base() + "/v1/models", headers={"x-modeltap-session": "idle"})
+    status = end_session(running, "never-seen")
+    assert status["message"] == NO_REQUESTS_MESSAGE
+    assert status["evidence_complete"] is False
+    running.proxy.stop()
+    idle = sessions(running)["idle"]
+    assert idle["message"] == NO_REQUESTS_MESSAGE
+    assert idle["requests_audited"] == 0
+
+
+def test_websocket_budget_and_session_end(start_proxy: Callable[..., Running]) -> None:
+    from websockets.sync.client import connect
+
+    def script(message: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        call = {
+            "type": "function_call",
+            "id": f"fc_{n}",
+            "call_id": f"call_{n}",
+            "name": "lookup",
+            "arguments": "{}",
+            "status": "completed",
+        }
+        done = {
+            "id": f"resp_{n}",
+            "object": "response",
+            "status": "completed",
+            "model": "gpt-5",
+            "output": [call],
+            "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+        }
+        return [
+            {"type": "response.output_item.done", "output_index": 0, "item": call},
+            {"type": "response.completed", "response": done},
+        ]
+
+    running = start_proxy(max_tool_calls=2)
+    running.upstream.ws_script = script
+    url = running.base().replace("http://", "ws://") + "/v1/responses"
+    errors = []
+    with connect(url, additional_headers={"x-client-request-id": "ws-conn-1"}) as ws:
+        previous = None
+        for n in range(1, 5):
+            msg: dict[str, Any] = {
+                "type": "response.create",
+                "model": "gpt-5",
+                "instructions": "i",
+                "tools": [],
+                "input": [],
+            }
+            if previous:
+                msg["previous_response_id"] = previous
+                msg["input"] = [
+                    {"type": "function_call_output", "call_id": f"call_{n - 1}", "output": "42"}
+                ]
+            ws.send(orjson.dumps(msg).decode())
+            event = orjson.loads(ws.recv(timeout=10))
+            if event["type"] == "error":
+                errors.append(event["error"]["message"])
+                break
+            while event["type"] != "response.completed":
+                event = orjson.loads(ws.recv(timeout=10))
+            previous = event["response"]["id"]
+    assert len(errors) == 1 and "tool_budget_exceeded" in errors[0]
+    running.proxy.stop()
+    status = sessions(running)["ws-conn-1"]  # the connection was the session
+    assert status["stop_reason"] == "tool_budget_exceeded"
+    assert status["tool_calls_admitted"] == 2
+
+
+def test_check_exit_codes_and_reasons(
+    start_proxy: Callable[..., Running], capsys: pytest.CaptureFixture[str]
+) -> None:
+    running = start_proxy()
+    client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
+    client.chat.completions.create(
+        model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "good"}
+    )
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="", messages=[], extra_headers={"x-modeltap-session": "bad"}
+        )
+    running.proxy.stop()
+    out = str(running.out)
+    assert check.main([out, "--session", "good"]) == 0
+    assert check.main([out, "--session", "bad"]) == 1
+    text = capsys.readouterr().out
+    assert "FAIL session bad" in text
+    assert "stop_reason is request_audit_error" in text
+    assert check.main([out]) == 1
+    assert check.main([str(Path(out) / "missing")]) == 2
+
+
+def test_tracker_counts_unique_calls_across_resent_history() -> None:
+    """Chat agents resend the whole history: a result counts once."""
+    from modeltap.records import RequestFacts, ResponseFacts, ToolCall, ToolResult
+
+    def req(*ids: str) -> RequestFacts:
+        return RequestFacts(
+            model="m",
+            tool_names=(),
+            reasoning_effort=None,
+            thinking=None,
+            image_details=(),
+            instructions_sha256="",
+            stream=False,
+            hosted_tools=(),
+            tool_results=tuple(ToolResult(i, 2) for i in ids),
+            previous_response_id=None,
+            generate=None,
+        )
+
+    t = SessionTracker("run", "s", max_tool_calls=2)
+    t.audited(1, req())
+    t.responded(1, ResponseFacts(tool_calls=(ToolCall("a", "f", "{}"),), evidence_complete=True))
+    t.admit(req("a"))
+    t.audited(2, req("a"))
+    t.responded(2, ResponseFacts(tool_calls=(ToolCall("b", "f", "{}"),), evidence_complete=True))
+    t.admit(req("a", "b"))
+    t.audited(3, req("a", "b"))
+    assert t.tool_calls_admitted == 2
+    assert t.budget_spent
+    with pytest.raises(Exception, match="tool_budget_exceeded"):
+        t.admit(req("a", "b"))
