@@ -1,3 +1,193 @@
-"""pytest plugin (entry point ``pytest11``): fixtures that run modeltap for one test."""
+"""pytest plugin (entry point ``pytest11``): run modeltap for one test.
+
+Installing modeltap registers this plugin. The ``modeltap`` fixture starts the
+proxy in the test's own process, on a free port of 127.0.0.1, writing into
+``tmp_path / "modeltap"``, and stops it when the test ends::
+
+    def test_agent(modeltap):
+        client = openai.OpenAI(base_url=modeltap.openai_base_url)
+        run_my_agent(client)
+
+        capture = modeltap.capture()
+        assert capture.evidence_complete, capture.capture_errors
+        assert capture.tool_was_called("get_weather")
+
+Configuration, later entries winning key by key (the keys are the fields of
+:class:`modeltap.proxy.ProxyConfig`, named like ``modeltap run``'s options):
+
+1. ``modeltap_upstream = URL`` in the ini file (``[tool.pytest.ini_options]``),
+   then ``--modeltap-upstream URL`` on the command line: the one-route
+   shorthand mounted at ``/`` (like ``modeltap run --upstream``); point the
+   SDK at ``modeltap.url`` plus the upstream's own path, e.g.
+   ``modeltap.url + "/v1"`` for an OpenAI-compatible server.
+2. The ``modeltap_config`` fixture: a dict, empty by default. Override it
+   (in a test module or ``conftest.py``) when the options depend on other
+   fixtures, such as a stub upstream's port::
+
+       @pytest.fixture
+       def modeltap_config(model_stub):
+           return {"routes": [f"openai={model_stub.url}"]}
+
+3. ``@pytest.mark.modeltap(**options)`` on the test (or its class or module;
+   the closest marker wins), e.g.
+   ``@pytest.mark.modeltap(routes=["vllm=http://127.0.0.1:8000"], strict=True)``.
+
+The proxy is quiet (no line per exchange on stderr) unless a marker or
+``modeltap_config`` says ``quiet=False``. The default routes stay in place:
+``modeltap.openai_base_url`` goes to ``https://api.openai.com`` unless a
+route named ``openai`` replaces it.
+
+Importing this module does not import mitmproxy: the proxy is loaded by the
+fixture, so pytest starts as fast as before in projects that never use it.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+if TYPE_CHECKING:
+    from modeltap.capture import Capture
+
+MARKER = "modeltap"
+INI_UPSTREAM = "modeltap_upstream"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ModelTapFixture:
+    """What the ``modeltap`` fixture yields: where the proxy listens and what it wrote."""
+
+    #: ``http://127.0.0.1:PORT`` of the running proxy.
+    url: str
+    #: The proxy's output directory (``audit.jsonl``, ``events.jsonl``).
+    out_dir: Path
+
+    @property
+    def openai_base_url(self) -> str:
+        """Base URL for OpenAI SDKs: ``url + "/openai/v1"``."""
+        return f"{self.url}/openai/v1"
+
+    @property
+    def anthropic_base_url(self) -> str:
+        """Base URL for Anthropic SDKs: ``url + "/anthropic"``."""
+        return f"{self.url}/anthropic"
+
+    def base_url(self, route: str) -> str:
+        """Return the proxy URL of a route: ``base_url("vllm")`` is ``url + "/vllm"``.
+
+        Args:
+            route: a route name (``openai``, ``anthropic`` or one from ``routes``).
+        """
+        return f"{self.url}/{route.strip('/')}"
+
+    def capture(self) -> Capture:
+        """Read the output directory as it is now.
+
+        Lines are appended while the test runs, so call this again after the
+        agent's next request rather than keeping an old capture. Before any
+        request reached the proxy, the capture is empty and its
+        ``capture_errors`` say so.
+
+        Returns:
+            A fresh :class:`modeltap.capture.Capture`.
+        """
+        from modeltap.capture import Capture
+
+        try:
+            return Capture.load(self.out_dir)
+        except FileNotFoundError:
+            # Neither file exists yet: nothing reached the proxy.
+            return Capture(
+                directory=self.out_dir, records=(), events=(), session_ends=(), sessions={}
+            )
+
+    def report(self) -> dict[str, Any]:
+        """Return the report of :meth:`capture` (what ``modeltap report --json`` prints)."""
+        from modeltap.report import build_report
+
+        return build_report(self.capture())
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add ``--modeltap-upstream URL`` and the ``modeltap_upstream`` ini option."""
+    help_text = (
+        "Upstream URL mounted at / for the modeltap fixture (like `modeltap run --upstream`); "
+        "markers and the modeltap_config fixture can override it."
+    )
+    parser.getgroup("modeltap").addoption(
+        "--modeltap-upstream", dest=INI_UPSTREAM, metavar="URL", default=None, help=help_text
+    )
+    parser.addini(INI_UPSTREAM, help_text)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``modeltap`` marker."""
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(**options): options of the modeltap fixture's proxy, named like the "
+        "fields of modeltap.proxy.ProxyConfig (upstream=..., routes=[...], strict=True, ...)",
+    )
+
+
+@pytest.fixture
+def modeltap_config() -> dict[str, Any]:
+    """Proxy options for the ``modeltap`` fixture; override it to compute them from fixtures.
+
+    Returns:
+        ``ProxyConfig`` field values; empty by default.
+    """
+    return {}
+
+
+def _options(request: pytest.FixtureRequest, configured: dict[str, Any]) -> dict[str, Any]:
+    """Merge ini, command line, ``modeltap_config`` and markers (later wins)."""
+    options: dict[str, Any] = {}
+    upstream = request.config.getoption(INI_UPSTREAM) or request.config.getini(INI_UPSTREAM)
+    if upstream:
+        options["upstream"] = upstream
+    options.update(configured)
+    # iter_markers yields the closest first; apply the farthest first so the closest wins.
+    for marker in reversed(list(request.node.iter_markers(MARKER))):
+        if marker.args:
+            pytest.fail(f"@pytest.mark.{MARKER} takes keyword arguments only", pytrace=False)
+        options.update(marker.kwargs)
+    return options
+
+
+@pytest.fixture
+def modeltap(
+    request: pytest.FixtureRequest, tmp_path: Path, modeltap_config: dict[str, Any]
+) -> Iterator[ModelTapFixture]:
+    """Run modeltap on a free port for this test; yield its URLs and captured evidence.
+
+    See the module documentation for the configuration. The proxy is stopped
+    (and its files closed) when the test ends, pass or fail.
+    """
+    from modeltap.proxy import Proxy, ProxyConfig
+
+    options: dict[str, Any] = {"listen_port": 0, "out": tmp_path / "modeltap", "quiet": True}
+    options.update(_options(request, modeltap_config))
+    known = {f.name for f in dataclasses.fields(ProxyConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        pytest.fail(
+            f"modeltap: unknown option(s) {', '.join(unknown)}; "
+            f"use fields of ProxyConfig: {', '.join(sorted(known))}",
+            pytrace=False,
+        )
+    options["out"] = str(options["out"])
+    try:
+        proxy = Proxy(ProxyConfig(**options)).start()
+    except RuntimeError as exc:
+        # The cause is a bad option value (mitmproxy's OptionsError names it) or a
+        # start-up failure; its message is enough, mitmproxy's traceback is noise.
+        reason = exc.__cause__ or "it did not listen in time"
+        raise pytest.fail.Exception(f"modeltap did not start: {reason}", pytrace=False) from None
+    try:
+        yield ModelTapFixture(url=proxy.url, out_dir=Path(options["out"]))
+    finally:
+        proxy.stop()

@@ -1,0 +1,237 @@
+"""The pytest plugin: the ``modeltap`` fixture, its marker and its options.
+
+Inner test files run with ``pytester`` against the upstream stub (the stub's
+URL reaches them through the options under test); the last tests use the
+fixture directly in this repo's own tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from modeltap.capture import NO_REQUESTS
+from modeltap.pytest_plugin import ModelTapFixture
+from tests.upstream import Upstream
+
+pytest_plugins = ["pytester"]
+
+KEY = "sk-test-PLANTED-SECRET-0123456789"
+
+#: An inner test: one chat request through ``modeltap.url + "/v1"`` (the upstream at ``/``).
+ONE_TURN_VIA_UPSTREAM = """
+import openai
+
+
+def test_one_turn(modeltap, tmp_path):
+    assert modeltap.out_dir == tmp_path / "modeltap"
+    client = openai.OpenAI(base_url=modeltap.url + "/v1", api_key="sk-test", max_retries=0)
+    client.chat.completions.create(model="inner-model", messages=[])
+
+    capture = modeltap.capture()
+    (turn,) = [turn for session in capture.sessions.values() for turn in session.turns]
+    assert (turn.model, turn.record.route) == ("inner-model", "upstream")
+    assert capture.evidence_complete, capture.capture_errors
+    assert modeltap.report()["counts"]["turns"] == 1
+"""
+
+
+def run_inner(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    """Run the inner session in-process, without Hypothesis's plugin (seconds per session)."""
+    return pytester.runpytest("-p", "no:hypothesispytest", *args)
+
+
+def proxy_threads() -> int:
+    return sum(1 for thread in threading.enumerate() if thread.name == "modeltap-proxy")
+
+
+def test_command_line_upstream_and_teardown(pytester: pytest.Pytester, upstream: Upstream) -> None:
+    pytester.makepyfile(ONE_TURN_VIA_UPSTREAM)
+    before = proxy_threads()
+    result = run_inner(pytester, "--modeltap-upstream", upstream.url)
+    result.assert_outcomes(passed=1)
+    assert [r.path for r in upstream.received] == ["/v1/chat/completions"]
+    # The fixture stopped the proxy (and its thread) when the inner test ended.
+    assert proxy_threads() == before
+
+
+def test_ini_upstream(pytester: pytest.Pytester, upstream: Upstream) -> None:
+    pytester.makepyprojecttoml(f'[tool.pytest.ini_options]\nmodeltap_upstream = "{upstream.url}"\n')
+    pytester.makepyfile(ONE_TURN_VIA_UPSTREAM)
+    run_inner(pytester).assert_outcomes(passed=1)
+
+
+def test_command_line_beats_ini(pytester: pytest.Pytester, upstream: Upstream) -> None:
+    pytester.makeini("[pytest]\nmodeltap_upstream = http://127.0.0.1:9\n")
+    pytester.makepyfile(ONE_TURN_VIA_UPSTREAM)
+    run_inner(pytester, "--modeltap-upstream", upstream.url).assert_outcomes(passed=1)
+
+
+def test_markers_closest_wins_key_by_key(pytester: pytest.Pytester, upstream: Upstream) -> None:
+    pytester.makepyfile(
+        f"""
+        import openai
+        import pytest
+
+
+        @pytest.mark.modeltap(routes=["openai={upstream.url}"], session="from-class")
+        class TestMarked:
+            @pytest.mark.modeltap(session="from-function")
+            def test_function_marker(self, modeltap):
+                client = openai.OpenAI(
+                    base_url=modeltap.openai_base_url, api_key="sk-test", max_retries=0
+                )
+                client.chat.completions.create(model="m", messages=[])
+                (record,) = modeltap.capture().records
+                assert (record.route, record.session_id) == ("openai", "from-function")
+
+            def test_class_marker(self, modeltap):
+                client = openai.OpenAI(
+                    base_url=modeltap.openai_base_url, api_key="sk-test", max_retries=0
+                )
+                client.chat.completions.create(model="m", messages=[])
+                (record,) = modeltap.capture().records
+                assert (record.route, record.session_id) == ("openai", "from-class")
+
+
+        @pytest.mark.modeltap(upstream="{upstream.url}")
+        def test_marker_beats_command_line(modeltap):
+            client = openai.OpenAI(base_url=modeltap.url + "/v1", api_key="sk-test", max_retries=0)
+            client.chat.completions.create(model="m", messages=[])
+            assert len(modeltap.capture().records) == 1
+        """
+    )
+    result = run_inner(pytester, "--modeltap-upstream", "http://127.0.0.1:9")
+    result.assert_outcomes(passed=3)
+    assert len(upstream.received) == 3
+
+
+def test_quiet_unless_asked(pytester: pytest.Pytester, upstream: Upstream) -> None:
+    pytester.makepyfile(
+        """
+        import openai
+        import pytest
+
+
+        def ask(modeltap):
+            client = openai.OpenAI(base_url=modeltap.url + "/v1", api_key="sk-test", max_retries=0)
+            client.chat.completions.create(model="loud-or-quiet", messages=[])
+
+
+        def test_quiet_by_default(modeltap, capsys):
+            ask(modeltap)
+            assert "loud-or-quiet" not in capsys.readouterr().err
+
+
+        @pytest.mark.modeltap(quiet=False)
+        def test_one_line_per_exchange_when_asked(modeltap, capsys):
+            ask(modeltap)
+            assert "loud-or-quiet" in capsys.readouterr().err
+        """
+    )
+    run_inner(pytester, "--modeltap-upstream", upstream.url).assert_outcomes(passed=2)
+
+
+def test_bad_configuration_is_a_setup_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        """
+        import pytest
+
+
+        @pytest.mark.modeltap(colour="blue", routes=[])
+        def test_unknown_option(modeltap):
+            pass
+
+
+        @pytest.mark.modeltap("http://127.0.0.1:9")
+        def test_positional(modeltap):
+            pass
+
+
+        @pytest.mark.modeltap(routes=["no-equals-sign"])
+        def test_bad_route(modeltap):
+            pass
+        """
+    )
+    result = run_inner(pytester)
+    result.assert_outcomes(errors=3)
+    result.stdout.fnmatch_lines(
+        [
+            "*modeltap: unknown option(s) colour; use fields of ProxyConfig:*",
+            "*@pytest.mark.modeltap takes keyword arguments only*",
+            "*modeltap did not start: --route takes NAME=URL, got 'no-equals-sign'*",
+        ]
+    )
+
+
+def test_marker_and_option_are_documented(pytester: pytest.Pytester) -> None:
+    run_inner(pytester, "--markers").stdout.fnmatch_lines(["@pytest.mark.modeltap(**options):*"])
+    run_inner(pytester, "--help").stdout.fnmatch_lines(
+        ["*--modeltap-upstream=URL*", "*modeltap_upstream (string):*"]
+    )
+
+
+def test_importing_the_plugin_does_not_import_mitmproxy() -> None:
+    # The plugin loads in every pytest run of a project that installs modeltap.
+    code = "import sys, modeltap.pytest_plugin; sys.exit('mitmproxy' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# --------------------------------------------------------------------------
+# The fixture used directly
+
+
+@pytest.fixture
+def modeltap_config(upstream: Upstream) -> dict[str, Any]:
+    """Both provider routes lead to the stub in this module's direct tests."""
+    return {"routes": [f"openai={upstream.url}", f"anthropic={upstream.url}"]}
+
+
+def test_fixture_urls_and_fresh_captures(
+    modeltap: ModelTapFixture, upstream: Upstream, tmp_path: Path
+) -> None:
+    assert modeltap.out_dir == tmp_path / "modeltap"
+    assert modeltap.base_url("openai") == modeltap.url + "/openai"
+    assert modeltap.base_url("/vllm/") == modeltap.url + "/vllm"
+    assert modeltap.openai_base_url == modeltap.url + "/openai/v1"
+    assert modeltap.anthropic_base_url == modeltap.url + "/anthropic"
+
+    # Nothing sent yet: an empty capture that says so, not an exception.
+    empty = modeltap.capture()
+    assert (empty.sessions, empty.evidence_complete) == ({}, False)
+    assert empty.capture_errors == [NO_REQUESTS]
+
+    oai = openai.OpenAI(base_url=modeltap.openai_base_url, api_key=KEY, max_retries=0)
+    oai.chat.completions.create(model="gpt-x", messages=[{"role": "user", "content": "hi"}])
+    assert [r.api for r in modeltap.capture().records] == ["openai.chat_completions"]
+
+    anth = anthropic.Anthropic(base_url=modeltap.anthropic_base_url, api_key=KEY, max_retries=0)
+    anth.messages.create(
+        model="claude-x", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+    )
+    capture = modeltap.capture()  # read again: the new lines are there
+    assert [(r.api, r.route) for r in capture.records] == [
+        ("openai.chat_completions", "openai"),
+        ("anthropic.messages", "anthropic"),
+    ]
+    assert capture.evidence_complete, capture.capture_errors
+    assert [r.path for r in upstream.received] == ["/v1/chat/completions", "/v1/messages"]
+
+    report = modeltap.report()
+    assert report["directory"] == str(modeltap.out_dir)
+    assert report["counts"]["turns"] == 2
+    assert report["evidence_complete"] is True
+
+
+@pytest.mark.modeltap(session="direct")
+def test_marker_on_a_direct_test(modeltap: ModelTapFixture) -> None:
+    oai = openai.OpenAI(base_url=modeltap.openai_base_url, api_key=KEY, max_retries=0)
+    oai.chat.completions.create(model="gpt-x", messages=[])
+    assert list(modeltap.capture().sessions) == ["direct"]
