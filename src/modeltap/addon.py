@@ -364,10 +364,14 @@ class ModelTap:
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         req = flow.request
         session = req.headers.pop(SESSION_HEADER, None)
-        request_id = (
-            req.headers.get("x-client-request-id") or req.headers.get("x-request-id") or flow.id
-        )
         websocket = req.method == "GET" and req.headers.get("upgrade", "").lower() == "websocket"
+        # SPEC 2: HTTP takes x-client-request-id or x-request-id; a WebSocket connection
+        # only the handshake's x-client-request-id, else the proxy's own id.
+        request_id = (
+            req.headers.get("x-client-request-id")
+            or (None if websocket else req.headers.get("x-request-id"))
+            or flow.id
+        )
         # SPEC 5: the header, else the WebSocket connection, else --session, else the run.
         session_id = (
             session
@@ -600,6 +604,9 @@ class ModelTap:
     def _ws_client_message(self, flow: http.HTTPFlow, conn: WsConnection, message: Any) -> None:
         ex = conn.ex
         try:
+            # Fail-closed refuses every later message of the session, control ones too.
+            if self.options.modeltap_fail_closed and self._session(ex.session_id).refusals:
+                raise Rejected("fail_closed")
             seen = classify_client_message(message.content, message.is_text, self.ws_policy)
             if isinstance(seen, Control):
                 self._write_event(
