@@ -458,3 +458,265 @@ def default_ws_events(message: Json, n: int) -> list[Json]:
         },
         {"type": "response.completed", "sequence_number": 2, "response": done},
     ]
+
+
+# ---------------------------------------------------------------- canned tool calls
+# The model asks for one client tool: ``lookup`` with these arguments. Streams
+# split the arguments over several deltas, as the providers do.
+
+TOOL_ARGUMENTS = '{"q": "weather", "n": 3}'
+TOOL_ARGUMENT_PARTS = ('{"q": ', '"weather"', ', "n": ', "3}")
+
+
+def chat_tool_json(model: str) -> Reply:
+    return Reply(
+        json={
+            "id": "chatcmpl-tool1",
+            "object": "chat.completion",
+            "created": 1760000000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "refusal": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_lookup1",
+                                "type": "function",
+                                "function": {"name": "lookup", "arguments": TOOL_ARGUMENTS},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                    "logprobs": None,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": 40,
+                "completion_tokens": 12,
+                "total_tokens": 52,
+                "prompt_tokens_details": {"cached_tokens": 8},
+                "completion_tokens_details": {"reasoning_tokens": 4},
+            },
+        }
+    )
+
+
+def _chat_tool_chunk(model: str, delta: Json, finish: str | None = None) -> Json:
+    return dict(_chat_chunk(model, delta, finish), id="chatcmpl-tool2")
+
+
+def chat_tool_sse(model: str, include_usage: bool = False) -> Reply:
+    first = {
+        "index": 0,
+        "id": "call_lookup2",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": ""},
+    }
+    events: list[tuple[str | None, Any]] = [
+        (None, _chat_tool_chunk(model, {"role": "assistant", "content": None})),
+        (None, _chat_tool_chunk(model, {"tool_calls": [first]})),
+    ]
+    for part in TOOL_ARGUMENT_PARTS:
+        delta = {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}
+        events.append((None, _chat_tool_chunk(model, delta)))
+    events.append((None, _chat_tool_chunk(model, {}, "tool_calls")))
+    if include_usage:
+        events.append(
+            (
+                None,
+                {
+                    "id": "chatcmpl-tool2",
+                    "object": "chat.completion.chunk",
+                    "created": 1760000000,
+                    "model": model,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 40,
+                        "completion_tokens": 12,
+                        "total_tokens": 52,
+                        "prompt_tokens_details": {"cached_tokens": 8},
+                        "completion_tokens_details": {"reasoning_tokens": 4},
+                    },
+                },
+            )
+        )
+    events.append((None, "[DONE]"))
+    return Reply(sse=events)
+
+
+def _function_call_item(arguments: str, status: str = "completed") -> Json:
+    return {
+        "id": "fc_stub1",
+        "type": "function_call",
+        "status": status,
+        "call_id": "call_lookup3",
+        "name": "lookup",
+        "arguments": arguments,
+    }
+
+
+def responses_tool_json(model: str) -> Reply:
+    return Reply(json=_response_object(model, "completed", [_function_call_item(TOOL_ARGUMENTS)]))
+
+
+def responses_tool_sse(model: str) -> Reply:
+    done = _response_object(model, "completed", [_function_call_item(TOOL_ARGUMENTS)])
+    created = dict(_response_object(model, "in_progress", []), usage=None)
+    events: list[tuple[str | None, Any]] = [
+        (
+            "response.created",
+            {"type": "response.created", "sequence_number": 0, "response": created},
+        ),
+        (
+            "response.output_item.added",
+            {
+                "type": "response.output_item.added",
+                "sequence_number": 1,
+                "output_index": 0,
+                "item": _function_call_item("", "in_progress"),
+            },
+        ),
+    ]
+    for part in TOOL_ARGUMENT_PARTS:
+        events.append(
+            (
+                "response.function_call_arguments.delta",
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "sequence_number": len(events),
+                    "item_id": "fc_stub1",
+                    "output_index": 0,
+                    "delta": part,
+                },
+            )
+        )
+    events += [
+        (
+            "response.function_call_arguments.done",
+            {
+                "type": "response.function_call_arguments.done",
+                "sequence_number": len(events),
+                "item_id": "fc_stub1",
+                "output_index": 0,
+                "arguments": TOOL_ARGUMENTS,
+            },
+        ),
+        (
+            "response.output_item.done",
+            {
+                "type": "response.output_item.done",
+                "sequence_number": len(events) + 1,
+                "output_index": 0,
+                "item": _function_call_item(TOOL_ARGUMENTS),
+            },
+        ),
+        (
+            "response.completed",
+            {"type": "response.completed", "sequence_number": len(events) + 2, "response": done},
+        ),
+    ]
+    return Reply(sse=events)
+
+
+def anthropic_tool_json(model: str) -> Reply:
+    return Reply(
+        json={
+            "id": "msg_tool1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [
+                {"type": "text", "text": "Looking it up."},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_lookup1",
+                    "name": "lookup",
+                    "input": {"q": "weather", "n": 3},
+                },
+            ],
+            "stop_reason": "tool_use",
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": 50,
+                "output_tokens": 20,
+                "cache_read_input_tokens": 30,
+                "cache_creation_input_tokens": 6,
+            },
+        }
+    )
+
+
+def anthropic_tool_sse(model: str) -> Reply:
+    events: list[tuple[str | None, Any]] = [
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_tool2",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": 50,
+                        "output_tokens": 1,
+                        "cache_read_input_tokens": 30,
+                        "cache_creation_input_tokens": 6,
+                    },
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {
+                    "type": "tool_use",
+                    "id": "toolu_lookup2",
+                    "name": "lookup",
+                    "input": {},
+                },
+            },
+        ),
+        # The API's first input delta is empty.
+        (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": ""},
+            },
+        ),
+    ]
+    for part in TOOL_ARGUMENT_PARTS:
+        events.append(
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": part},
+                },
+            )
+        )
+    events += [
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                "usage": {"output_tokens": 20},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
+    return Reply(sse=events)

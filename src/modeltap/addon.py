@@ -476,13 +476,7 @@ class ModelTap:
             return
         assert ex.api is not None
         if ex.observer is not None:
-            facts = ex.observer.finish(None)
-            if ex.stream_errors:
-                facts = replace(
-                    facts,
-                    evidence_complete=False,
-                    capture_errors=facts.capture_errors + tuple(ex.stream_errors),
-                )
+            facts = self._finish_stream(ex, None)
         elif ex.streamed:
             facts = ResponseFacts(
                 evidence_complete=False,
@@ -501,6 +495,12 @@ class ModelTap:
         if not ex.audited:
             self._unaudited(flow, ex, None)
         kind = _classify_error(msg, ex.t_first_byte_ns is not None)
+        if kind == "client_gone" and ex.audited and ex.observer is not None and ex.observer.done:
+            # Clients (the sync openai SDK) close right after the terminal event, before
+            # the body's last bytes (chunk terminator, a compressor's tail): the whole
+            # answer was seen, so this is the end of the response, not a client gone.
+            self._respond_event(flow, ex, self._finish_stream(ex, None), now)
+            return
         self.counts["errors"] += 1
         self._session(ex.session_id).errored(kind)
         error = ErrorEvent(
@@ -518,7 +518,7 @@ class ModelTap:
         self._write_event(error)
         if ex.audited:
             if ex.observer is not None:
-                facts = ex.observer.finish(f"{kind}: {msg}")
+                facts = self._finish_stream(ex, f"{kind}: {msg}")
             else:
                 facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {msg}",))
             self._respond_event(flow, ex, facts, now, error=error)
@@ -759,6 +759,18 @@ class ModelTap:
         if message is None or not self.telemetry.capture_content:
             return None
         return message.get_content(strict=False)
+
+    def _finish_stream(self, ex: Exchange, error: str | None) -> ResponseFacts:
+        """The observed stream's facts, with any decoding trouble added."""
+        assert ex.observer is not None
+        facts = ex.observer.finish(error)
+        if ex.stream_errors:
+            facts = replace(
+                facts,
+                evidence_complete=False,
+                capture_errors=facts.capture_errors + tuple(ex.stream_errors),
+            )
+        return facts
 
     def _observe_body(self, flow: http.HTTPFlow, ex: Exchange) -> ResponseFacts:
         assert flow.response is not None and ex.api is not None
@@ -1045,6 +1057,10 @@ class _Stopped:
         self.inner = inner
 
     def feed(self, event: Any) -> bool:
+        return False
+
+    @property
+    def done(self) -> bool:
         return False
 
     def finish(self, error: str | None = None) -> ResponseFacts:

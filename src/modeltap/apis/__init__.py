@@ -8,7 +8,8 @@ offers the same four things:
   detail in place, return how many were rewritten;
 - ``observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts``;
 - ``StreamObserver(facts)`` with ``feed(SSEEvent) -> bool`` (True when the
-  event carried model output) and ``finish(error: str | None) -> ResponseFacts``.
+  event carried model output), ``done`` (the terminal event was seen) and
+  ``finish(error: str | None) -> ResponseFacts``.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class StreamObserver(Protocol):
 
     def feed(self, event: SSEEvent) -> bool: ...
 
+    @property
+    def done(self) -> bool: ...
+
     def finish(self, error: str | None = None) -> ResponseFacts: ...
 
 
@@ -71,14 +75,20 @@ def module_for(api: str) -> ModuleType:
     Raises:
         KeyError: for an unknown API name.
     """
-    from modeltap.apis import anthropic_messages, openai_chat, openai_responses
+    if not _MODULES:  # imported on first use: the API modules import this one
+        from modeltap.apis import anthropic_messages, openai_chat, openai_responses
 
-    modules: dict[str, ModuleType] = {
-        API_CHAT: openai_chat,
-        API_RESPONSES: openai_responses,
-        API_ANTHROPIC: anthropic_messages,
-    }
-    return modules[api]
+        _MODULES.update(
+            {
+                API_CHAT: openai_chat,
+                API_RESPONSES: openai_responses,
+                API_ANTHROPIC: anthropic_messages,
+            }
+        )
+    return _MODULES[api]
+
+
+_MODULES: dict[str, ModuleType] = {}
 
 
 def provider_of(api: str) -> str:

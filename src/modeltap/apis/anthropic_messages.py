@@ -81,6 +81,11 @@ def audit_request(body: Json) -> RequestFacts:
     thinking = body.get("thinking")
     if thinking is not None and not isinstance(thinking, dict):
         raise Rejected("malformed_setting", "thinking")
+    if thinking is not None and wire.json_bytes(thinking) is None:
+        # The record copies `thinking` as sent. orjson reads 1024 levels of
+        # nesting but writes only 254, so a deeper one would parse here and then
+        # make the audit line unwritable after the request was accepted.
+        raise Rejected("malformed_setting", "thinking")
     output_config = body.get("output_config")
     if output_config is not None and not isinstance(output_config, dict):
         raise Rejected("malformed_setting", "output_config")
@@ -338,6 +343,11 @@ class StreamObserver:
     def _note(self, error: str) -> None:
         if len(self._errors) < _MAX_CAPTURE_ERRORS:
             self._errors[error] = None
+
+    @property
+    def done(self) -> bool:
+        """True once the terminal event (``message_stop``) was seen."""
+        return self._done
 
     def feed(self, event: SSEEvent) -> bool:
         """Take one SSE event.

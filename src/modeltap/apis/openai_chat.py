@@ -337,6 +337,11 @@ class StreamObserver:
         if len(self._errors) < _MAX_CAPTURE_ERRORS:
             self._errors[error] = None
 
+    @property
+    def done(self) -> bool:
+        """True once the terminal event (``data: [DONE]``) was seen."""
+        return self._done
+
     def feed(self, event: SSEEvent) -> bool:
         """Take one SSE event.
 
