@@ -73,9 +73,18 @@ def parse_upstream_url(name: str, url: str, prefix: str | None = None) -> Route:
     """
     if not name or not all(c.isalnum() or c in "-_." for c in name):
         raise RouteError(f"bad route name {name!r}: use letters, digits, '-', '_' or '.'")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:
+        # urlsplit raises plain ValueError on a broken IPv6 literal ("http://[::1",
+        # "http://[x]"); the CLI and the addon only catch RouteError.
+        raise RouteError(f"route {name}: the upstream must be an http:// or https:// URL") from None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise RouteError(f"route {name}: the upstream must be an http:// or https:// URL")
+    if any(c.isspace() or not c.isprintable() for c in hostname):
+        # Would only fail later, on every request, as a bad Host header.
+        raise RouteError(f"route {name}: the upstream host has spaces or control characters")
     if parts.username or parts.password or parts.query or parts.fragment:
         raise RouteError(f"route {name}: the upstream URL may not carry credentials or a query")
     try:
@@ -86,7 +95,7 @@ def parse_upstream_url(name: str, url: str, prefix: str | None = None) -> Route:
         name=name,
         prefix=prefix if prefix is not None else f"/{name}",
         scheme=parts.scheme,
-        host=parts.hostname,
+        host=hostname,
         port=port,
         base_path=parts.path.rstrip("/"),
     )

@@ -103,7 +103,13 @@ class Sink:
         Raises:
             SinkError: the request must then be refused (503), not forwarded.
         """
-        self.audit.append(to_json_line(record))
+        try:
+            line = to_json_line(record)
+        except TypeError:
+            # orjson cannot write it (nesting over 254 levels, say): refuse like any
+            # other unwritable line. Never forward what could not be recorded.
+            raise SinkError("the audit record could not be serialised") from None
+        self.audit.append(line)
 
     def write_event(self, event: Event) -> bool:
         """Write one events line. A failure is counted, never raised: events
@@ -115,7 +121,7 @@ class Sink:
         """
         try:
             self.events.append(to_json_line(event))
-        except SinkError:
+        except (SinkError, TypeError):
             self.events_lost += 1
             return False
         return True
@@ -124,7 +130,7 @@ class Sink:
         """Write one ``sessions.jsonl`` line; failures are counted like events."""
         try:
             self.sessions.append(to_json_line(status))
-        except SinkError:
+        except (SinkError, TypeError):
             self.events_lost += 1
             return False
         return True

@@ -101,11 +101,53 @@ def token_count(value: Any) -> int | None:
     return None
 
 
+def json_bytes(value: Any) -> bytes | None:
+    """``value`` as compact JSON, or ``None`` if orjson cannot write it.
+
+    orjson reads up to 1024 levels of nesting but writes at most 254, so a
+    parsed body can hold values that cannot be written back as they are.
+    """
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return None
+
+
 def utf8_len(value: Any) -> int:
-    """Size in bytes of a tool result as sent: strings as UTF-8, anything else as JSON."""
+    """Size in bytes of a tool result as sent: strings as UTF-8, anything else as JSON.
+
+    A value nested deeper than orjson writes is measured without encoding it
+    whole, so its size is still the size sent, never a silent 0.
+    """
     if isinstance(value, str):
         return len(value.encode("utf-8", "surrogatepass"))
+    encoded = json_bytes(value)
+    if encoded is not None:
+        return len(encoded)
     try:
-        return len(orjson.dumps(value))
+        return _compact_json_size(value)
     except TypeError:
         return 0
+
+
+def _compact_json_size(value: Any) -> int:
+    """Length of ``orjson.dumps(value)``, walked with an explicit stack (no depth limit).
+
+    Raises:
+        TypeError: for a value orjson cannot encode at all (e.g. a lone surrogate).
+    """
+    size = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            size += 2 + max(len(item) - 1, 0)  # braces and commas
+            for key, child in item.items():
+                size += len(orjson.dumps(key)) + 1  # the key and its colon
+                stack.append(child)
+        elif isinstance(item, list):
+            size += 2 + max(len(item) - 1, 0)
+            stack.extend(item)
+        else:
+            size += len(orjson.dumps(item))
+    return size

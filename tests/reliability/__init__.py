@@ -1,0 +1,1 @@
+"""Reliability suite: bad input, faults and load (docs/RELIABILITY.md has the figures)."""

@@ -1,0 +1,201 @@
+"""A misbehaving upstream on a raw socket, for faults aiohttp will not commit.
+
+:class:`RawUpstream` binds 127.0.0.1 on a free port and runs ``script(conn)``
+for each accepted connection in its own thread; scripts below reset, stall or
+half-answer on purpose. Everything stops when the ``with`` block ends.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import os
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+
+import orjson
+
+Script = Callable[[socket.socket], None]
+
+
+class RawUpstream:
+    """A TCP server running one script per connection (threads, bounded by the test)."""
+
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.connections = 0
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self._sock.settimeout(0.1)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, daemon=True, name="raw-upstream")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.connections += 1
+            conn.settimeout(10)
+            t = threading.Thread(target=self._run, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _run(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError), conn:
+            self.script(conn)
+
+    def __enter__(self) -> RawUpstream:
+        self._accept.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        self._sock.close()
+        self._accept.join(5)
+        for t in self._threads:
+            t.join(5)
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """Read one HTTP/1.1 request (headers and a Content-Length body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+def reset(conn: socket.socket) -> None:
+    """Abort the connection with a TCP RST (SO_LINGER 0), not a clean FIN."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def reset_mid_json(conn: socket.socket) -> None:
+    """Promise a 1000-byte JSON body, send 40 bytes of it, reset."""
+    read_request(conn)
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        b'{"id":"chatcmpl-x","object":"chat.compl'
+    )
+    time.sleep(0.05)
+    reset(conn)
+
+
+def reset_before_answer(conn: socket.socket) -> None:
+    """Read the request, then reset without a byte of answer."""
+    read_request(conn)
+    reset(conn)
+
+
+def slow_first_byte(delay: float) -> Script:
+    """Answer a valid chat completion after ``delay`` seconds of silence."""
+
+    def script(conn: socket.socket) -> None:
+        read_request(conn)
+        time.sleep(delay)
+        body = (
+            b'{"id":"chatcmpl-slow","object":"chat.completion","model":"gpt-5","choices":'
+            b'[{"index":0,"message":{"role":"assistant","content":"late"},"finish_reason":"stop"}],'
+            b'"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}'
+        )
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+
+    return script
+
+
+def _ws_accept(key: bytes) -> bytes:
+    magic = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    return base64.b64encode(hashlib.sha1(key + magic).digest())
+
+
+def _ws_text(payload: bytes) -> bytes:
+    """One unmasked server text frame."""
+    n = len(payload)
+    if n < 126:
+        return bytes([0x81, n]) + payload
+    return bytes([0x81, 126]) + struct.pack("!H", n) + payload
+
+
+def ws_abort_after_created(conn: socket.socket) -> None:
+    """Accept a WebSocket, answer the first message with ``response.created``,
+    then reset the TCP connection (no close frame: an abnormal closure)."""
+    head = read_request(conn)
+    key = b""
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"sec-websocket-key":
+            key = value.strip()
+    conn.sendall(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: " + _ws_accept(key) + b"\r\n\r\n"
+    )
+    conn.recv(65536)  # the client's response.create (masked; not needed)
+    created = (
+        b'{"type":"response.created","response":{"id":"resp_ab","object":"response",'
+        b'"status":"in_progress","model":"gpt-5","output":[]}}'
+    )
+    conn.sendall(_ws_text(created))
+    time.sleep(0.1)
+    reset(conn)
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, then closed): connections are refused."""
+    with socket.create_server(("127.0.0.1", 0)) as s:
+        return int(s.getsockname()[1])
+
+
+def wait_until[T](probe: Callable[[], T], timeout: float = 10.0) -> T:
+    """Poll ``probe`` until it returns something truthy (events are written after
+    the client already has its answer); return the last value either way."""
+    deadline = time.monotonic() + timeout
+    value = probe()
+    while not value and time.monotonic() < deadline:
+        time.sleep(0.02)
+        value = probe()
+    return value
+
+
+def figure(name: str, **values: object) -> None:
+    """Append a measured figure to ``$MODELTAP_RELIABILITY_FIGURES`` (a JSONL file)
+    when set; docs/RELIABILITY.md is written from these. A no-op otherwise."""
+    target = os.environ.get("MODELTAP_RELIABILITY_FIGURES")
+    if target:
+        with open(target, "ab") as f:
+            f.write(orjson.dumps({"test": name, **values}, option=orjson.OPT_APPEND_NEWLINE))

@@ -1,0 +1,59 @@
+"""SPEC 8 holds even when the audit line cannot be *serialised*, not only when
+the file cannot be written: the glue must refuse, never forward unaudited.
+
+The core now refuses the one wire input found that broke serialisation (an
+Anthropic ``thinking`` nested 255-1023 levels deep, readable by orjson but not
+writable). This test injects such facts directly, to show that the glue itself
+still lets a request through when ``to_json_line`` raises ``TypeError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import httpx2 as httpx
+import orjson
+import pytest
+
+from modeltap.apis import anthropic_messages
+from tests.conftest import Running
+
+BODY = {"model": "claude-x", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+
+
+def too_deep() -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(300):
+        value = {"x": value}
+    return value
+
+
+def test_unserialisable_record_is_refused_not_forwarded(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = anthropic_messages.audit_request
+
+    def audit(body: Any) -> Any:
+        return dataclasses.replace(real(body), thinking=too_deep())
+
+    monkeypatch.setattr(anthropic_messages, "audit_request", audit)
+    resp = httpx.post(running.base() + "/v1/messages", content=orjson.dumps(BODY), timeout=10)
+    assert running.upstream.received == []  # nothing reached the model unaudited
+    assert resp.status_code == 503
+
+
+def test_deep_thinking_on_the_wire_is_refused(running: Running) -> None:
+    """The wire input that found the bug: refused 400, nothing forwarded."""
+    raw = (
+        b'{"model":"claude-x","max_tokens":5,"messages":[],"thinking":{"type":"enabled","x":'
+        + b'{"a":' * 400
+        + b"1"
+        + b"}" * 400
+        + b"}}"
+    )
+    resp = httpx.post(running.base() + "/v1/messages", content=raw, timeout=10)
+    assert resp.status_code == 400
+    assert "malformed_setting" in resp.json()["error"]["message"]
+    assert running.upstream.received == []
+    assert running.audit() == []
