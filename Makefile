@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: run test lint check-python clean
+.PHONY: run test lint bench check-python clean
 
 check-python:
 	@test -n "$(PYTHON)" || { echo "modeltap needs Python >= 3.12 (mitmproxy 12 does). Install one, or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -23,6 +23,9 @@ run: $(BIN)/modeltap
 
 test: $(BIN)/modeltap
 	$(BIN)/python -m pytest -q $(ARGS)
+
+bench: $(BIN)/modeltap
+	$(BIN)/python bench/run.py $(ARGS)
 
 lint: $(BIN)/modeltap
 	$(BIN)/ruff check src tests addons examples bench
