@@ -6,9 +6,19 @@ Use reverse mode with connection_strategy=lazy, e.g.::
         --set connection_strategy=lazy --set modeltap_upstream=https://api.openai.com
 
 or regular mode (``--mode regular --set modeltap_mode=regular``). Every option
-of the addon is listed by ``mitmdump -s addons/modeltap.py --options``.
+of the addon is listed by ``mitmdump -s addons/modeltap.py --options``;
+``--set modeltap_record=DIR`` also records exchanges for ``modeltap replay``.
 """
 
-from modeltap.addon import ModelTap
+import os
+import sys
 
-addons = [ModelTap()]
+# mitmproxy puts this script's folder first on sys.path, where this file would
+# shadow the modeltap package it loads; take the folder out before importing.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
+
+from modeltap.addon import ModelTap  # noqa: E402
+from modeltap.record import Recorder  # noqa: E402
+
+addons = [ModelTap(), Recorder()]

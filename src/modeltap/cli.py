@@ -107,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
         "response.processed is always allowed)",
     )
     run.add_argument(
+        "--max-tool-calls",
+        type=int,
+        metavar="N",
+        help="tool-call budget per session: after the request carrying the Nth call's result, "
+        "further model requests of the session are refused (tool_budget_exceeded)",
+    )
+    run.add_argument(
         "--otlp",
         metavar="URL",
         help="export spans over OTLP: http://host:4318 (OTLP/HTTP) or grpc://host:4317; "
@@ -117,6 +124,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="put prompt and output content into spans (also "
         "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); never into the JSONL files",
+    )
+    run.add_argument(
+        "--record",
+        metavar="DIR",
+        help="also keep full exchanges in DIR for `modeltap replay DIR` (bodies, SSE chunks "
+        "and WebSocket messages with their timing; never credentials)",
+    )
+    run.add_argument(
+        "--proxyauth",
+        metavar="SPEC",
+        help="require proxy authentication (mitmproxy's proxyauth, e.g. user:pass) in "
+        "--mode regular, where clients send Proxy-Authorization; not for reverse mode, where "
+        "it would take the Authorization header that carries API keys",
     )
     run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
 
@@ -140,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="per-session, per-turn report of an out dir", add_help=False
     )
     report.add_argument("args", nargs=argparse.REMAINDER)
+    # Listed for --help; main() hands their arguments to modeltap.replay.
+    sub.add_parser("replay", help="answer an agent from a --record directory", add_help=False)
+    sub.add_parser("demo", help="a scripted agent replayed through modeltap", add_help=False)
     return parser
 
 
@@ -164,6 +187,8 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         otlp=args.otlp,
         max_tool_calls=args.max_tool_calls,
         capture_content=args.capture_content,
+        record=args.record,
+        extra={"proxyauth": args.proxyauth} if args.proxyauth else {},
     )
 
 
@@ -199,11 +224,12 @@ def startup_screen(proxy: Proxy) -> str:
             lines.append(("  export     " if i == 0 else "             ") + e)
     lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
     lines.append(f"  {proxy.addon.telemetry.describe()}")
-    lines.append("  Ctrl-C stops and flushes.")
     if cfg.listen_host not in ("127.0.0.1", "localhost", "::1"):
         lines.append(
             f"  WARNING    listening on {cfg.listen_host}: anyone who can reach it can use it"
+            " (see --proxyauth)"
         )
+    lines.append("  Ctrl-C stops and flushes.")
     return "\n".join(lines)
 
 
@@ -248,6 +274,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from modeltap import report
 
         return report.main(argv[1:])
+    if argv[:1] == ["replay"]:
+        from modeltap.replay import replay_main
+
+        return replay_main(argv[1:])
+    if argv[:1] == ["demo"]:
+        from modeltap.replay import demo_main
+
+        return demo_main(argv[1:])
     if argv[:1] == ["check"]:
         from modeltap import check
 

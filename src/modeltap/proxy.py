@@ -5,14 +5,26 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mitmproxy import options as mitm_options
-from mitmproxy.tools.dump import DumpMaster
+from mitmproxy.addons import (
+    block,
+    core,
+    disable_h2c,
+    errorcheck,
+    next_layer,
+    proxyauth,
+    proxyserver,
+    tlsconfig,
+    update_alt_svc,
+)
+from mitmproxy.master import Master
 
 from modeltap.addon import ModelTap
+from modeltap.record import Recorder
 
 #: Reverse mode needs *a* target; every request is re-pointed at its route's
 #: upstream before it leaves, and connections are opened lazily, so this
@@ -41,6 +53,8 @@ class ProxyConfig:
     otlp: str | None = None
     max_tool_calls: int | None = None
     capture_content: bool = False
+    #: ``--record DIR``: also keep full exchanges there for ``modeltap replay``.
+    record: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def mitm_options(self) -> dict[str, Any]:
@@ -66,8 +80,32 @@ class ProxyConfig:
             "modeltap_max_tool_calls": self.max_tool_calls,
             "modeltap_capture_content": self.capture_content,
         }
+        if self.record is not None:
+            opts["modeltap_record"] = self.record
         opts.update(self.extra)
         return opts
+
+
+def _proxy_addons() -> list[Any]:
+    """The mitmproxy addons modeltap needs, not DumpMaster's thirty-odd.
+
+    mitmproxy calls every loaded addon for every hook of every flow (about ten
+    per HTTP exchange); with the full default set that dispatch was a third of
+    the proxy's CPU per request (see bench/README.md). modeltap uses none of the
+    interactive or rewriting addons (map_local, modify_body, save, cut, ...).
+    ``mitmdump -s addons/modeltap.py`` still loads the full set.
+    """
+    return [
+        core.Core(),
+        block.Block(),
+        disable_h2c.DisableH2C(),
+        proxyauth.ProxyAuth(),
+        proxyserver.Proxyserver(),
+        next_layer.NextLayer(),
+        tlsconfig.TlsConfig(),
+        update_alt_svc.UpdateAltSvc(),
+        errorcheck.ErrorCheck(),
+    ]
 
 
 def _quiet_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -79,10 +117,12 @@ def _quiet_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -
 class Proxy:
     """One mitmproxy master with a :class:`ModelTap` addon."""
 
-    def __init__(self, config: ProxyConfig) -> None:
+    def __init__(self, config: ProxyConfig, addons: Sequence[object] = ()) -> None:
         self.config = config
         self.addon = ModelTap()
-        self.master: DumpMaster | None = None
+        #: Addons that run after ModelTap (they read its exchange from flow.metadata).
+        self.extra_addons = list(addons)
+        self.master: Master | None = None
         self.addresses: list[tuple[str, int]] = []
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
@@ -95,8 +135,12 @@ class Proxy:
             mitmproxy.exceptions.OptionsError: for bad option values.
         """
         opts = mitm_options.Options()
-        master = DumpMaster(opts, with_termlog=False, with_dumper=False)
-        master.addons.add(self.addon)
+        master = Master(opts, with_termlog=False)
+        master.addons.add(*_proxy_addons(), self.addon)
+        if self.config.record is not None:
+            master.addons.add(Recorder())
+        for addon in self.extra_addons:
+            master.addons.add(addon)
         opts.update(**self.config.mitm_options())
         self.master = master
 
@@ -116,6 +160,11 @@ class Proxy:
         task = asyncio.create_task(announce())
         try:
             await master.run()
+            # mitmproxy leaves its listening sockets open after shutdown; close them so
+            # a client of a stopped proxy is refused instead of left waiting.
+            proxyserver = master.addons.get("proxyserver")
+            if proxyserver is not None:
+                await proxyserver.servers.update([])
         finally:
             task.cancel()
             self._ready.set()

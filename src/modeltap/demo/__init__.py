@@ -1,0 +1,1 @@
+"""``modeltap demo``: a scripted agent and the recording that answers it."""

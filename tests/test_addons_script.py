@@ -1,0 +1,58 @@
+"""`mitmdump -s addons/modeltap.py` loads the same addon and audits."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import openai
+
+from tests.conftest import read_jsonl
+from tests.upstream import Upstream
+
+ROOT = Path(__file__).resolve().parent.parent
+MITMDUMP = Path(sys.executable).parent / "mitmdump"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_mitmdump_script_audits(upstream: Upstream, tmp_path: Path) -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            str(MITMDUMP), "-q", "-s", str(ROOT / "addons" / "modeltap.py"),
+            "--mode", "reverse:http://127.0.0.1:9", "--listen-host", "127.0.0.1",
+            "-p", str(port), "--set", "connection_strategy=lazy",
+            "--set", f"modeltap_upstream={upstream.url}", "--set", f"modeltap_out={tmp_path}",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                time.sleep(0.1)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        out = client.chat.completions.create(model="gpt-5", messages=[])
+        assert out.choices[0].message.content == "Hello from the stub."
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    (record,) = read_jsonl(tmp_path / "audit.jsonl")
+    assert (record["model"], record["route"], record["path"]) == (
+        "gpt-5",
+        "upstream",
+        "/v1/chat/completions",
+    )
