@@ -25,7 +25,6 @@ is empty.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
@@ -45,10 +44,6 @@ from modeltap.sse import SSEEvent
 
 #: Delta types that carry model output (signatures and citations do not).
 _OUTPUT_DELTAS = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
-#: A stream can repeat the same fault many times; the list stays short.
-_MAX_CAPTURE_ERRORS = 16
-#: Provider error types are identifiers; anything else is not copied into errors.
-_ERROR_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 # --------------------------------------------------------------------------
@@ -232,19 +227,6 @@ def _merge_usage(usage: Usage, reported: Json) -> Usage:
     )
 
 
-def _error_type(body: Json) -> str:
-    """Return the ``error.type`` of an error body if it is a plain identifier."""
-    error = body.get("error")
-    kind = error.get("type") if isinstance(error, dict) else None
-    if isinstance(kind, str) and _ERROR_TYPE.fullmatch(kind):
-        return kind
-    return "unknown"
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _json_text(value: Any) -> str | None:
     """Serialise a tool input the model sent as an object; ``None`` if impossible."""
     try:
@@ -283,15 +265,15 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
             elif block.get("type") == "tool_use":
                 calls.append(
                     ToolCall(
-                        _str_or_none(block.get("id")),
-                        _str_or_none(block.get("name")),
+                        wire.str_or_none(block.get("id")),
+                        wire.str_or_none(block.get("name")),
                         _json_text(block.get("input")),
                     )
                 )
     reason = body.get("stop_reason")
     return ResponseFacts(
-        response_id=_str_or_none(body.get("id")),
-        model=_str_or_none(body.get("model")),
+        response_id=wire.str_or_none(body.get("id")),
+        model=wire.str_or_none(body.get("model")),
         usage=_merge_usage(Usage(), usage) if isinstance(usage, dict) else Usage(),
         finish_reasons=(reason,) if isinstance(reason, str) else None,
         tool_calls=tuple(calls),
@@ -306,8 +288,8 @@ class _StreamedToolUse:
     __slots__ = ("call_id", "fragments", "name", "start_input")
 
     def __init__(self, block: Json) -> None:
-        self.call_id = _str_or_none(block.get("id"))
-        self.name = _str_or_none(block.get("name"))
+        self.call_id = wire.str_or_none(block.get("id"))
+        self.name = wire.str_or_none(block.get("name"))
         self.start_input: Any = block.get("input")
         self.fragments: list[str] = []
 
@@ -341,7 +323,7 @@ class StreamObserver:
         self._errors: dict[str, None] = {}
 
     def _note(self, error: str) -> None:
-        if len(self._errors) < _MAX_CAPTURE_ERRORS:
+        if len(self._errors) < wire.MAX_CAPTURE_ERRORS:
             self._errors[error] = None
 
     @property
@@ -373,8 +355,8 @@ class StreamObserver:
         if kind == "message_start":
             message = data.get("message")
             if isinstance(message, dict):
-                self._response_id = _str_or_none(message.get("id"))
-                self._model = _str_or_none(message.get("model"))
+                self._response_id = wire.str_or_none(message.get("id"))
+                self._model = wire.str_or_none(message.get("model"))
                 usage = message.get("usage")
                 if isinstance(usage, dict):
                     self._usage = _merge_usage(self._usage, usage)
@@ -401,7 +383,7 @@ class StreamObserver:
             self._done = True
         elif kind == "error":
             self._status = "error"
-            self._note(f"upstream sent an error event: {_error_type(data)}")
+            self._note(f"upstream sent an error event: {wire.error_type(data.get('error'))}")
         return False
 
     def _feed_delta(self, data: Json) -> bool:

@@ -15,7 +15,6 @@ true exactly when ``capture_errors`` is empty.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
@@ -37,10 +36,6 @@ _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 #: Output fields of a streamed ``delta``; reasoning arrives as ``reasoning_content``
 #: (DeepSeek, vLLM) or ``reasoning`` (OpenRouter) on compatible servers.
 _OUTPUT_DELTA_KEYS = ("content", "refusal", "reasoning_content", "reasoning")
-#: A stream can repeat the same fault many times; the list stays short.
-_MAX_CAPTURE_ERRORS = 16
-#: Provider error types are identifiers; anything else is not copied into errors.
-_ERROR_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 
 # --------------------------------------------------------------------------
@@ -225,26 +220,14 @@ def _usage(usage: Json) -> Usage:
     )
 
 
-def _error_type(error: Any) -> str:
-    """Return an error object's ``type`` if it is a plain identifier, else ``unknown``."""
-    kind = error.get("type") if isinstance(error, dict) else None
-    if isinstance(kind, str) and _ERROR_TYPE.fullmatch(kind):
-        return kind
-    return "unknown"
-
-
-def _str_or_none(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
-
-
 def _tool_call_parts(call: Json) -> tuple[str | None, str | None]:
     """Return a tool call's name and arguments (``custom`` calls send ``input``)."""
     function = call.get("function")
     if isinstance(function, dict):
-        return _str_or_none(function.get("name")), _str_or_none(function.get("arguments"))
+        return wire.str_or_none(function.get("name")), wire.str_or_none(function.get("arguments"))
     custom = call.get("custom")
     if isinstance(custom, dict):
-        return _str_or_none(custom.get("name")), _str_or_none(custom.get("input"))
+        return wire.str_or_none(custom.get("name")), wire.str_or_none(custom.get("input"))
     return None, None
 
 
@@ -286,12 +269,14 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
             tool_calls = message.get("tool_calls") if isinstance(message, dict) else None
             for call in tool_calls if isinstance(tool_calls, list) else ():
                 if isinstance(call, dict):
-                    calls.append(ToolCall(_str_or_none(call.get("id")), *_tool_call_parts(call)))
+                    calls.append(
+                        ToolCall(wire.str_or_none(call.get("id")), *_tool_call_parts(call))
+                    )
                 else:
                     errors.append("response has a tool call that is not an object")
     return ResponseFacts(
-        response_id=_str_or_none(body.get("id")),
-        model=_str_or_none(body.get("model")),
+        response_id=wire.str_or_none(body.get("id")),
+        model=wire.str_or_none(body.get("model")),
         usage=_usage(usage) if isinstance(usage, dict) else Usage(),
         finish_reasons=tuple(reasons) if isinstance(choices, list) else None,
         tool_calls=tuple(calls),
@@ -334,7 +319,7 @@ class StreamObserver:
         self._errors: dict[str, None] = {}
 
     def _note(self, error: str) -> None:
-        if len(self._errors) < _MAX_CAPTURE_ERRORS:
+        if len(self._errors) < wire.MAX_CAPTURE_ERRORS:
             self._errors[error] = None
 
     @property
@@ -369,12 +354,12 @@ class StreamObserver:
             return False
         if chunk.get("error") is not None:
             self._status = "error"
-            self._note(f"upstream sent an error chunk: {_error_type(chunk['error'])}")
+            self._note(f"upstream sent an error chunk: {wire.error_type(chunk['error'])}")
             return False
         if self._response_id is None:
-            self._response_id = _str_or_none(chunk.get("id"))
+            self._response_id = wire.str_or_none(chunk.get("id"))
         if self._model is None:
-            self._model = _str_or_none(chunk.get("model"))
+            self._model = wire.str_or_none(chunk.get("model"))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage)
@@ -409,7 +394,7 @@ class StreamObserver:
             tool_index = call.get("index")
             key = (index, tool_index if isinstance(tool_index, int) else tool_position)
             assembled = self._calls.setdefault(key, _StreamedCall())
-            call_id = _str_or_none(call.get("id"))
+            call_id = wire.str_or_none(call.get("id"))
             name, fragment = _tool_call_parts(call)
             assembled.call_id = assembled.call_id or call_id
             assembled.name = assembled.name or name

@@ -353,10 +353,10 @@ def _from_response(
     response: Json, tool_calls: tuple[ToolCall, ...], errors: tuple[str, ...]
 ) -> ResponseFacts:
     """ResponseFacts from a whole Response object's id, model, status and usage."""
-    status = _str(response.get("status"))
+    status = wire.str_or_none(response.get("status"))
     return ResponseFacts(
-        response_id=_str(response.get("id")),
-        model=_str(response.get("model")),
+        response_id=wire.str_or_none(response.get("id")),
+        model=wire.str_or_none(response.get("model")),
         usage=_usage(response.get("usage")),
         finish_reasons=_finish_reasons(status, response.get("incomplete_details")),
         tool_calls=tool_calls,
@@ -364,10 +364,6 @@ def _from_response(
         evidence_complete=not errors,
         capture_errors=errors,
     )
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
 
 
 def _usage(value: Any) -> Usage:
@@ -408,10 +404,10 @@ def _tool_call(item: Json) -> ToolCall | None:
     else:
         return None
     return ToolCall(
-        call_id=_str(item.get("call_id")),
-        name=_str(item.get("name")),
-        arguments=_str(arguments),
-        namespace=_str(item.get("namespace")),
+        call_id=wire.str_or_none(item.get("call_id")),
+        name=wire.str_or_none(item.get("name")),
+        arguments=wire.str_or_none(arguments),
+        namespace=wire.str_or_none(item.get("namespace")),
     )
 
 
@@ -546,9 +542,9 @@ class StreamObserver:
             if isinstance(delta, str):
                 self._pending(event, None).chunks.append(delta)
         elif kind == "response.function_call_arguments.done":
-            self._pending(event, None).done_arguments = _str(event.get("arguments"))
+            self._pending(event, None).done_arguments = wire.str_or_none(event.get("arguments"))
         elif kind == "response.custom_tool_call_input.done":
-            self._pending(event, None).done_arguments = _str(event.get("input"))
+            self._pending(event, None).done_arguments = wire.str_or_none(event.get("input"))
         return kind.startswith("response.") and kind.endswith(".delta")
 
     def finish(self, error: str | None = None) -> ResponseFacts:
@@ -624,4 +620,4 @@ def _call_key(event: Json, item: Json | None) -> object:
     if isinstance(index, int):
         return index
     item_id = item.get("id") if item is not None else event.get("item_id")
-    return _str(item_id)
+    return wire.str_or_none(item_id)

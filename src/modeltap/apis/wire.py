@@ -7,6 +7,7 @@ Nothing here knows one API; each function states its contract and raises
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 import orjson
@@ -151,3 +152,26 @@ def _compact_json_size(value: Any) -> int:
         else:
             size += len(orjson.dumps(item))
     return size
+
+
+def str_or_none(value: Any) -> str | None:
+    """``value`` if it is a string, else ``None``: a field of the wrong type is unknown."""
+    return value if isinstance(value, str) else None
+
+
+#: Provider error types are identifiers; anything else is not copied into errors.
+_ERROR_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+#: A broken stream can repeat the same fault many times; its error list stays short.
+MAX_CAPTURE_ERRORS = 16
+
+
+def error_type(error: Any) -> str:
+    """An error object's ``type`` if it is a plain identifier, else ``unknown``.
+
+    Only the type is ever copied into capture errors, never the provider's message.
+    """
+    kind = error.get("type") if isinstance(error, dict) else None
+    if isinstance(kind, str) and _ERROR_TYPE.fullmatch(kind):
+        return kind
+    return "unknown"
