@@ -683,3 +683,24 @@ def test_upstream_stub_serves_default_json(running: Running) -> None:
     running.upstream.replies.append(chat_text_json("gpt-x", text="canned"))
     out = oai(running).chat.completions.create(model="m", messages=[])
     assert out.choices[0].message.content == "canned"
+
+
+def test_large_body_hashed_off_thread_matches_forwarded_bytes(running: Running) -> None:
+    """Bodies over HASH_IN_THREAD_BYTES take the worker-thread hash path."""
+    import base64
+    import hashlib
+
+    from modeltap.addon import HASH_IN_THREAD_BYTES
+
+    image = "data:image/png;base64," + base64.b64encode(b"\x89PNG" * HASH_IN_THREAD_BYTES).decode()
+    oai(running).chat.completions.create(
+        model="gpt-5",
+        messages=[
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}
+        ],
+    )
+    (rec,) = running.audit()
+    raw = running.upstream.received[0].raw
+    assert rec["body_bytes"] == len(raw) > HASH_IN_THREAD_BYTES
+    assert rec["body_sha256"] == hashlib.sha256(raw).hexdigest()
+    assert rec["image_details"] == [None]

@@ -7,13 +7,14 @@ to call it and what to do with the answer (forward, refuse, write a line).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import logging
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,8 @@ WS_KEY = "modeltap_ws"
 #: Requests under this path are for modeltap itself (the harness), never forwarded.
 CONTROL_PREFIX = "/__modeltap/"
 CONTINUATIONS = ("explicit", "as-sent")
+#: Bodies at least this large are hashed on a worker thread while being audited.
+HASH_IN_THREAD_BYTES = 1024 * 1024
 
 
 def new_run_id() -> str:
@@ -418,19 +421,45 @@ class ModelTap:
                 # Refuse before reading a body we would refuse anyway.
                 self._refuse(flow, ex, Rejected("body_too_large"))
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
         if ex is None or flow.response is not None or ex.websocket:
-            return  # already answered (no route, refused early), or a WebSocket handshake
+            return None  # already answered (no route, refused early), or a WebSocket handshake
         if ex.api is None:
             if self.options.modeltap_strict and not apis.is_models_listing(
                 flow.request.method, ex.path
             ):
                 self._refuse(flow, ex, Rejected("strict_unaudited"))
-            return  # passed through; logged as unaudited when it ends
+            return None  # passed through; logged as unaudited when it ends
+        raw = flow.request.raw_content or b""
+        digest: asyncio.Future[str] | None = None
+        if len(raw) >= HASH_IN_THREAD_BYTES and self.options.modeltap_image_detail is None:
+            # hashlib lets go of the GIL: a large body is hashed on a worker thread
+            # while this one parses and audits it (the bench's large-body case).
+            digest = asyncio.get_running_loop().run_in_executor(None, _sha256_hex, raw)
         try:
             facts = self._audit(flow, ex)
-            record = self._write_audit(ex, facts, "http", flow.request.raw_content or b"")
+        except Rejected as e:
+            self._refuse(flow, ex, e)
+            return None
+        if digest is None:
+            self._forward(flow, ex, facts, None)
+            return None
+        return self._forward_when_hashed(flow, ex, facts, digest)
+
+    async def _forward_when_hashed(
+        self, flow: http.HTTPFlow, ex: Exchange, facts: RequestFacts, digest: Awaitable[str]
+    ) -> None:
+        self._forward(flow, ex, facts, await digest)
+
+    def _forward(
+        self, flow: http.HTTPFlow, ex: Exchange, facts: RequestFacts, body_sha256: str | None
+    ) -> None:
+        """Write the audit line and let the request go, or refuse it."""
+        try:
+            record = self._write_audit(
+                ex, facts, "http", flow.request.raw_content or b"", body_sha256
+            )
         except Rejected as e:
             self._refuse(flow, ex, e)
             return
@@ -822,7 +851,12 @@ class ModelTap:
             )
 
     def _write_audit(
-        self, ex: Exchange, facts: RequestFacts, transport: str, raw: bytes
+        self,
+        ex: Exchange,
+        facts: RequestFacts,
+        transport: str,
+        raw: bytes,
+        body_sha256: str | None = None,
     ) -> AuditRecord:
         """The last gate before forwarding: session policy, then the audit line.
 
@@ -851,7 +885,7 @@ class ModelTap:
             upstream=ex.upstream,
             path=ex.path,
             body_bytes=len(raw),
-            body_sha256=hashlib.sha256(raw).hexdigest(),
+            body_sha256=body_sha256 or _sha256_hex(raw),
         )
         try:
             self.sink.write_audit(record)
@@ -1002,6 +1036,10 @@ class ModelTap:
         if note:
             line += f" {note}"
         print(line, file=sys.stderr, flush=True)
+
+
+def _sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _n(value: int | None) -> str:
