@@ -8,9 +8,10 @@ tuple means "sent, and empty".
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -25,7 +26,14 @@ APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC)
 
 def utc_now() -> str:
     """Return the current UTC time as ISO-8601 with milliseconds and ``Z``."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # Called twice per exchange: format each second once, then add the milliseconds.
+    ns = time.time_ns()
+    return f"{_utc_second(ns // 1_000_000_000)}.{ns // 1_000_000 % 1000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4)
+def _utc_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
 _SECRET_QUERY = re.compile(
