@@ -39,6 +39,7 @@ from modeltap.records import (
     API_RESPONSES,
     AuditRecord,
     ErrorEvent,
+    Json,
     RejectedEvent,
     RequestFacts,
     ResponseEvent,
@@ -747,9 +748,9 @@ class ModelTap:
             raise Rejected("undecodable_content_encoding") from None
         if len(decoded) > self.max_body:
             raise Rejected("body_too_large")
-        body = wire.parse_json_object(decoded)
         module = apis.module_for(ex.api)
         detail = self.options.modeltap_image_detail
+        body = self._parse(decoded, elide=detail is None)
         if detail is not None and module.set_image_detail(body, detail):
             # Forward the rewritten body (re-encoded as the client sent it) and
             # audit what is actually sent.
@@ -800,6 +801,19 @@ class ModelTap:
                 capture_errors=facts.capture_errors + tuple(ex.stream_errors),
             )
         return facts
+
+    @staticmethod
+    def _parse(decoded: bytes, *, elide: bool) -> Json:
+        """Parse a body for the audit; with ``elide``, without materialising large
+        image payloads (the body forwarded is always the original)."""
+        if elide:
+            short = wire.elide_payloads(decoded)
+            if short is not decoded:
+                try:
+                    return wire.parse_json_object(short)
+                except Rejected:
+                    pass  # the full parse below names the real fault
+        return wire.parse_json_object(decoded)
 
     def _observe_body(self, flow: http.HTTPFlow, ex: Exchange) -> ResponseFacts:
         assert flow.response is not None and ex.api is not None

@@ -121,10 +121,10 @@ def utf8_len(value: Any) -> int:
     whole, so its size is still the size sent, never a silent 0.
     """
     if isinstance(value, str):
-        return len(value.encode("utf-8", "surrogatepass"))
+        return _unelided_len(value.encode("utf-8", "surrogatepass"))
     encoded = json_bytes(value)
     if encoded is not None:
-        return len(encoded)
+        return _unelided_len(encoded)
     try:
         return _compact_json_size(value)
     except TypeError:
@@ -150,7 +150,79 @@ def _compact_json_size(value: Any) -> int:
             size += 2 + max(len(item) - 1, 0)
             stack.extend(item)
         else:
-            size += len(orjson.dumps(item))
+            size += _unelided_len(orjson.dumps(item))
+    return size
+
+
+# --------------------------------------------------------------------------
+# Large payloads
+#
+# A 20 MB image travels as one base64 string. The audit needs its place and
+# type, never its characters, so a body is parsed with each large image or file
+# payload replaced by a short marker naming its length: the parse neither
+# spends time on nor keeps a second copy of what it does not read.
+
+#: Payload strings at least this long are elided before parsing for the audit.
+ELIDE_MIN_BYTES = 64 * 1024
+#: Keys whose string values are image or file payloads in the three APIs
+#: (chat ``image_url.url``, Responses ``image_url`` / ``file_data``, Anthropic
+#: ``source.data``). No instruction text ever sits under them.
+_PAYLOAD_KEY = re.compile(rb'"(?:url|image_url|data|file_data)"\s*:\s*"')
+_MARK = b"modeltap-elided:"
+#: The marker as JSON text (what the parse sees) and as decoded UTF-8.
+_ELIDED_JSON = re.compile(rb"\\u0000modeltap-elided:(\d+)\\u0000")
+_ELIDED_RAW = re.compile(rb"\x00modeltap-elided:(\d+)\x00")
+
+
+def elide_payloads(raw: bytes) -> bytes:
+    """Return ``raw`` with each large payload string's content replaced by a marker.
+
+    Only a value under a payload key, at least :data:`ELIDE_MIN_BYTES` long
+    and free of backslashes (so its bytes are exactly what orjson writes
+    back) is elided; :func:`utf8_len` adds the elided length back, so tool
+    result sizes stay exact. A body that already contains the marker text
+    is returned unchanged.
+
+    Args:
+        raw: a decoded request body.
+
+    Returns:
+        ``raw`` itself when nothing was elided, else a shorter copy.
+    """
+    if len(raw) < ELIDE_MIN_BYTES:
+        return raw
+    parts: list[bytes] = []
+    pos = last = 0
+    while (match := _PAYLOAD_KEY.search(raw, pos)) is not None:
+        start = match.end()
+        end = raw.find(b'"', start)
+        if end < 0:
+            break
+        pos = end + 1
+        if end - start < ELIDE_MIN_BYTES or raw.find(b"\\", start, end) != -1:
+            continue
+        kept = raw[last:start]
+        if _MARK in kept:
+            return raw  # someone sent our marker text: measure nothing by it
+        parts += (kept, b"\\u0000modeltap-elided:%d\\u0000" % (end - start))
+        last = end
+    if not parts:
+        return raw
+    tail = raw[last:]
+    if _MARK in tail:
+        return raw
+    parts.append(tail)
+    return b"".join(parts)
+
+
+def _unelided_len(data: bytes) -> int:
+    """``len(data)``, counting each elided payload at its original length."""
+    if _MARK not in data:
+        return len(data)
+    size = len(data)
+    for pattern in (_ELIDED_JSON, _ELIDED_RAW):
+        for m in pattern.finditer(data):
+            size += int(m.group(1)) - (m.end() - m.start())
     return size
 
 
