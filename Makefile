@@ -28,8 +28,8 @@ bench: $(BIN)/modeltap
 	$(BIN)/python bench/run.py $(ARGS)
 
 lint: $(BIN)/modeltap
-	$(BIN)/ruff check src tests addons examples bench
-	$(BIN)/ruff format --check src tests addons examples bench
+	$(BIN)/ruff check src tests addons examples bench scripts
+	$(BIN)/ruff format --check src tests addons examples bench scripts
 	$(BIN)/mypy
 
 clean:
