@@ -1,0 +1,46 @@
+"""`modeltap run` as a user runs it: the start-up screen, per-exchange lines, Ctrl-C."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import openai
+
+from tests.conftest import read_jsonl
+from tests.reliability.test_processes import ProxyProcess
+from tests.upstream import Upstream
+
+
+def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    p = ProxyProcess("--out", str(out), "--route", f"stub={upstream.url}")
+    try:
+        client = openai.OpenAI(base_url=f"{p.url}/stub/v1", api_key="k", max_retries=0)
+        client.chat.completions.create(
+            model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "cli-1"}
+        )
+    finally:
+        code = p.stop(signal.SIGINT)
+    assert code == 0
+    screen = p.stderr.decode()
+    for expected in (
+        f"listening  {p.url}  (reverse proxy)",
+        "/openai     -> https://api.openai.com",
+        "/anthropic  -> https://api.anthropic.com",
+        f"/stub       -> {upstream.url}",
+        f"OPENAI_BASE_URL={p.url}/openai/v1",
+        f"ANTHROPIC_BASE_URL={p.url}/anthropic",
+        f"files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}",
+        "spans: not exported (no OTLP endpoint",
+        "Ctrl-C stops and flushes.",
+    ):
+        assert expected in screen, expected
+    # One line per exchange on stderr, then the exit summary.
+    assert " cli-1 openai.chat_completions gpt-5 200 in=21 out=5 " in screen
+    assert "modeltap: stopped. audited 1, refused 0, unaudited 0, errors 0." in screen
+    # Ctrl-C flushed everything: the record, its response, and the session's end.
+    assert [r["session_id"] for r in read_jsonl(out / "audit.jsonl")] == ["cli-1"]
+    assert [e["kind"] for e in read_jsonl(out / "events.jsonl")] == ["response"]
+    (status,) = [s for s in read_jsonl(out / "sessions.jsonl") if s["session_id"] == "cli-1"]
+    assert status["stop_reason"] == "completed"
