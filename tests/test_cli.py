@@ -20,6 +20,7 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
         client.chat.completions.create(
             model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "cli-1"}
         )
+        client.models.list(extra_headers={"x-modeltap-session": "cli-1"})
     finally:
         code = p.stop(signal.SIGINT)
     assert code == 0
@@ -38,9 +39,10 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
         assert expected in screen, expected
     # One line per exchange on stderr, then the exit summary.
     assert " cli-1 openai.chat_completions gpt-5 200 in=21 out=5 " in screen
-    assert "modeltap: stopped. audited 1, refused 0, unaudited 0, errors 0." in screen
+    assert " cli-1 - - 200 - - unaudited GET /v1/models" in screen
+    assert "modeltap: stopped. audited 1, refused 0, unaudited 1, errors 0." in screen
     # Ctrl-C flushed everything: the record, its response, and the session's end.
     assert [r["session_id"] for r in read_jsonl(out / "audit.jsonl")] == ["cli-1"]
-    assert [e["kind"] for e in read_jsonl(out / "events.jsonl")] == ["response"]
+    assert [e["kind"] for e in read_jsonl(out / "events.jsonl")] == ["response", "unaudited"]
     (status,) = [s for s in read_jsonl(out / "sessions.jsonl") if s["session_id"] == "cli-1"]
     assert status["stop_reason"] == "completed"

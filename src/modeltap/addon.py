@@ -1021,6 +1021,14 @@ class ModelTap:
                 status=status,
             )
         )
+        self._say(
+            ex,
+            None,
+            status,
+            None,
+            None,
+            note=f"unaudited {flow.request.method} {redact_path(ex.path)}",
+        )
 
     def _write_event(self, event: Any) -> None:
         if self.sink is not None and not self.sink.write_event(event):
