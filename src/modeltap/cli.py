@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -245,14 +243,8 @@ def run(args: argparse.Namespace) -> int:
     def ready(p: Proxy) -> None:
         print(startup_screen(p), file=sys.stderr, flush=True)
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: proxy.master.shutdown() if proxy.master else None)
-        await proxy.run(on_ready=ready)
-
     try:
-        asyncio.run(main())
+        proxy.run_foreground(on_ready=ready)
     except Exception as e:  # bad options or a port in use: say it plainly
         print(f"modeltap: {e}", file=sys.stderr)
         return 1

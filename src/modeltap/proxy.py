@@ -4,6 +4,7 @@ or in a background thread (the pytest fixture, tests, benchmarks)."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -171,6 +172,25 @@ class Proxy:
             # Connections still open at shutdown (SDK keep-alives) are cancelled by
             # asyncio.run's cleanup; that is expected and not worth a traceback.
             asyncio.get_running_loop().set_exception_handler(_quiet_cancelled)
+
+    def run_foreground(self, on_ready: Callable[[Proxy], None] | None = None) -> None:
+        """Run in this thread until Ctrl-C or SIGTERM; files and spans are flushed on the way out.
+
+        Raises:
+            Exception: bad option values or a port in use (mitmproxy's own errors).
+        """
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._shutdown)
+            await self.run(on_ready=on_ready)
+
+        asyncio.run(main())
+
+    def _shutdown(self) -> None:
+        if self.master is not None:
+            self.master.shutdown()
 
     @property
     def port(self) -> int:

@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import dataclasses
 import http as http_status
-import signal
 import socket
 import sys
 import tempfile
@@ -897,14 +896,8 @@ def replay_main(argv: Sequence[str]) -> int:
             flush=True,
         )
 
-    async def main() -> None:
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, lambda: proxy.master.shutdown() if proxy.master else None)
-        await proxy.run(on_ready=ready)
-
     try:
-        asyncio.run(main())
+        proxy.run_foreground(on_ready=ready)
     except Exception as e:  # bad options or a port in use: say it plainly
         print(f"modeltap replay: {e}", file=sys.stderr)
         return 2
