@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import ssl
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -384,6 +385,43 @@ def test_regular_mode_forward_proxy(start_proxy: Callable[..., Running]) -> None
     (rec,) = running.audit()
     assert rec["route"] == "stub"
     assert rec["path"] == "/v1/chat/completions"
+
+
+def test_regular_mode_https_interception(tmp_path: Any) -> None:
+    """HTTPS_PROXY agents: CONNECT, mitmproxy's CA, a TLS upstream; audited the same."""
+    from modeltap.proxy import Proxy, ProxyConfig
+    from tests.upstream import Upstream, self_signed_tls
+
+    with Upstream(tls=self_signed_tls()) as tls_upstream:
+        config = ProxyConfig(
+            listen_port=0,
+            out=str(tmp_path / "out"),
+            mode="regular",
+            routes=[f"secure={tls_upstream.url}"],
+            quiet=True,
+            # The stub's certificate is self-signed; mitmproxy's CA lives in tmp_path.
+            extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
+        )
+        with Proxy(config) as proxy:
+            ca = tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"
+            client = openai.OpenAI(
+                base_url=tls_upstream.url + "/v1",
+                api_key=KEY,
+                max_retries=0,
+                http_client=httpx.Client(
+                    proxy=proxy.url, verify=ssl.create_default_context(cafile=str(ca))
+                ),
+            )
+            out = client.chat.completions.create(model="gpt-5", messages=[])
+            assert out.choices[0].message.content == "Hello from the stub."
+        lines = (tmp_path / "out" / "audit.jsonl").read_bytes().splitlines()
+        (rec,) = [orjson.loads(line) for line in lines]
+        assert (rec["route"], rec["upstream"], rec["path"]) == (
+            "secure",
+            tls_upstream.url,
+            "/v1/chat/completions",
+        )
+        assert len(tls_upstream.received) == 1
 
 
 # ---------------------------------------------------------------- refusals

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import gzip
+import ipaddress
+import ssl
+import tempfile
 import threading
 import zlib
 from collections import deque
@@ -73,7 +77,9 @@ class WsReceived:
 class Upstream:
     """The stub server. Use as a context manager."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        #: Serve HTTPS with this context (see :func:`self_signed_tls`) instead of HTTP.
+        self.tls = tls
         self.received: list[Received] = []
         self.replies: deque[Reply] = deque()
         self.ws_received: list[WsReceived] = []
@@ -89,7 +95,8 @@ class Upstream:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     # ------------------------------------------------------------ lifecycle
 
@@ -122,7 +129,7 @@ class Upstream:
         # auto_decompress off: tests compare the exact bytes modeltap forwarded.
         runner = web.AppRunner(app, handle_signals=False, access_log=None, auto_decompress=False)
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=self.tls)
         loop.run_until_complete(site.start())
         self._runner = runner
         server = site._server
@@ -224,6 +231,47 @@ class Upstream:
         if path.endswith("/models"):
             return Reply(json={"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
         return Reply(json={"ok": True})
+
+
+def self_signed_tls() -> ssl.SSLContext:
+    """A server TLS context for 127.0.0.1 with a throwaway self-signed certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        cert_path, key_path = f"{tmp}/cert.pem", f"{tmp}/key.pem"
+        with open(cert_path, "wb") as f:
+            f.write(cert.public_bytes(serialization.Encoding.PEM))
+        with open(key_path, "wb") as f:
+            f.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert_path, key_path)
+    return context
 
 
 def sse_bytes(name: str | None, data: Any) -> bytes:

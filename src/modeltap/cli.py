@@ -201,7 +201,8 @@ def startup_screen(proxy: Proxy) -> str:
         lines.append(f"  listening  {url}  (forward proxy)")
         lines.append("  audited    " + ", ".join(f"{r.host}:{r.port}" for r in routes.routes))
         lines.append("  export     HTTPS_PROXY=" + url + "  HTTP_PROXY=" + url)
-        ca = Path("~/.mitmproxy/mitmproxy-ca-cert.pem").expanduser()
+        confdir = proxy.master.options.confdir if proxy.master else "~/.mitmproxy"
+        ca = Path(confdir).expanduser() / "mitmproxy-ca-cert.pem"
         lines.append(f"  CA cert    {ca}  (trust it, e.g. SSL_CERT_FILE / NODE_EXTRA_CA_CERTS)")
     else:
         lines.append(f"  listening  {url}  (reverse proxy)")
