@@ -13,6 +13,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_plus
 
 import orjson
 
@@ -36,14 +37,19 @@ def _utc_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
-_SECRET_QUERY = re.compile(
-    r"(?i)([?&](?:key|api[-_]?key|apikey|access[-_]?token|token|auth|authorization|"
-    r"sig|signature|code|password|secret)=)[^&#]*"
+_SECRET_NAME = re.compile(
+    r"(?:key|api[-_]?key|apikey|access[-_]?token|token|auth|authorization|"
+    r"sig|signature|code|password|secret)",
+    re.IGNORECASE,
 )
 
 
 def redact_path(path: str) -> str:
     """Return ``path`` with the values of secret-bearing query parameters redacted.
+
+    Parameter names are compared after percent-decoding (``?%6Bey=`` is
+    ``?key=``), and a fragment after ``#`` is dropped: a raw request target
+    should not carry one, and whatever it holds is not ours to keep.
 
     Args:
         path: a request path, possibly with a query string (``/v1/x?key=abc``).
@@ -51,9 +57,17 @@ def redact_path(path: str) -> str:
     Returns:
         The same path with each secret value replaced by ``REDACTED``.
     """
-    if "?" not in path:
+    path = path.split("#", 1)[0]
+    head, sep, query = path.partition("?")
+    if not sep:
         return path
-    return _SECRET_QUERY.sub(r"\1REDACTED", path)
+    params = []
+    for param in query.split("&"):
+        name, eq, _ = param.partition("=")
+        if eq and _SECRET_NAME.fullmatch(unquote_plus(name).strip()):
+            param = f"{name}=REDACTED"
+        params.append(param)
+    return f"{head}?{'&'.join(params)}"
 
 
 # --------------------------------------------------------------------------
