@@ -534,11 +534,7 @@ class ModelTap:
         self.counts["errors"] += 1
         self._session(ex.session_id).errored(kind)
         error = ErrorEvent(
-            ts=utc_now(),
-            run_id=self.run_id,
-            session_id=ex.session_id,
-            seq=ex.seq,
-            request_id=ex.request_id,
+            **self._envelope(ex, ex.seq),
             error=kind,
             message=msg,
             transport="http",
@@ -572,10 +568,7 @@ class ModelTap:
         flow.metadata[WS_KEY] = WsConnection(ex, span)
         self._write_event(
             WsOpenEvent(
-                ts=utc_now(),
-                run_id=self.run_id,
-                session_id=ex.session_id,
-                request_id=ex.request_id,
+                **self._envelope(ex),
                 path=redact_path(ex.path),
                 route=ex.route.name if ex.route else None,
                 upstream=ex.upstream,
@@ -611,10 +604,7 @@ class ModelTap:
         ex = conn.ex
         self._write_event(
             WsCloseEvent(
-                ts=utc_now(),
-                run_id=self.run_id,
-                session_id=ex.session_id,
-                request_id=ex.request_id,
+                **self._envelope(ex),
                 code=ws.close_code,
                 reason=ws.close_reason or None,
                 closed_by=(
@@ -641,10 +631,7 @@ class ModelTap:
             if isinstance(seen, Control):
                 self._write_event(
                     WsControlEvent(
-                        ts=utc_now(),
-                        run_id=self.run_id,
-                        session_id=ex.session_id,
-                        request_id=ex.request_id,
+                        **self._envelope(ex),
                         type=seen.type,
                     )
                 )
@@ -929,11 +916,7 @@ class ModelTap:
         assert ex.api is not None
         duration = _ms(start_ns, end_ns)
         event = ResponseEvent(
-            ts=utc_now(),
-            run_id=self.run_id,
-            session_id=ex.session_id,
-            seq=seq,
-            request_id=ex.request_id,
+            **self._envelope(ex, seq),
             api=ex.api,
             transport=transport,
             status=status,
@@ -982,10 +965,7 @@ class ModelTap:
         self.counts["refused"] += 1
         self._write_event(
             RejectedEvent(
-                ts=utc_now(),
-                run_id=self.run_id,
-                session_id=ex.session_id,
-                request_id=ex.request_id,
+                **self._envelope(ex),
                 rule=rejected.rule,
                 message=rejected.message,
                 status=rejected.status if transport == "http" else None,
@@ -1011,10 +991,7 @@ class ModelTap:
         self.counts["unaudited"] += 1
         self._write_event(
             UnauditedEvent(
-                ts=utc_now(),
-                run_id=self.run_id,
-                session_id=ex.session_id,
-                request_id=ex.request_id,
+                **self._envelope(ex),
                 method=flow.request.method,
                 host=flow.request.host or None,
                 path=redact_path(ex.path),
@@ -1029,6 +1006,16 @@ class ModelTap:
             None,
             note=f"unaudited {flow.request.method} {redact_path(ex.path)}",
         )
+
+    def _envelope(self, ex: Exchange, seq: int | None = None) -> dict[str, Any]:
+        """The fields every ``events.jsonl`` line carries, for an exchange."""
+        return {
+            "ts": utc_now(),
+            "run_id": self.run_id,
+            "session_id": ex.session_id,
+            "seq": seq,
+            "request_id": ex.request_id,
+        }
 
     def _write_event(self, event: Any) -> None:
         if self.sink is not None and not self.sink.write_event(event):
