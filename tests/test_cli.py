@@ -6,6 +6,8 @@ import signal
 from pathlib import Path
 
 import openai
+import orjson
+import pytest
 
 from tests.conftest import read_jsonl
 from tests.reliability.test_processes import ProxyProcess
@@ -46,3 +48,25 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
     assert [e["kind"] for e in read_jsonl(out / "events.jsonl")] == ["response", "unaudited"]
     (status,) = [s for s in read_jsonl(out / "sessions.jsonl") if s["session_id"] == "cli-1"]
     assert status["stop_reason"] == "completed"
+
+
+def test_session_end_command(
+    upstream: Upstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from modeltap import cli
+
+    p = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}")
+    try:
+        client = openai.OpenAI(base_url=f"{p.url}/stub/v1", api_key="k", max_retries=0)
+        client.chat.completions.create(
+            model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "harness-7"}
+        )
+        assert cli.main(["session", "end", "harness-7", "--proxy", p.url]) == 0
+        printed = orjson.loads(capsys.readouterr().out)
+        assert (printed["session_id"], printed["stop_reason"]) == ("harness-7", "completed")
+        assert printed["requests_audited"] == 1
+        (line,) = read_jsonl(tmp_path / "sessions.jsonl")
+        assert line == printed
+    finally:
+        p.stop()
+    assert cli.main(["session", "end", "x", "--proxy", p.url]) == 1  # proxy gone: says so
