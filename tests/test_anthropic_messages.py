@@ -258,6 +258,16 @@ def test_observe_json_tool_use() -> None:
     )
 
 
+def test_observe_json_without_usage_keeps_usage_unknown() -> None:
+    """Seen whole (SPEC 4), so complete; the counts are unknown, not zero."""
+    body = {k: v for k, v in TEXT_ANSWER.items() if k != "usage"}
+    facts = anthropic_messages.observe_json(body, None)
+    assert facts.usage == Usage()
+    assert facts.evidence_complete is True
+    assert facts.capture_errors == ()
+    assert facts.finish_reasons == (TEXT_ANSWER["stop_reason"],)
+
+
 def test_observe_json_error_body() -> None:
     body = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     facts = anthropic_messages.observe_json(body, None)

@@ -287,12 +287,13 @@ def test_observe_json_error_body() -> None:
     assert facts.finish_reasons is None
 
 
-def test_observe_json_without_usage_is_incomplete() -> None:
+def test_observe_json_without_usage_keeps_usage_unknown() -> None:
+    """Seen whole (SPEC 4), so complete; the counts are unknown, not zero."""
     body = {k: v for k, v in TEXT_ANSWER.items() if k != "usage"}
     facts = openai_chat.observe_json(body, None)
     assert facts.usage == Usage()
-    assert facts.evidence_complete is False
-    assert facts.capture_errors == ("response has no usage object",)
+    assert facts.evidence_complete is True
+    assert facts.capture_errors == ()
 
 
 @pytest.mark.parametrize(
