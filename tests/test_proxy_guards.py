@@ -299,3 +299,41 @@ def test_tracker_counts_unique_calls_across_resent_history() -> None:
     assert t.budget_spent
     with pytest.raises(Exception, match="tool_budget_exceeded"):
         t.admit(req("a", "b"))
+
+
+def test_run_session_with_only_pass_through_traffic_is_not_reported(
+    start_proxy: Callable[..., Running],
+) -> None:
+    """A WebSocket agent whose SDK also lists models: check passes, no noise line."""
+    from websockets.sync.client import connect
+
+    running = start_proxy()
+    httpx.get(running.base() + "/v1/models")  # no session header: the run's session
+    url = running.base().replace("http://", "ws://") + "/v1/responses"
+    with connect(url, additional_headers={"x-client-request-id": "ws-7"}) as ws:
+        ws.send(
+            orjson.dumps(
+                {
+                    "type": "response.create",
+                    "model": "gpt-5",
+                    "input": [],
+                    "instructions": "i",
+                    "tools": [],
+                }
+            ).decode()
+        )
+        while orjson.loads(ws.recv(timeout=10))["type"] != "response.completed":
+            pass
+    running.proxy.stop()
+    assert list(sessions(running)) == ["ws-7"]
+    assert check.main([str(running.out)]) == 0
+
+
+def test_check_fails_when_only_pass_through_traffic_was_seen(
+    start_proxy: Callable[..., Running], capsys: pytest.CaptureFixture[str]
+) -> None:
+    running = start_proxy()
+    httpx.get(running.base() + "/v1/models")
+    running.proxy.stop()
+    assert check.main([str(running.out)]) == 1
+    assert "no model traffic" in capsys.readouterr().out

@@ -356,7 +356,13 @@ class ModelTap:
         _http1.make_error_response = _provider_neutral_error_response
 
     def done(self) -> None:
-        for session_id in list(self._sessions):
+        for session_id, session in list(self._sessions.items()):
+            if session_id == self.run_id and session.untouched:
+                # The run's implicit session only saw pass-through traffic (an SDK's
+                # GET /models beside a WebSocket agent, say): it is not a session the
+                # user asked about, and "audit unsupported" for it would be noise.
+                del self._sessions[session_id]
+                continue
             self.end_session(session_id)
         if self.telemetry.enabled:
             self.telemetry_summary = self.telemetry.shutdown()

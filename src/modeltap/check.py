@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from modeltap.capture import Capture
+from modeltap.capture import Capture, Session
 
 
 def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[str]]:
@@ -27,7 +27,11 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
         capture: a loaded out dir.
         session_id: check only this session (it must exist).
     """
-    ids = [session_id] if session_id is not None else list(capture.sessions)
+    ids = (
+        [session_id]
+        if session_id is not None
+        else [sid for sid, s in capture.sessions.items() if not _pass_through_only(s)]
+    )
     found: dict[str, list[str]] = {}
     for sid in ids:
         session = capture.sessions.get(sid)
@@ -49,6 +53,12 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
     return found
 
 
+def _pass_through_only(session: Session) -> bool:
+    """Only unaudited traffic and no end line: not a session anyone asked about
+    (the proxy reports the run's implicit session only when it saw model traffic)."""
+    return not (session.turns or session.refusals or session.errors or session.ends)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``modeltap check DIR [--session ID]``; exit 0 only when everything passes."""
     parser = argparse.ArgumentParser(
@@ -65,10 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, NotADirectoryError) as e:
         print(f"modeltap check: {e}", file=sys.stderr)
         return 2
-    if not capture.sessions and args.session is None:
-        print("FAIL: no sessions in this out dir (did the agent use the proxy?)")
-        return 1
     found = problems(capture, args.session)
+    if not found:
+        print("FAIL: no model traffic in this out dir (did the agent use the proxy?)")
+        return 1
     failed = {sid: reasons for sid, reasons in found.items() if reasons}
     for sid, reasons in found.items():
         print(f"{'FAIL' if reasons else 'ok  '} session {sid}")

@@ -107,6 +107,13 @@ class SessionTracker:
             self.upstream_errors += 1
 
     @property
+    def untouched(self) -> bool:
+        """True if no model request, refusal or error was ever seen in this session."""
+        return not (
+            self.requests_audited or self.refusals or self.upstream_errors or self.client_gone
+        )
+
+    @property
     def tool_calls_admitted(self) -> int:
         """Requested tool calls whose results were let through to the model."""
         return len(self.admitted)
