@@ -302,7 +302,7 @@ class _StreamedToolUse:
         return ToolCall(self.call_id, self.name, arguments or None)
 
 
-class StreamObserver:
+class StreamObserver(wire.StreamObserverBase):
     """Observe a streamed Messages response, one SSE event at a time.
 
     Only facts are kept (ids, usage, stop reason, tool names and input
@@ -313,23 +313,13 @@ class StreamObserver:
     """
 
     def __init__(self, facts: RequestFacts | None = None) -> None:
+        super().__init__()
         self._response_id: str | None = None
         self._model: str | None = None
         self._usage = Usage()
         self._stop_reason: str | None = None
         self._tools: dict[int, _StreamedToolUse] = {}
         self._status: str | None = None
-        self._done = False
-        self._errors: dict[str, None] = {}
-
-    def _note(self, error: str) -> None:
-        if len(self._errors) < wire.MAX_CAPTURE_ERRORS:
-            self._errors[error] = None
-
-    @property
-    def done(self) -> bool:
-        """True once the terminal event (``message_stop``) was seen."""
-        return self._done
 
     def feed(self, event: SSEEvent) -> bool:
         """Take one SSE event.
@@ -415,7 +405,7 @@ class StreamObserver:
             self._note("stream ended before message_stop")
         if error:
             # The caller's reason is always kept, even past the cap.
-            self._errors[error] = None
+            self._note(error, always=True)
         return ResponseFacts(
             response_id=self._response_id,
             model=self._model,

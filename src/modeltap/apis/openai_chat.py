@@ -296,7 +296,7 @@ class _StreamedCall:
         self.arguments: list[str] | None = None
 
 
-class StreamObserver:
+class StreamObserver(wire.StreamObserverBase):
     """Observe a streamed chat response, one SSE event at a time.
 
     Only facts are kept (ids, usage, finish reasons, tool-call names and
@@ -308,6 +308,7 @@ class StreamObserver:
     """
 
     def __init__(self, facts: RequestFacts | None = None) -> None:
+        super().__init__()
         self._include_usage = facts is not None and facts.include_usage is True
         self._response_id: str | None = None
         self._model: str | None = None
@@ -315,17 +316,6 @@ class StreamObserver:
         self._reasons: dict[int, str] = {}
         self._calls: dict[tuple[int, int], _StreamedCall] = {}
         self._status: str | None = None
-        self._done = False
-        self._errors: dict[str, None] = {}
-
-    def _note(self, error: str) -> None:
-        if len(self._errors) < wire.MAX_CAPTURE_ERRORS:
-            self._errors[error] = None
-
-    @property
-    def done(self) -> bool:
-        """True once the terminal event (``data: [DONE]``) was seen."""
-        return self._done
 
     def feed(self, event: SSEEvent) -> bool:
         """Take one SSE event.
@@ -421,7 +411,7 @@ class StreamObserver:
             self._note("stream_options.include_usage was sent but no usage chunk arrived")
         if error:
             # The caller's reason is always kept, even past the cap.
-            self._errors[error] = None
+            self._note(error, always=True)
         calls = tuple(
             ToolCall(
                 c.call_id,

@@ -443,7 +443,7 @@ class _PendingCall:
         return dataclasses.replace(started, arguments=arguments)
 
 
-class StreamObserver:
+class StreamObserver(wire.StreamObserverBase):
     """Observe one streamed Responses answer, event by event (sans-I/O).
 
     Keeps facts only (ids, usage, tool calls and their arguments), never output
@@ -458,6 +458,7 @@ class StreamObserver:
     """
 
     def __init__(self, facts: RequestFacts | None = None) -> None:
+        super().__init__()
         self._response_id: str | None = None
         self._model: str | None = None
         self._status: str | None = None
@@ -465,13 +466,6 @@ class StreamObserver:
         self._finish_reasons: tuple[str, ...] | None = None
         self._calls: dict[object, _PendingCall] = {}
         self._terminal_calls: tuple[ToolCall, ...] = ()
-        self._errors: list[str] = []
-        self._done = False
-
-    @property
-    def done(self) -> bool:
-        """True once a terminal event (completed, incomplete, failed, error) was seen."""
-        return self._done
 
     def feed(self, event: SSEEvent) -> bool:
         """Observe one SSE event.
@@ -607,11 +601,6 @@ class StreamObserver:
         if pending is None:
             pending = self._calls[key] = _PendingCall(item)
         return pending
-
-    def _note(self, error: str) -> None:
-        # Deduplicated so a long broken stream cannot grow the list.
-        if error not in self._errors:
-            self._errors.append(error)
 
 
 def _call_key(event: Json, item: Json | None) -> object:

@@ -247,3 +247,26 @@ def error_type(error: Any) -> str:
     if isinstance(kind, str) and _ERROR_TYPE.fullmatch(kind):
         return kind
     return "unknown"
+
+
+class StreamObserverBase:
+    """What every API's stream observer shares.
+
+    The terminal flag behind :attr:`done`, and the response's capture errors:
+    deduplicated, in order, and bounded by :data:`MAX_CAPTURE_ERRORS` so a long
+    broken stream cannot grow them.
+    """
+
+    def __init__(self) -> None:
+        self._done = False
+        self._errors: dict[str, None] = {}
+
+    @property
+    def done(self) -> bool:
+        """True once the stream's terminal event was seen."""
+        return self._done
+
+    def _note(self, error: str, *, always: bool = False) -> None:
+        """Add a capture error; ``always`` keeps it past the bound (the final reason)."""
+        if always or len(self._errors) < MAX_CAPTURE_ERRORS:
+            self._errors[error] = None
