@@ -490,3 +490,12 @@ def test_stream_never_raises(chunks: list[object]) -> None:
         # json, not orjson: it also writes what orjson refuses (NaN, huge ints).
         observer.feed(SSEEvent(event=None, data=json.dumps(value)))
     observer.finish()
+
+
+def test_non_string_role_is_refused_not_ignored() -> None:
+    """A list where a role belongs once crashed a set lookup (found by fuzzing)."""
+    with pytest.raises(Rejected) as exc:
+        openai_chat.audit_request(
+            {"model": "m", "messages": [{"role": ["system"], "content": "x"}]}
+        )
+    assert (exc.value.rule, exc.value.detail) == ("malformed_messages", "messages[0].role")

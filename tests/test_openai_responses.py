@@ -831,3 +831,12 @@ def test_feed_json_message_item_added_is_not_output() -> None:
 def test_module_offers_the_shared_interface() -> None:
     for name in ("audit_request", "set_image_detail", "observe_json", "StreamObserver"):
         assert hasattr(openai_responses, name)
+
+
+@pytest.mark.parametrize("key", ["type", "role"])
+def test_non_string_item_type_or_role_is_refused(key: str) -> None:
+    """A list where a type or role belongs once crashed a set lookup (found by fuzzing)."""
+    item: dict[str, object] = {"role": "user", "content": "x", key: ["function_call_output"]}
+    with pytest.raises(Rejected) as exc:
+        openai_responses.audit_request({"model": "m", "input": [item]})
+    assert (exc.value.rule, exc.value.detail) == ("malformed_messages", f"input[0].{key}")

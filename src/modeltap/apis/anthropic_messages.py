@@ -390,7 +390,7 @@ class StreamObserver(wire.StreamObserverBase):
                 self._note("stream has an input_json_delta that matches no tool_use block")
             else:
                 tool.fragments.append(fragment)
-        return kind in _OUTPUT_DELTAS
+        return isinstance(kind, str) and kind in _OUTPUT_DELTAS
 
     def finish(self, error: str | None = None) -> ResponseFacts:
         """Return what the stream showed.

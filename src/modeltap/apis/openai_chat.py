@@ -69,6 +69,8 @@ def audit_request(body: Json) -> RequestFacts:
     tool_results: list[ToolResult] = []
     for i, message in enumerate(messages):
         role = message.get("role")
+        if not isinstance(role, str):
+            raise Rejected("malformed_messages", f"messages[{i}].role")
         content = message.get("content")
         if role in _INSTRUCTION_ROLES:
             instructions.append(_instruction_text(content, f"messages[{i}]"))

@@ -93,10 +93,13 @@ def audit_request(body: Json, *, omitted: tuple[str, ...] = ()) -> RequestFacts:
         _read_tools(body["tools"], "tools", "", tool_names, hosted)
     for index, item in enumerate(items):
         where = f"input[{index}]"
+        for key in ("type", "role"):
+            if key in item and not isinstance(item[key], str):
+                raise Rejected("malformed_messages", f"{where}.{key}")
         kind = item.get("type")
         if _is_message(item):
             content = item.get("content")
-            if item.get("role") in _INSTRUCTION_ROLES:
+            if wire.str_or_none(item.get("role")) in _INSTRUCTION_ROLES:
                 instructions.append(_instruction_text(content))
             elif isinstance(content, str | list):
                 _check_part_list(content, where)
@@ -153,7 +156,8 @@ def unstated_settings(body: Json) -> tuple[str, ...]:
     items = body.get("input")
     items = [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
     has_instructions = body.get("instructions") is not None or any(
-        _is_message(item) and item.get("role") in _INSTRUCTION_ROLES for item in items
+        _is_message(item) and wire.str_or_none(item.get("role")) in _INSTRUCTION_ROLES
+        for item in items
     )
     has_tools = body.get("tools") is not None or any(
         item.get("type") == "additional_tools" for item in items
@@ -260,7 +264,7 @@ def _image_parts(items: Any) -> Iterator[Json]:
             continue
         if _is_message(item):
             parts = item.get("content")
-        elif item.get("type") in _TOOL_OUTPUT_TYPES:
+        elif wire.str_or_none(item.get("type")) in _TOOL_OUTPUT_TYPES:
             parts = item.get("output")
         else:
             continue
