@@ -742,3 +742,23 @@ def test_large_body_hashed_off_thread_matches_forwarded_bytes(running: Running) 
     assert rec["body_bytes"] == len(raw) > HASH_IN_THREAD_BYTES
     assert rec["body_sha256"] == hashlib.sha256(raw).hexdigest()
     assert rec["image_details"] == [None]
+
+
+def test_a_bug_in_the_core_refuses_instead_of_forwarding(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """mitmproxy forwards a request whose hook raised; modeltap must not let that happen."""
+    from modeltap.apis import openai_chat
+
+    def broken(body: Any) -> Any:
+        raise TypeError("unhashable type: 'list'")
+
+    monkeypatch.setattr(openai_chat, "audit_request", broken)
+    with pytest.raises(openai.InternalServerError) as exc:
+        oai(running).chat.completions.create(model="gpt-5", messages=[])
+    assert exc.value.status_code == 500
+    assert "rule audit_internal_error" in exc.value.message
+    assert running.upstream.received == []
+    assert running.audit() == []
+    (ev,) = running.events("rejected")
+    assert ev["rule"] == "audit_internal_error"

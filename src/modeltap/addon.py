@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -445,7 +445,7 @@ class ModelTap:
             # while this one parses and audits it (the bench's large-body case).
             digest = asyncio.get_running_loop().run_in_executor(None, _sha256_hex, raw)
         try:
-            facts = self._audit(flow, ex)
+            facts = _fail_closed(self._audit, flow, ex)
         except Rejected as e:
             self._refuse(flow, ex, e)
             return None
@@ -633,7 +633,9 @@ class ModelTap:
             # Fail-closed refuses every later message of the session, control ones too.
             if self.options.modeltap_fail_closed and self._session(ex.session_id).refusals:
                 raise Rejected("fail_closed")
-            seen = classify_client_message(message.content, message.is_text, self.ws_policy)
+            seen = _fail_closed(
+                classify_client_message, message.content, message.is_text, self.ws_policy
+            )
             if isinstance(seen, Control):
                 self._write_event(
                     WsControlEvent(
@@ -1051,6 +1053,25 @@ class ModelTap:
         if note:
             line += f" {note}"
         print(line, file=sys.stderr, flush=True)
+
+
+def _fail_closed[**P, R](audit: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Run an audit step; any exception other than a refusal becomes one.
+
+    mitmproxy logs an exception raised in a hook and then forwards the request,
+    so a bug in the core would let a request through unaudited. Only the
+    exception's type is logged: its message could quote the request.
+
+    Raises:
+        Rejected: the step's own refusal, or ``audit_internal_error``.
+    """
+    try:
+        return audit(*args, **kwargs)
+    except Rejected:
+        raise
+    except Exception as e:
+        logger.error("modeltap: internal error while auditing (%s); refused", type(e).__name__)
+        raise Rejected("audit_internal_error") from None
 
 
 def _sha256_hex(data: bytes) -> str:

@@ -49,6 +49,10 @@ RULES: Final[dict[str, tuple[int, str]]] = {
         "this request is not a model request modeltap can audit and --strict is set",
     ),
     "tool_budget_exceeded": (400, "the session used up its --max-tool-calls budget"),
+    "audit_internal_error": (
+        500,
+        "modeltap failed while auditing this request (a modeltap bug), so it was not forwarded",
+    ),
     "audit_write_failed": (
         503,
         "the audit record could not be written, so the request was not forwarded",
