@@ -37,37 +37,92 @@ def _utc_second(second: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
 
 
-_SECRET_NAME = re.compile(
-    r"(?:key|api[-_]?key|apikey|access[-_]?token|token|auth|authorization|"
-    r"sig|signature|code|password|secret)",
-    re.IGNORECASE,
-)
+#: Longest identifier a record or event copies from the wire: a model, an
+#: effort, a tool name or type, a call or response id, a status, a finish
+#: reason. Real ones are far shorter; anything longer could be prompt text.
+MAX_ID_CHARS = 256
+
+#: What a redacted value (or a name that may be a secret) is written as.
+REDACTED = "REDACTED"
+
+#: The only query parameters whose values are kept (SPEC section 8), each with
+#: the shapes its value may take; any other value, even of these names, is
+#: written as ``REDACTED``. Names are compared after percent-decoding.
+_KEPT_VALUES: dict[str, re.Pattern[str]] = {
+    "api-version": re.compile(r"\d{4}-\d{2}-\d{2}(?:-preview)?|preview|latest|v\d{1,3}"),
+    "beta": re.compile(r"true|false"),
+    "alt": re.compile(r"sse|json|proto|media"),
+}
+
+#: A parameter name kept in a written path: letters with ``_ - .``, at most two
+#: digits at the end, and ``[...]`` suffixes (``key[]``, ``filter[0]``). Names
+#: with more digits, other characters, or over 48 characters look more like a
+#: key than a name and are written as ``REDACTED`` themselves.
+_PARAM_NAME = re.compile(r"[A-Za-z][A-Za-z_.\-]{0,47}\d{0,2}(?:\[[A-Za-z_]{0,32}\d{0,2}\])*")
+
+#: Longest path a record or event carries; the rest is cut (after redaction).
+MAX_PATH_CHARS = 2048
 
 
 def redact_path(path: str) -> str:
-    """Return ``path`` with the values of secret-bearing query parameters redacted.
+    """Return ``path`` as modeltap writes it: no query value that could be a secret.
 
-    Parameter names are compared after percent-decoding (``?%6Bey=`` is
-    ``?key=``), and a fragment after ``#`` is dropped: a raw request target
-    should not carry one, and whatever it holds is not ours to keep.
+    SPEC section 8 is an allowlist, not a list of secret names: of the query
+    string (and of ``;`` parameters in path segments) only parameter names are
+    kept, with values only for ``api-version``, ``beta`` and ``alt``, and only
+    when the value has one of their harmless shapes. Every other value becomes
+    ``REDACTED`` whatever its name's spelling or encoding (names are compared
+    after percent-decoding). ``;`` separates parameters like ``&`` (some servers
+    read it so). A parameter without ``=`` is a value too (``?sk-…``): it is
+    written as ``REDACTED`` unless it is an allowlisted name, and so is a name
+    that does not look like one. A fragment after ``#`` is dropped. An empty
+    value stays empty. A path longer than :data:`MAX_PATH_CHARS` is cut there,
+    after redaction, so the cut never shows part of a secret. A path under
+    the limit comes out the same when redacted twice.
 
     Args:
         path: a request path, possibly with a query string (``/v1/x?key=abc``).
 
     Returns:
-        The same path with each secret value replaced by ``REDACTED``.
+        The path to write.
     """
     path = path.split("#", 1)[0]
     head, sep, query = path.partition("?")
-    if not sep:
-        return path
-    params = []
-    for param in query.split("&"):
-        name, eq, _ = param.partition("=")
-        if eq and _SECRET_NAME.fullmatch(unquote_plus(name).strip()):
-            param = f"{name}=REDACTED"
-        params.append(param)
-    return f"{head}?{'&'.join(params)}"
+    if ";" in head:
+        head = "/".join(_redact_segment(segment) for segment in head.split("/"))
+    written = f"{head}?{_redact_params(query)}" if sep else head
+    if len(written) > MAX_PATH_CHARS:
+        written = written[:MAX_PATH_CHARS] + "...[cut]"
+    return written
+
+
+def _redact_segment(segment: str) -> str:
+    """A path segment's ``;name=value`` parameters, redacted like a query."""
+    bare, sep, params = segment.partition(";")
+    return f"{bare};{_redact_params(params)}" if sep else bare
+
+
+def _redact_params(query: str) -> str:
+    """Each ``&``- or ``;``-separated parameter of ``query``, redacted (separators kept)."""
+    pieces = re.split(r"([&;])", query)
+    return "".join(
+        piece if index % 2 else _redact_param(piece) for index, piece in enumerate(pieces)
+    )
+
+
+def _redact_param(param: str) -> str:
+    if not param:
+        return param
+    name, eq, value = param.partition("=")
+    decoded = unquote_plus(name)
+    if not eq:
+        return param if decoded in _KEPT_VALUES else REDACTED
+    if not _PARAM_NAME.fullmatch(decoded):
+        name = REDACTED
+    kept = _KEPT_VALUES.get(decoded)
+    if value and (kept is None or not kept.fullmatch(value)):
+        value = REDACTED
+    return f"{name}={value}"
 
 
 # --------------------------------------------------------------------------
@@ -217,7 +272,15 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class ResponseFacts:
-    """What an observer read off one response (JSON body, SSE stream or WS events)."""
+    """What an observer read off one response (JSON body, SSE stream or WS events).
+
+    Validated on construction (SPEC section 8, no prompt text): an upstream
+    that echoes a request into an identifier (``model``, ``id``, ``status``, a
+    finish reason, a tool call's id, name or namespace) could put prompt text
+    there, so a value over :data:`MAX_ID_CHARS` is not kept (``None``, or left
+    out of ``finish_reasons``) and a capture error says so in modeltap's own
+    words. Tool call ``arguments`` are the model's output and kept as sent.
+    """
 
     response_id: str | None = None
     model: str | None = None
@@ -227,6 +290,51 @@ class ResponseFacts:
     status: str | None = None
     evidence_complete: bool = False
     capture_errors: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        dropped: list[str] = []
+
+        def bounded(value: str | None, what: str) -> str | None:
+            if value is None or len(value) <= MAX_ID_CHARS:
+                return value
+            dropped.append(what)
+            return None
+
+        for name in ("response_id", "model", "status"):
+            value = getattr(self, name)
+            if value is not None and len(value) > MAX_ID_CHARS:
+                object.__setattr__(self, name, bounded(value, name))
+        if self.finish_reasons is not None and any(
+            len(r) > MAX_ID_CHARS for r in self.finish_reasons
+        ):
+            dropped.append("finish_reason")
+            kept = tuple(r for r in self.finish_reasons if len(r) <= MAX_ID_CHARS)
+            object.__setattr__(self, "finish_reasons", kept)
+        if any(_overlong_call(call) for call in self.tool_calls):
+            calls = tuple(
+                ToolCall(
+                    bounded(call.call_id, "tool call id"),
+                    bounded(call.name, "tool call name"),
+                    call.arguments,
+                    bounded(call.namespace, "tool call namespace"),
+                )
+                for call in self.tool_calls
+            )
+            object.__setattr__(self, "tool_calls", calls)
+        if dropped:
+            notes = tuple(
+                f"the response's {what} is longer than {MAX_ID_CHARS} characters; not recorded"
+                for what in dict.fromkeys(dropped)
+            )
+            object.__setattr__(self, "capture_errors", self.capture_errors + notes)
+            object.__setattr__(self, "evidence_complete", False)
+
+
+def _overlong_call(call: ToolCall) -> bool:
+    return any(
+        value is not None and len(value) > MAX_ID_CHARS
+        for value in (call.call_id, call.name, call.namespace)
+    )
 
 
 # --------------------------------------------------------------------------
@@ -332,6 +440,19 @@ class WsControlEvent(Event):
 
     kind: str = field(default="ws_control", init=False)
     type: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileReopenedEvent(Event):
+    """An out file was deleted, renamed or replaced under the running proxy, and
+    opened (created) again at its path; lines written to it before are not in
+    the new file (SPEC section 8)."""
+
+    kind: str = field(default="file_reopened", init=False)
+    #: Which file: ``audit.jsonl``, ``events.jsonl`` or ``sessions.jsonl``.
+    file: str
+    #: ``missing`` (the path was gone) or ``replaced`` (it named another file).
+    reason: str
 
 
 # --------------------------------------------------------------------------
