@@ -81,12 +81,40 @@ def test_audit_does_not_change_the_body(path: Path) -> None:
     assert body == before
 
 
-def test_omitted_settings_null_their_fields() -> None:
-    body = {"model": "m", "input": [], "tools": [{"type": "function", "name": "f"}]}
-    facts = audit_request(body, omitted=("instructions", "tools"))
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"previous_response_id": "resp_1"},
+        {"conversation": "conv_1"},
+        {"conversation": {"id": "conv_1"}},
+        {"prompt": {"id": "pmpt_1", "version": "2"}},
+    ],
+    ids=["previous_response_id", "conversation", "conversation_object", "prompt"],
+)
+def test_server_state_without_settings_records_them_omitted(state: dict[str, Any]) -> None:
+    facts = audit_request({"model": "m", "input": [], **state})
     assert facts.tool_names is None
     assert facts.instructions_sha256 is None
     assert facts.omitted_settings == ("instructions", "tools")
+
+
+def test_server_state_with_settings_records_them() -> None:
+    body = {
+        "model": "m",
+        "previous_response_id": "resp_1",
+        "input": [{"role": "developer", "content": "be brief"}],
+        "tools": [],
+    }
+    facts = audit_request(body)
+    assert facts.tool_names == ()
+    assert facts.instructions_sha256 is not None and facts.instructions_sha256 != EMPTY_SHA
+    assert facts.omitted_settings == ()
+
+
+def test_null_continuation_fields_are_no_continuation() -> None:
+    facts = audit_request({"model": "m", "input": [], "previous_response_id": None})
+    assert facts.omitted_settings == ()
+    assert facts.instructions_sha256 == EMPTY_SHA
 
 
 def test_absent_tools_are_empty_and_absent_instructions_hash_empty() -> None:

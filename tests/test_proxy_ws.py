@@ -445,8 +445,8 @@ def test_implicit_continuation_refused_by_default(running: Running) -> None:
         error = recv_json(ws)
     assert error == rejection(
         "ws_implicit_continuation",
-        "a continuation (previous_response_id) must state its model, instructions and "
-        "tools; use --continuation as-sent to audit it as sent",
+        "a continuation (previous_response_id, conversation or prompt) must state its "
+        "model, instructions and tools; use --continuation as-sent to audit it as sent",
     )
     assert "--continuation as-sent" in error["error"]["message"]
     assert len(running.audit()) == 1

@@ -33,6 +33,7 @@ from modeltap.errors import (
     Rejected,
     SinkError,
     UpstreamProtocolError,
+    error_message,
     provider_error_body,
 )
 from modeltap.records import (
@@ -539,10 +540,13 @@ class ModelTap:
             return
         self.counts["errors"] += 1
         self._session(ex.session_id).errored(kind)
+        # In modeltap's own words: mitmproxy's message can quote the upstream's
+        # (a malformed status line echoing the request, say).
+        text = error_message(kind)
         error = ErrorEvent(
             **self._envelope(ex, ex.seq),
             error=kind,
-            message=msg,
+            message=text,
             transport="http",
             method=flow.request.method,
             path=redact_path(ex.path),
@@ -550,9 +554,9 @@ class ModelTap:
         self._write_event(error)
         if ex.audited:
             if ex.observer is not None:
-                facts = self._finish_stream(ex, f"{kind}: {msg}")
+                facts = self._finish_stream(ex, f"{kind}: {text}")
             else:
-                facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {msg}",))
+                facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {text}",))
             self._respond_event(flow, ex, facts, now, error=error)
         elif ex.span is not None:
             ex.span.finish(end_ns=epoch_ns(now), error=error)

@@ -34,6 +34,11 @@ RULES: Final[dict[str, tuple[int, str]]] = {
     "tool_without_name": (400, "a client tool has no name"),
     "malformed_image": (400, "an image part is malformed"),
     "malformed_setting": (400, "a setting the audit records has the wrong type"),
+    "value_too_long": (
+        400,
+        "a value the audit records (model, setting, tool name or type, id) is longer than "
+        "256 characters",
+    ),
     "undecodable_content_encoding": (
         400,
         "the request body's content-encoding could not be decoded",
@@ -65,10 +70,38 @@ RULES: Final[dict[str, tuple[int, str]]] = {
     "ws_nested_response": (400, "response.create carries a nested 'response' object"),
     "ws_implicit_continuation": (
         400,
-        "a continuation (previous_response_id) must state its model, instructions and "
-        "tools; use --continuation as-sent to audit it as sent",
+        "a continuation (previous_response_id, conversation or prompt) must state its model, "
+        "instructions and tools; use --continuation as-sent to audit it as sent",
     ),
 }
+
+#: What ``events.jsonl`` says about an exchange that failed, per kind of
+#: failure, in modeltap's own words. mitmproxy's and the upstream's texts are
+#: never copied: an upstream's malformed status line can echo the request.
+ERROR_MESSAGES: Final[dict[str, str]] = {
+    "upstream_unreachable": (
+        "the upstream could not be reached, or closed or broke the connection before answering"
+    ),
+    "upstream_reset": "the upstream connection broke before the response ended",
+    "upstream_timeout": "the upstream did not answer in time (--upstream-timeout)",
+    "upstream_protocol_error": "the upstream's answer broke the HTTP protocol",
+    "client_gone": "the client closed the connection before the response ended",
+    "bad_request": "the client's request broke the HTTP protocol; the proxy answered it",
+    "proxy_stopped": "modeltap stopped while the exchange was in flight",
+}
+
+
+def error_message(kind: str) -> str:
+    """The fixed text an error event carries for a kind of failure.
+
+    Args:
+        kind: the error event's ``error`` (e.g. ``upstream_reset``).
+
+    Returns:
+        The text of :data:`ERROR_MESSAGES`, or a generic one for a kind it
+        does not list; never anything taken from the wire.
+    """
+    return ERROR_MESSAGES.get(kind, "the exchange failed before the response ended")
 
 
 class ModelTapError(Exception):

@@ -49,7 +49,7 @@ import orjson
 from mitmproxy import exceptions, http
 
 from modeltap.addon import METADATA_KEY, Exchange
-from modeltap.errors import Rejected, SinkError
+from modeltap.errors import Rejected, SinkError, error_message
 from modeltap.records import API_RESPONSES, Json, RequestFacts, redact_path
 from modeltap.sink import JsonlFile
 from modeltap.ws import Create, WsPolicy, classify_client_message
@@ -425,8 +425,9 @@ class Recorder:
         pending: _Pending | None = flow.metadata.pop(RECORD_KEY, None)
         if pending is None:
             return
-        # The reset is part of what happened; a replay reproduces it.
-        self._finish(flow, pending, flow.error.msg if flow.error else "unknown error")
+        # The reset is part of what happened; a replay reproduces it. Said in our
+        # own words: mitmproxy's message can quote what the upstream sent.
+        self._finish(flow, pending, error_message(""))
 
     def _finish(self, flow: http.HTTPFlow, pending: _Pending, error: str | None) -> None:
         assert self.blobs is not None

@@ -130,12 +130,14 @@ def _audit_create(message: Json, policy: WsPolicy) -> RequestFacts:
         raise Rejected("messages_and_input")
     if "input" not in body:
         raise Rejected("ws_missing_input")
-    omitted: tuple[str, ...] = ()
-    if body.get("previous_response_id") is not None:
-        omitted = openai_responses.unstated_settings(body)
-        if policy.continuation == "explicit" and (omitted or body.get("model") is None):
-            raise Rejected("ws_implicit_continuation")
-    facts = openai_responses.audit_request(body, omitted=omitted)
+    if (
+        policy.continuation == "explicit"
+        and openai_responses.continues_server_state(body)
+        and (openai_responses.unstated_settings(body) or body.get("model") is None)
+    ):
+        raise Rejected("ws_implicit_continuation")
+    # Under as-sent, audit_request records the unstated settings as omitted.
+    facts = openai_responses.audit_request(body)
     return dataclasses.replace(facts, stream=True)
 
 

@@ -1,10 +1,11 @@
 """SPEC 8 holds even when the audit line cannot be *serialised*, not only when
 the file cannot be written: the glue must refuse, never forward unaudited.
 
-The core now refuses the one wire input found that broke serialisation (an
-Anthropic ``thinking`` nested 255-1023 levels deep, readable by orjson but not
-writable). This test injects such facts directly, to show that the glue itself
-still lets a request through when ``to_json_line`` raises ``TypeError``.
+The one wire input found that broke serialisation (an Anthropic ``thinking``
+nested 255-1023 levels deep, readable by orjson but not writable) can no
+longer reach the record: unknown keys of ``thinking`` are kept by name only.
+This test injects such facts directly, to show that the glue itself still
+refuses when ``to_json_line`` raises ``TypeError``.
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ def test_unserialisable_record_is_refused_not_forwarded(
     assert resp.status_code == 503
 
 
-def test_deep_thinking_on_the_wire_is_refused(running: Running) -> None:
-    """The wire input that found the bug: refused 400, nothing forwarded."""
+def test_deep_thinking_on_the_wire_is_kept_by_name(running: Running) -> None:
+    """The wire input that found the bug. An unknown key of ``thinking`` is now
+    kept by name only (SPEC 8), so its depth never reaches the record: the line
+    is written whole and the request goes on."""
     raw = (
         b'{"model":"claude-x","max_tokens":5,"messages":[],"thinking":{"type":"enabled","x":'
         + b'{"a":' * 400
@@ -53,7 +56,6 @@ def test_deep_thinking_on_the_wire_is_refused(running: Running) -> None:
         + b"}}"
     )
     resp = httpx.post(running.base() + "/v1/messages", content=raw, timeout=10)
-    assert resp.status_code == 400
-    assert "malformed_setting" in resp.json()["error"]["message"]
-    assert running.upstream.received == []
-    assert running.audit() == []
+    assert resp.status_code == 200
+    assert [r["thinking"] for r in running.audit()] == [{"type": "enabled", "x": "REDACTED"}]
+    assert len(running.upstream.received) == 1

@@ -42,6 +42,9 @@ from modeltap.records import (
 )
 from modeltap.sse import SSEEvent
 
+#: The keys of ``thinking`` whose values the record keeps; others by name only.
+_THINKING_KEYS: wire.SettingKeys = {"type": str, "budget_tokens": int, "display": str}
+
 #: Delta types that carry model output (signatures and citations do not).
 _OUTPUT_DELTAS = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
 
@@ -73,14 +76,9 @@ def audit_request(body: Json) -> RequestFacts:
         raise Rejected("malformed_messages", "messages")
     tool_names, hosted_tools = _tools(body.get("tools"), body.get("mcp_servers"))
 
-    thinking = body.get("thinking")
-    if thinking is not None and not isinstance(thinking, dict):
-        raise Rejected("malformed_setting", "thinking")
-    if thinking is not None and wire.json_bytes(thinking) is None:
-        # The record copies `thinking` as sent. orjson reads 1024 levels of
-        # nesting but writes only 254, so a deeper one would parse here and then
-        # make the audit line unwritable after the request was accepted.
-        raise Rejected("malformed_setting", "thinking")
+    # Known keys with their values, any other key by name only (SPEC section 8):
+    # an extra field must not carry text into the record.
+    thinking = wire.setting_by_name(body.get("thinking"), _THINKING_KEYS, "thinking")
     output_config = body.get("output_config")
     if output_config is not None and not isinstance(output_config, dict):
         raise Rejected("malformed_setting", "output_config")
@@ -88,6 +86,7 @@ def audit_request(body: Json) -> RequestFacts:
         output_config.get("effort") if output_config else None, "output_config.effort"
     )
 
+    omitted = _unstated_settings(body) if _continues_thread(body.get("thread")) else ()
     instructions: list[str] = []
     system = body.get("system")
     if system is not None:
@@ -105,17 +104,52 @@ def audit_request(body: Json) -> RequestFacts:
 
     return RequestFacts(
         model=model,
-        tool_names=tool_names,
+        tool_names=None if "tools" in omitted else tool_names,
         reasoning_effort=effort,
         thinking=thinking,
         image_details=tuple(images),
-        instructions_sha256=wire.instructions_sha256(instructions),
+        instructions_sha256=(
+            None if "instructions" in omitted else wire.instructions_sha256(instructions)
+        ),
         stream=body.get("stream") is True,
         hosted_tools=hosted_tools,
         tool_results=tuple(tool_results),
         previous_response_id=None,
         generate=None,
+        omitted_settings=omitted,
     )
+
+
+def _continues_thread(thread: Any) -> bool:
+    """Whether ``thread`` continues state the server holds (SPEC section 2).
+
+    ``{"type": "create"}`` (or no thread) starts from what the request says;
+    ``{"type": "continue", "previous_message_id": ...}`` and any other type
+    may carry server-held settings over, so the record does not claim them.
+
+    Raises:
+        Rejected: ``malformed_setting`` when ``thread`` is not an object.
+    """
+    if thread is None:
+        return False
+    if not isinstance(thread, dict):
+        raise Rejected("malformed_setting", "thread")
+    return thread.get("type") != "create"
+
+
+def _unstated_settings(body: Json) -> tuple[str, ...]:
+    """Which of instructions (``system``) and ``tools`` a thread continuation leaves
+    to the server: ``"instructions"`` and/or ``"tools"``, in that order.
+
+    A ``role: system`` message in a continuation's messages adds to the
+    thread's ``system``, which the server keeps; it does not state it.
+    """
+    unstated = []
+    if body.get("system") is None:
+        unstated.append("instructions")
+    if body.get("tools") is None:
+        unstated.append("tools")
+    return tuple(unstated)
 
 
 def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
@@ -136,9 +170,14 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
         if kind is None or kind == "custom":
             if not isinstance(name, str) or not name:
                 raise Rejected("tool_without_name", f"tools[{i}]")
-            names.append(name)
+            names.append(wire.bounded(name, f"tools[{i}]"))
         elif isinstance(kind, str):
-            hosted.append(HostedTool(kind, name if isinstance(name, str) else None))
+            hosted.append(
+                HostedTool(
+                    wire.bounded(kind, f"tools[{i}].type"),
+                    wire.optional_name(name, f"tools[{i}].name"),
+                )
+            )
         else:
             raise Rejected("malformed_tools", f"tools[{i}]")
     if mcp_servers is not None and not isinstance(mcp_servers, list):
@@ -146,8 +185,7 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
     for i, server in enumerate(mcp_servers or ()):
         if not isinstance(server, dict):
             raise Rejected("malformed_tools", f"mcp_servers[{i}]")
-        name = server.get("name")
-        hosted.append(HostedTool("mcp", name if isinstance(name, str) else None))
+        hosted.append(HostedTool("mcp", wire.optional_name(server.get("name"), "mcp_servers")))
     return tuple(names), tuple(hosted)
 
 
@@ -182,11 +220,10 @@ def _read_blocks(
                 raise Rejected("malformed_image", here)
             images.append(None)
         elif kind == "tool_result":
-            call_id = block.get("tool_use_id")
             content = block.get("content")
             tool_results.append(
                 ToolResult(
-                    call_id if isinstance(call_id, str) else None,
+                    wire.optional_name(block.get("tool_use_id"), f"{here}.tool_use_id"),
                     0 if content is None else wire.utf8_len(content),
                 )
             )

@@ -75,10 +75,9 @@ def audit_request(body: Json) -> RequestFacts:
         if role in _INSTRUCTION_ROLES:
             instructions.append(_instruction_text(content, f"messages[{i}]"))
         elif role == "tool":
-            call_id = message.get("tool_call_id")
             tool_results.append(
                 ToolResult(
-                    call_id if isinstance(call_id, str) else None,
+                    wire.optional_name(message.get("tool_call_id"), f"messages[{i}].tool_call_id"),
                     0 if content is None else wire.utf8_len(content),
                 )
             )
@@ -135,10 +134,14 @@ def _tools(tools: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
             name = spec.get("name") if isinstance(spec, dict) else None
             if not isinstance(name, str) or not name:
                 raise Rejected("tool_without_name", f"tools[{i}]")
-            names.append(name)
+            names.append(wire.bounded(name, f"tools[{i}]"))
         else:
-            name = tool.get("name")
-            hosted.append(HostedTool(kind, name if isinstance(name, str) else None))
+            hosted.append(
+                HostedTool(
+                    wire.bounded(kind, f"tools[{i}].type"),
+                    wire.optional_name(tool.get("name"), f"tools[{i}].name"),
+                )
+            )
     return tuple(names), tuple(hosted)
 
 
@@ -174,7 +177,7 @@ def _image_details(content: list[Any], index: int) -> list[str | None]:
         detail = image.get("detail")
         if detail is not None and not isinstance(detail, str):
             raise Rejected("malformed_image", where)
-        details.append(detail)
+        details.append(None if detail is None else wire.bounded(detail, where))
     return details
 
 

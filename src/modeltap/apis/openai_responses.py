@@ -61,16 +61,18 @@ _STREAM_CUT = "stream ended before response.completed"
 # Request side
 
 
-def audit_request(body: Json, *, omitted: tuple[str, ...] = ()) -> RequestFacts:
+def audit_request(body: Json) -> RequestFacts:
     """Read the audit facts off a Responses request body (SPEC section 2).
+
+    A body that continues state the server holds (:func:`continues_server_state`)
+    and does not state its instructions or tools (:func:`unstated_settings`)
+    is recorded as sent: ``instructions_sha256`` and/or ``tool_names`` are
+    None and ``omitted_settings`` names them, over HTTP and WebSocket alike
+    (whether a WebSocket accepts it is :mod:`modeltap.ws`'s policy).
 
     Args:
         body: the parsed request body (for WebSocket, the ``response.create``
             message; its ``type`` key is ignored).
-        omitted: settings the message did not state (WebSocket continuations
-            under ``--continuation as-sent``): ``"instructions"`` makes
-            ``instructions_sha256`` None, ``"tools"`` makes ``tool_names`` None.
-            Recorded as ``omitted_settings``.
 
     Returns:
         The request facts.
@@ -84,6 +86,7 @@ def audit_request(body: Json, *, omitted: tuple[str, ...] = ()) -> RequestFacts:
     model = wire.require_model(body)
     wire.reject_messages_and_input(body)
     items = _input_items(body.get("input"))
+    omitted = unstated_settings(body) if continues_server_state(body) else ()
 
     instructions = _top_level_instructions(body.get("instructions"))
     tool_names: list[str] = []
@@ -110,10 +113,9 @@ def audit_request(body: Json, *, omitted: tuple[str, ...] = ()) -> RequestFacts:
         elif kind in _TOOL_OUTPUT_TYPES:
             output = item.get("output")
             _check_part_list(output, where)
-            call_id = item.get("call_id")
             tool_results.append(
                 ToolResult(
-                    call_id=call_id if isinstance(call_id, str) else None,
+                    call_id=wire.optional_name(item.get("call_id"), f"{where}.call_id"),
                     bytes=0 if output is None else wire.utf8_len(output),
                 )
             )
@@ -137,6 +139,24 @@ def audit_request(body: Json, *, omitted: tuple[str, ...] = ()) -> RequestFacts:
         generate=wire.optional_bool(body.get("generate"), "generate"),
         omitted_settings=omitted,
     )
+
+
+#: Top-level fields by which a request continues state the server holds: an
+#: earlier response, a stored conversation, a stored prompt (which carries its
+#: own instructions and tools).
+SERVER_STATE_FIELDS = ("previous_response_id", "conversation", "prompt")
+
+
+def continues_server_state(body: Json) -> bool:
+    """Whether ``body`` builds on server-held state (:data:`SERVER_STATE_FIELDS`).
+
+    Such a request need not restate its instructions and tools; what is in
+    effect then was not seen in it. Never raises.
+
+    Args:
+        body: a request body or ``response.create`` message.
+    """
+    return any(body.get(key) is not None for key in SERVER_STATE_FIELDS)
 
 
 def unstated_settings(body: Json) -> tuple[str, ...]:
@@ -279,6 +299,8 @@ def _image_detail(part: Json) -> str | None:
     detail = part.get("detail")
     if detail is not None and not isinstance(detail, str):
         raise Rejected("malformed_image", "detail")
+    if detail is not None:
+        wire.bounded(detail, "detail")
     if not isinstance(part.get("image_url"), str) and not isinstance(part.get("file_id"), str):
         raise Rejected("malformed_image", "image_url or file_id")
     return detail
@@ -310,12 +332,17 @@ def _read_tools(
             if kind == "namespace":
                 _read_tools(tool.get("tools"), f"{here}.tools", f"{prefix}{name}.", names, hosted)
             else:
-                names.append(f"{prefix}{name}")
+                names.append(wire.bounded(f"{prefix}{name}", here))
         else:
             # An MCP tool is known by its server label; other hosted tools by
             # their name when they carry one.
             label = tool.get("server_label") if kind == "mcp" else tool.get("name")
-            hosted.append(HostedTool(type=kind, name=label if isinstance(label, str) else None))
+            hosted.append(
+                HostedTool(
+                    type=wire.bounded(kind, f"{here}.type"),
+                    name=wire.optional_name(label, f"{here}.name"),
+                )
+            )
 
 
 def _reasoning_effort(reasoning: Any) -> str | None:

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 
 from modeltap.errors import Rejected
-from modeltap.records import Json
+from modeltap.records import MAX_ID_CHARS, REDACTED, Json
 
 
 def parse_json_object(raw: bytes) -> Json:
@@ -51,16 +51,42 @@ def instructions_sha256(texts: list[str]) -> str:
     return sha256_hex("\n\n".join(texts))
 
 
+def bounded(value: str, where: str) -> str:
+    """Return ``value``, a string the record copies, if it is short enough.
+
+    Every identifier a record copies from a request (model, effort, tool name
+    or type, call id, image detail) goes through here, so none can carry
+    prompt text at length (SPEC section 8).
+
+    Raises:
+        Rejected: ``value_too_long`` naming ``where`` (a fixed field name)
+            when ``value`` is longer than :data:`~modeltap.records.MAX_ID_CHARS`.
+    """
+    if len(value) > MAX_ID_CHARS:
+        raise Rejected("value_too_long", where)
+    return value
+
+
+def optional_name(value: Any, where: str) -> str | None:
+    """A name or id kept when it is a string (bounded), else ``None`` (unknown).
+
+    Raises:
+        Rejected: ``value_too_long`` for an overlong string.
+    """
+    return bounded(value, where) if isinstance(value, str) else None
+
+
 def require_model(body: Json) -> str:
     """Return the body's ``model``.
 
     Raises:
-        Rejected: ``missing_model`` if absent, not a string or empty.
+        Rejected: ``missing_model`` if absent, not a string or empty;
+            ``value_too_long`` if longer than ``MAX_ID_CHARS``.
     """
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise Rejected("missing_model")
-    return model
+    return bounded(model, "model")
 
 
 def reject_messages_and_input(body: Json) -> None:
@@ -74,14 +100,62 @@ def reject_messages_and_input(body: Json) -> None:
 
 
 def optional_str(value: Any, where: str) -> str | None:
-    """Return ``value`` if it is a string or ``None``.
+    """Return ``value`` if it is a string (bounded) or ``None``.
 
     Raises:
-        Rejected: ``malformed_setting`` naming ``where`` (a fixed field name).
+        Rejected: ``malformed_setting`` naming ``where`` (a fixed field name);
+            ``value_too_long`` for a string over ``MAX_ID_CHARS``.
     """
-    if value is None or isinstance(value, str):
-        return value
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return bounded(value, where)
     raise Rejected("malformed_setting", where)
+
+
+#: Keys of a recorded setting object whose values are kept, with their types
+#: (Anthropic ``thinking``: ``{type, budget_tokens, display}``).
+SettingKeys = dict[str, type]
+
+
+def setting_by_name(value: Any, known: SettingKeys, where: str) -> Json | None:
+    """A setting object as the record keeps it: known keys with their values,
+    unknown keys by name only (value ``REDACTED``), so an extra field cannot
+    carry prompt text into the record (SPEC section 8).
+
+    Args:
+        value: the setting as sent (``None`` when absent).
+        known: the keys whose values are kept, with the type each must have
+            (``str`` values are bounded; ``null`` is kept as sent).
+        where: the setting's name, for refusals.
+
+    Returns:
+        The object to record, or ``None`` when absent.
+
+    Raises:
+        Rejected: ``malformed_setting`` when it is not an object or a known
+            key has the wrong type; ``value_too_long`` for an overlong key or
+            string value.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Rejected("malformed_setting", where)
+    kept: Json = {}
+    for key, item in value.items():
+        bounded(key, where)
+        kind = known.get(key)
+        if kind is None:
+            kept[key] = REDACTED
+        elif item is None:
+            kept[key] = None
+        elif kind is int and isinstance(item, int) and not isinstance(item, bool):
+            kept[key] = item
+        elif kind is str and isinstance(item, str):
+            kept[key] = bounded(item, f"{where}.{key}")
+        else:
+            raise Rejected("malformed_setting", f"{where}.{key}")
+    return kept
 
 
 def optional_bool(value: Any, where: str) -> bool | None:
