@@ -96,6 +96,7 @@ from modeltap.records import (
     AuditRecord,
     ErrorEvent,
     Event,
+    FileReopenedEvent,
     RejectedEvent,
     ResponseEvent,
     SessionStatus,
@@ -106,6 +107,7 @@ from modeltap.records import (
     WsControlEvent,
     WsOpenEvent,
 )
+from modeltap.sink import TORN_MARK
 
 AUDIT_FILE: Final = "audit.jsonl"
 EVENTS_FILE: Final = "events.jsonl"
@@ -119,6 +121,7 @@ EVENT_KINDS: Final[dict[str, type[Event]]] = {
     "ws_open": WsOpenEvent,
     "ws_close": WsCloseEvent,
     "ws_control": WsControlEvent,
+    "file_reopened": FileReopenedEvent,
 }
 
 USAGE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Usage))
@@ -327,7 +330,9 @@ def _read_lines[T](
             try:
                 value = orjson.loads(raw)
             except orjson.JSONDecodeError:
-                if raw.endswith(b"\n"):
+                if raw.endswith(TORN_MARK):
+                    message = "torn write: a line cut short (disk full?), closed by the next writer"
+                elif raw.endswith(b"\n"):
                     message = "not valid JSON"
                 else:
                     message = "incomplete last line (torn write: no newline at end of file)"
