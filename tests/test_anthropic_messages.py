@@ -53,6 +53,9 @@ def test_samples_exist() -> None:
         "copilot_anthropic",
         "copilot_anthropic_after_tool",
         "server_tools",
+        "tool_runner_thread_create",
+        "tool_runner_thread_continue",
+        "tool_runner_node_thread_continue",
     }
 
 
@@ -127,7 +130,81 @@ REFUSALS = [
         ),
     ),
     ("malformed_setting", minimal(thinking="secret-thinking")),
+    ("malformed_setting", minimal(thinking={"type": ["secret-type"]})),
+    ("malformed_setting", minimal(thinking={"type": "enabled", "budget_tokens": True})),
+    ("malformed_setting", minimal(thinking={"type": "enabled", "budget_tokens": 1024.0})),
+    ("malformed_setting", minimal(thread="secret-thread")),
+    ("value_too_long", minimal(thinking={"type": "secret-" + "t" * 300})),
+    ("value_too_long", minimal(thinking={"type": "enabled", "secret-" + "k" * 300: 1})),
+    ("value_too_long", minimal(model="secret-" + "m" * 300)),
+    ("value_too_long", minimal(tools=[{"name": "secret-" + "n" * 300}])),
+    ("value_too_long", minimal(tools=[{"type": "secret-" + "y" * 300}])),
+    ("value_too_long", minimal(mcp_servers=[{"name": "secret-" + "s" * 300}])),
+    ("value_too_long", minimal(output_config={"effort": "secret-" + "e" * 300})),
+    (
+        "value_too_long",
+        minimal(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "secret-" + "i" * 300}],
+                }
+            ]
+        ),
+    ),
 ]
+
+
+def test_thinking_keeps_unknown_keys_by_name_only() -> None:
+    huge = "secret-prompt " * 100_000
+    sent = {"type": "enabled", "budget_tokens": 2048, "display": "summarized", "notes": huge}
+    sent["nested"] = {"deep": [huge]}
+    facts = anthropic_messages.audit_request(minimal(thinking=sent))
+    assert facts.thinking == {
+        "type": "enabled",
+        "budget_tokens": 2048,
+        "display": "summarized",
+        "notes": "REDACTED",
+        "nested": "REDACTED",
+    }
+    assert anthropic_messages.audit_request(minimal(thinking={"type": "adaptive", "display": None}))
+    assert sent["notes"] == huge  # the body forwarded is untouched
+
+
+@pytest.mark.parametrize(
+    ("thread", "system", "tools", "omitted"),
+    [
+        (None, None, None, ()),
+        ({"type": "create"}, "be brief", [], ()),
+        (
+            {"type": "continue", "previous_message_id": "msg_1"},
+            None,
+            None,
+            ("instructions", "tools"),
+        ),
+        ({"type": "continue", "previous_message_id": "msg_1"}, "be brief", None, ("tools",)),
+        ({"type": "continue", "previous_message_id": "msg_1"}, None, [], ("instructions",)),
+        ({"type": "fork", "from": "msg_1"}, None, None, ("instructions", "tools")),
+        ({}, None, None, ("instructions", "tools")),
+    ],
+    ids=["none", "create", "continue", "continue_system", "continue_tools", "unknown", "no_type"],
+)
+def test_thread_continuations_record_what_they_state(
+    thread: Any, system: Any, tools: Any, omitted: tuple[str, ...]
+) -> None:
+    extra = {
+        k: v
+        for k, v in {"thread": thread, "system": system, "tools": tools}.items()
+        if v is not None
+    }
+    body = minimal(**extra)
+    # A system message inside a continuation adds to the thread's system; it does not state it.
+    body["messages"].append({"role": "system", "content": "extra rule"})
+    facts = anthropic_messages.audit_request(body)
+    assert facts.omitted_settings == omitted
+    assert (facts.instructions_sha256 is None) == ("instructions" in omitted)
+    assert (facts.tool_names is None) == ("tools" in omitted)
+    assert facts.hosted_tools == ()
 
 
 def leaves(value: Any) -> list[str]:
@@ -162,6 +239,7 @@ def test_every_rule_the_module_raises_is_tested() -> None:
         "malformed_image",
         "instructions_not_text",
         "malformed_setting",
+        "value_too_long",
     }
 
 

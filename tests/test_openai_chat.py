@@ -139,6 +139,39 @@ REFUSALS = [
         ),
     ),
     ("malformed_setting", minimal(reasoning_effort=["secret-effort"])),
+    ("value_too_long", {"model": "secret-" + "m" * 300, "messages": []}),
+    ("value_too_long", minimal(reasoning_effort="secret-" + "e" * 300)),
+    (
+        "value_too_long",
+        minimal(tools=[{"type": "function", "function": {"name": "secret-" + "n" * 300}}]),
+    ),
+    ("value_too_long", minimal(tools=[{"type": "secret-" + "t" * 300}])),
+    ("value_too_long", minimal(tools=[{"type": "web_search", "name": "secret-" + "h" * 300}])),
+    (
+        "value_too_long",
+        minimal(
+            messages=[{"role": "tool", "tool_call_id": "secret-" + "c" * 300, "content": "ok"}]
+        ),
+    ),
+    (
+        "value_too_long",
+        minimal(
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image_url",
+                            "image_url": {
+                                "url": "https://x.test/a.png",
+                                "detail": "secret-" + "d" * 300,
+                            },
+                        }
+                    ],
+                }
+            ]
+        ),
+    ),
 ]
 
 
@@ -174,6 +207,7 @@ def test_every_rule_the_module_raises_is_tested() -> None:
         "malformed_image",
         "instructions_not_text",
         "malformed_setting",
+        "value_too_long",
     }
 
 

@@ -350,6 +350,55 @@ REFUSALS: list[tuple[str, str, dict[str, Any]]] = [
         {"model": "m", "previous_response_id": 5},
     ),
     ("generate a string", "malformed_setting", {"model": "m", "generate": CANARY}),
+    ("model too long", "value_too_long", {"model": CANARY * 40, "input": []}),
+    (
+        "effort too long",
+        "value_too_long",
+        {"model": "m", "input": [], "reasoning": {"effort": CANARY * 40}},
+    ),
+    (
+        "tool name too long",
+        "value_too_long",
+        {"model": "m", "input": [], "tools": [{"type": "function", "name": CANARY * 40}]},
+    ),
+    (
+        "namespaced tool name too long",
+        "value_too_long",
+        {
+            "model": "m",
+            "input": [],
+            "tools": [
+                {
+                    "type": "namespace",
+                    "name": CANARY * 20,
+                    "tools": [{"type": "custom", "name": CANARY * 20}],
+                }
+            ],
+        },
+    ),
+    (
+        "hosted type too long",
+        "value_too_long",
+        {"model": "m", "input": [], "tools": [{"type": CANARY * 40}]},
+    ),
+    (
+        "mcp label too long",
+        "value_too_long",
+        {"model": "m", "input": [], "tools": [{"type": "mcp", "server_label": CANARY * 40}]},
+    ),
+    (
+        "call id too long",
+        "value_too_long",
+        {
+            "model": "m",
+            "input": [{"type": "function_call_output", "call_id": CANARY * 40, "output": "x"}],
+        },
+    ),
+    (
+        "previous response id too long",
+        "value_too_long",
+        {"model": "m", "input": [], "previous_response_id": CANARY * 40},
+    ),
 ]
 
 
@@ -393,6 +442,7 @@ def test_every_request_rule_of_this_api_is_exercised() -> None:
         "tool_without_name",
         "malformed_image",
         "malformed_setting",
+        "value_too_long",
     }
 
 

@@ -8,6 +8,7 @@ code under test.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import ssl
 from collections.abc import Callable
@@ -21,7 +22,14 @@ import orjson
 import pytest
 
 from tests.conftest import Running
-from tests.upstream import Reply, chat_text_json
+from tests.upstream import (
+    Reply,
+    anthropic_text_json,
+    anthropic_tool_json,
+    chat_text_json,
+    responses_text_json,
+    responses_tool_json,
+)
 
 KEY = "sk-test-PLANTED-SECRET-0123456789"
 PNG = "data:image/png;base64,iVBORw0KGgo="
@@ -762,3 +770,72 @@ def test_a_bug_in_the_core_refuses_instead_of_forwarding(
     assert running.audit() == []
     (ev,) = running.events("rejected")
     assert ev["rule"] == "audit_internal_error"
+
+
+# --------------------------------------------------------------------------
+# Continuations of server-held state over HTTP (SPEC 2): recorded as sent
+
+
+def test_anthropic_tool_runner_thread_continue_is_recorded_as_sent(running: Running) -> None:
+    """The anthropic SDK's own tool runner: turn 1 creates a thread with system and
+    tools, turn 2 continues it with only the tool result."""
+
+    @anthropic.beta_tool
+    def lookup(q: str, n: int) -> str:
+        """Look something up.
+
+        Args:
+            q: what.
+            n: how many.
+        """
+        return f"{n} results for {q}"
+
+    running.upstream.replies.extend(
+        [anthropic_tool_json("claude-x"), anthropic_text_json("claude-x")]
+    )
+    client = anthropic.Anthropic(base_url=running.base(), api_key="k", max_retries=0)
+    runner = client.beta.messages.tool_runner(
+        model="claude-x",
+        max_tokens=1024,
+        system="Be brief.",
+        tools=[lookup],
+        messages=[{"role": "user", "content": "weather?"}],
+    )
+    assert [m.stop_reason for m in runner] == ["tool_use", "end_turn"]
+    sent = [r.json() for r in running.upstream.received]
+    assert [s["thread"]["type"] for s in sent] == ["create", "continue"]
+    assert "system" not in sent[1] and "tools" not in sent[1]
+    first, second = running.audit()
+    assert first["omitted_settings"] == [] and first["tool_names"] == ["lookup"]
+    assert first["instructions_sha256"] == hashlib.sha256(b"Be brief.").hexdigest()
+    assert second["omitted_settings"] == ["instructions", "tools"]
+    assert second["instructions_sha256"] is None and second["tool_names"] is None
+    assert second["tool_results"] == [
+        {"call_id": "toolu_lookup1", "bytes": len("3 results for weather")}
+    ]
+
+
+def test_responses_previous_response_id_without_system_is_recorded_as_sent(
+    running: Running,
+) -> None:
+    """What LangChain's ChatOpenAI(use_previous_response_id=True) sends after turn 1:
+    the tool output and the tools again, no system message."""
+    running.upstream.replies.extend([responses_tool_json("gpt-5"), responses_text_json("gpt-5")])
+    client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
+    tools: Any = [{"type": "function", "name": "lookup", "parameters": {"type": "object"}}]
+    first = client.responses.create(
+        model="gpt-5",
+        input=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "weather?"}],
+        tools=tools,
+    )
+    client.responses.create(
+        model="gpt-5",
+        previous_response_id=first.id,
+        input=[{"type": "function_call_output", "call_id": "call_lookup3", "output": "sunny"}],
+        tools=tools,
+    )
+    one, two = running.audit()
+    assert one["omitted_settings"] == [] and one["instructions_sha256"] is not None
+    assert two["previous_response_id"] == first.id
+    assert two["omitted_settings"] == ["instructions"]
+    assert two["instructions_sha256"] is None and two["tool_names"] == ["lookup"]
