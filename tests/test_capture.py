@@ -24,6 +24,7 @@ from modeltap.capture import (
     NO_RESPONSE,
     Capture,
     LoadError,
+    decode_event,
     sum_usage,
 )
 from modeltap.records import (
@@ -40,6 +41,7 @@ from modeltap.records import (
     WsControlEvent,
     WsOpenEvent,
 )
+from modeltap.sink import TORN_MARK
 
 RUN = "run-1"
 T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
@@ -680,6 +682,30 @@ def test_schemas_refuse_what_the_writer_never_writes() -> None:
     assert not EVENT_SCHEMA.is_valid({**event, "kind": "nope"})
     assert not EVENT_SCHEMA.is_valid({**event, "usage": {**event["usage"], "input_tokens": "1"}})
     assert not EVENT_SCHEMA.is_valid({**event, "seq": None})  # a response always has a record
+    assert not EVENT_SCHEMA.is_valid({**event, "model": "m" * 257})  # identifiers are bounded
+    assert not AUDIT_SCHEMA.is_valid({**record, "model": "m" * 257})
+
+
+def test_file_reopened_event_is_in_the_schema_and_reads_back(tmp_path: Path) -> None:
+    event = records.FileReopenedEvent(
+        ts=ts(1.0), run_id=RUN, session_id="s-1", file="audit.jsonl", reason="missing"
+    )
+    line = orjson.loads(records.to_json_line(event))
+    EVENT_SCHEMA.validate(line)
+    assert not EVENT_SCHEMA.is_valid({**line, "reason": "gone"})
+    assert decode_event(line) == event
+
+
+def test_a_torn_line_closed_by_the_next_writer_is_one_load_error(tmp_path: Path) -> None:
+    good = records.to_json_line(audit(1, 0.0))
+    torn = records.to_json_line(audit(2, 0.5))[:-1]  # all but its newline: still whole JSON
+    (tmp_path / "audit.jsonl").write_bytes(
+        good + torn + TORN_MARK + good.replace(b'"seq":1', b'"seq":3')
+    )
+    capture = Capture.load(tmp_path)
+    assert [(e.file, e.line) for e in capture.load_errors] == [("audit.jsonl", 2)]
+    assert "torn write" in capture.load_errors[0].message
+    assert [t.record.seq for s in capture.sessions.values() for t in s.turns] == [1, 3]
 
 
 def test_session_counts_that_disagree_with_the_files(tmp_path: Path) -> None:

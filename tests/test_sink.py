@@ -1,0 +1,73 @@
+"""sink.py: whole lines after a torn write, a new file after a rename or delete."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from modeltap.records import ErrorEvent
+from modeltap.sink import REOPEN_MISSING, REOPEN_REPLACED, TORN_MARK, JsonlFile, Sink
+
+A, B = b'{"a":1}\n', b'{"b":2}\n'
+
+
+def test_a_fragment_is_closed_by_the_next_append_from_any_writer(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    mine, other = JsonlFile(path), JsonlFile(path)
+    assert mine.append(A) is None
+    with path.open("ab") as f:  # what a write cut short leaves: no newline
+        f.write(A[:-1])
+    assert other.append(B) is None
+    assert path.read_bytes() == A + A[:-1] + TORN_MARK + B
+    lines = path.read_bytes().splitlines()
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(lines[1])  # the fragment stays one unreadable line, even whole JSON
+    assert orjson.loads(lines[2]) == {"b": 2}
+    assert mine.append(A) is None  # a whole file gets no mark
+    assert path.read_bytes().endswith(B + A)
+
+
+@pytest.mark.parametrize("how", ["rename", "delete", "replace", "rmdir"])
+def test_a_moved_file_is_reopened_at_its_path(tmp_path: Path, how: str) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "x.jsonl"
+    jsonl = JsonlFile(path)
+    jsonl.append(A)
+    if how == "rename":
+        path.rename(out / "x.1")
+    elif how == "delete":
+        path.unlink()
+    elif how == "replace":
+        path.rename(out / "x.1")
+        path.write_bytes(B)
+    else:
+        path.unlink()
+        out.rmdir()
+    expected = REOPEN_REPLACED if how == "replace" else REOPEN_MISSING
+    assert jsonl.append(A) == expected
+    assert jsonl.append(A) is None  # once
+    assert path.read_bytes() == (B if how == "replace" else b"") + A + A
+
+
+def test_the_sink_says_which_file_it_reopened(tmp_path: Path) -> None:
+    sink = Sink(tmp_path)
+    sink.prepare()
+    event = ErrorEvent(
+        ts="2025-01-01T00:00:00.000Z", run_id="r", session_id="s", error="client_gone",
+        message="m", transport="http", method="POST", path="/v1/x",
+    )  # fmt: skip
+    assert sink.write_event(event)
+    os.unlink(tmp_path / "events.jsonl")
+    assert sink.write_event(event)
+    lines = [orjson.loads(line) for line in (tmp_path / "events.jsonl").read_bytes().splitlines()]
+    assert [line["kind"] for line in lines] == ["error", "file_reopened"]
+    assert (lines[1]["file"], lines[1]["reason"], lines[1]["session_id"]) == (
+        "events.jsonl",
+        "missing",
+        "s",
+    )
+    sink.close()
