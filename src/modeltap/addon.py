@@ -38,6 +38,7 @@ from modeltap.errors import (
 )
 from modeltap.records import (
     API_RESPONSES,
+    MAX_ID_CHARS,
     AuditRecord,
     ErrorEvent,
     Json,
@@ -263,9 +264,10 @@ class ModelTap:
             "modeltap_continuation",
             str,
             "explicit",
-            "WebSocket continuations (previous_response_id) that do not restate their "
-            "instructions or tools: explicit refuses them; as-sent audits them as sent, listing "
-            "the unstated settings in omitted_settings with their fields null.",
+            "WebSocket continuations (previous_response_id, conversation, prompt) that do not "
+            "restate their instructions or tools: explicit refuses them; as-sent audits them as "
+            "sent, listing the unstated settings in omitted_settings with their fields null. "
+            "Over HTTP such requests are always audited as sent.",
         )
         loader.add_option(
             "modeltap_ws_allow",
@@ -390,6 +392,14 @@ class ModelTap:
             or self.options.modeltap_session
             or self.run_id
         )
+        overlong = _overlong_id_header(request_id, session)
+        if overlong is not None:
+            # Both ids go into every line: one made of prompt text is refused by
+            # name (SPEC 8), and the refusal is filed under ids of our own.
+            ex = Exchange(self.options.modeltap_session or self.run_id, flow.id, None, "", req.path)
+            flow.metadata[METADATA_KEY] = ex
+            self._refuse(flow, ex, Rejected("value_too_long", overlong))
+            return
         if req.path.startswith(CONTROL_PREFIX):
             self._control(flow, session_id, request_id)
             return
@@ -1076,6 +1086,15 @@ def _fail_closed[**P, R](audit: Callable[P, R], *args: P.args, **kwargs: P.kwarg
     except Exception as e:
         logger.error("modeltap: internal error while auditing (%s); refused", type(e).__name__)
         raise Rejected("audit_internal_error") from None
+
+
+def _overlong_id_header(request_id: str, session: str | None) -> str | None:
+    """The id header too long to copy into every line, if one is (a fixed name)."""
+    if session is not None and len(session) > MAX_ID_CHARS:
+        return SESSION_HEADER
+    if len(request_id) > MAX_ID_CHARS:
+        return "x-client-request-id or x-request-id"
+    return None
 
 
 def _sha256_hex(data: bytes) -> str:

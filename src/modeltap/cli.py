@@ -92,9 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--continuation",
         choices=("explicit", "as-sent"),
         default="explicit",
-        help="WebSocket continuations that do not restate instructions/tools: explicit refuses "
-        "them (default); as-sent audits them as sent, listing what was not stated in "
-        "omitted_settings",
+        help="WebSocket continuations (previous_response_id, conversation, prompt) that do not "
+        "restate instructions/tools: explicit refuses them (default); as-sent audits them as "
+        "sent, listing what was not stated in omitted_settings. HTTP continuations are always "
+        "audited as sent",
     )
     run.add_argument(
         "--ws-allow",

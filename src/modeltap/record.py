@@ -15,7 +15,8 @@ passed through is recorded, never what it refused) and writes:
     ``api``, ``method``, ``path`` (secret query values redacted), ``route``,
     ``upstream``, ``key`` (see :class:`TurnKey`), ``request`` (``headers``,
     ``body``), ``response`` (``status``, ``headers``, ``wait_ms`` from the
-    request leaving to the response head, ``body``, ``chunks``, ``error``)
+    request leaving to the response head, ``body``, ``chunks``, ``error``: a
+    fixed text when the exchange broke, never the upstream's words)
     and, for a WebSocket, ``messages``.
 
 ``DIR/blobs/<sha256>``
@@ -29,8 +30,9 @@ passed through is recorded, never what it refused) and writes:
     ``ms`` counted from the ``response.create`` they follow.
 
 Headers are kept from :data:`KEPT_HEADERS` only, so ``authorization``,
-``x-api-key``, ``api-key`` and cookies never reach the recording; query values
-such as ``?key=`` are redacted from paths.
+``x-api-key``, ``api-key`` and cookies never reach the recording; paths keep
+query values only for ``api-version``, ``beta`` and ``alt``
+(:func:`~modeltap.records.redact_path`).
 """
 
 from __future__ import annotations

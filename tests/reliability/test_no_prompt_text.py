@@ -8,7 +8,8 @@ for it:
 
 - an Anthropic ``thinking`` with an extra 5 MB text field (kept by name only);
 - request identifiers made of prompt text (model, effort, tool name, hosted
-  tool type, tool result id): refused by name, ``value_too_long``;
+  tool type, tool result id, the request id and session headers): refused by
+  name, ``value_too_long``;
 - an upstream answering with a malformed status line that echoes the request
   (mitmproxy's error message quotes it): the error event says what broke in
   modeltap's own words;
@@ -141,6 +142,17 @@ def exercise(p: ProxyProcess, upstream: Upstream) -> dict[str, int]:
             thinking={"type": long},  # type: ignore[typeddict-item]
         )
     sent, refused = sent + 1, refused + 1
+
+    # Ids go into every line: headers made of prompt text are refused too.
+    with httpx.Client(timeout=10) as client:
+        for header in ("x-client-request-id", "x-request-id", "x-modeltap-session"):
+            resp = client.post(
+                p.url + "/stub/v1/chat/completions",
+                json={"model": "gpt-5", "messages": MESSAGES},
+                headers={header: PROMPT.strip().replace(" ", "-")[:2000]},
+            )
+            assert resp.status_code == 400 and "value_too_long" in resp.text
+            sent, refused = sent + 1, refused + 1
 
     # 3. A malformed status line that quotes the request.
     echo = openai.OpenAI(base_url=p.url + "/echo/v1", api_key="k", max_retries=0)

@@ -175,6 +175,7 @@ def test_no_query_secret_reaches_any_written_place(tmp_path: Path, upstream: Ups
         spellings=len(SPELLINGS) * 3,
         queries=len(queries()),
         requests=sent + 1,
+        audit_lines=len(audit),
         spans=len(spans),
         places=len(places),
         leaks=0,

@@ -14,6 +14,12 @@ images carry no detail, so each is ``None`` and :func:`set_image_detail`
 changes nothing. A tool result's size is its ``content`` as sent
 (``wire.utf8_len``): a string as UTF-8, a block list as its compact JSON,
 absent as 0.
+``thinking`` keeps ``type``, ``budget_tokens`` and ``display``; any other key
+by name only (SPEC section 8). A request whose ``thread`` continues state the
+server holds (``{"type": "continue", "previous_message_id": …}``, the
+message-threads beta of the SDKs' tool runners) and does not state ``system``
+or ``tools`` records those as ``None`` and lists them in ``omitted_settings``:
+the server applies the thread's own, which this request does not show.
 
 Response side (SPEC section 4): a JSON message (or error body), or an SSE
 stream ending in ``message_stop``. Tool calls are the model's ``tool_use``
@@ -156,7 +162,7 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
     """Split ``tools`` and ``mcp_servers`` into client tool names and hosted tools.
 
     Absent (or ``null``) tools mean none were advertised: an empty tuple, since
-    the whole request was seen.
+    the whole request was seen (a thread continuation overrides it with None).
     """
     names: list[str] = []
     hosted: list[HostedTool] = []
