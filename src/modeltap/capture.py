@@ -38,36 +38,19 @@ Helpers follow "unknown is not zero":
 
 Evidence coverage
 -----------------
-Each turn gets six channels, each ``complete``, ``partial`` or ``unavailable``
-with reasons. A turn can only lower a channel; a session is the worst over
-its turns plus what happened outside them; a capture is the worst over its
-sessions.
-
-* ``events``: partial when a request has no response event, or its response
-  was not seen completely (``evidence_complete: false``; the reason carries
-  the response's ``capture_errors``), or when ``sessions.jsonl`` says the
-  proxy found the session's evidence incomplete.
-* ``actions``: partial when a tool call never got its result in a later
-  request of the session (the reason names the call), when a call has no
-  ``call_id`` (its result cannot be matched), or when the response that would
-  list the calls is missing or incomplete.
-* ``messages``: always unavailable: message content is not recorded (names,
-  counts and hashes only).
-* ``usage``: unavailable when a turn has no usage at all (no response, or
-  every count ``null``); partial when some counts are ``null`` (the reason
-  lists them).
-* ``status``: partial when a request was refused (``rejected`` event), an
-  ``error`` event happened, or a request's outcome is unknown (no response).
-  An HTTP error status is a known outcome and lowers nothing.
-* ``data``: partial when a line of the files could not be read (every
-  session is lowered: the lost line may have been its own) or the lines do
-  not link up (an event's ``seq`` with no audit record, two responses for one
-  request, ``sessions.jsonl`` counting other numbers of audited or refused
-  requests than the files hold).
-
-A session with no audited request has ``events``, ``actions``, ``usage`` and
-``status`` unavailable: "No outbound model requests captured; audit
-unsupported".
+Coverage is computed by :mod:`modeltap.coverage`, the one definition of
+complete evidence that the proxy's ``sessions.jsonl`` lines use too: each
+session's lines are fed, in turn order, to one
+:class:`~modeltap.coverage.SessionEvidence`. What only a reader can see is
+added here, in the ``data`` channel: a line of the files that could not be
+read (every session is lowered: the lost line may have been its own), lines
+that do not link up (an event's ``seq`` with no audit record, two responses
+for one request), and a ``sessions.jsonl`` line counting other numbers of
+audited or refused requests than the files hold (the last line of each run
+counts; a WebSocket conversation that reconnects gets a line per socket
+close, each counting the whole session so far). Reasons of an incomplete
+``sessions.jsonl`` line that the files do not show lower ``events`` as "the
+proxy reported: ...".
 
 ``evidence_complete`` is true exactly when the ``events``, ``actions``,
 ``status`` and ``data`` channels are complete. ``usage`` is left out on
@@ -88,10 +71,27 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import orjson
 
+from modeltap.coverage import (
+    CHANNELS,
+    COMPLETE,
+    EVIDENCE_CHANNELS,
+    MESSAGES_NOT_RECORDED,
+    NO_REQUESTS,
+    NO_RESPONSE,
+    USAGE_FIELDS,
+    ChannelCoverage,
+    CoverageStatus,
+    EvidenceCoverage,
+    SessionEvidence,
+    merge,
+    qualified_tool_name,
+    session_capture_errors,
+    worst_of_turns,
+)
 from modeltap.records import (
     AuditRecord,
     ErrorEvent,
@@ -112,6 +112,8 @@ from modeltap.sink import TORN_MARK
 AUDIT_FILE: Final = "audit.jsonl"
 EVENTS_FILE: Final = "events.jsonl"
 SESSIONS_FILE: Final = "sessions.jsonl"
+#: The refusal of a request that arrived after its session ended.
+SESSION_ENDED_RULE: Final = "session_ended"
 
 EVENT_KINDS: Final[dict[str, type[Event]]] = {
     "rejected": RejectedEvent,
@@ -124,18 +126,30 @@ EVENT_KINDS: Final[dict[str, type[Event]]] = {
     "file_reopened": FileReopenedEvent,
 }
 
-USAGE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Usage))
-
-CoverageStatus = Literal["complete", "partial", "unavailable"]
-CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
-#: The channels ``evidence_complete`` and ``capture_errors`` are made of.
-EVIDENCE_CHANNELS: Final = ("events", "actions", "status", "data")
-
-NO_REQUESTS: Final = "No outbound model requests captured; audit unsupported"
-NO_RESPONSE: Final = "no response event was recorded for this request"
-MESSAGES_NOT_RECORDED: Final = "message content is not recorded (names, counts and hashes only)"
-
-_RANK: Final[dict[str, int]] = {"complete": 0, "partial": 1, "unavailable": 2}
+# Coverage lives in modeltap.coverage; readers have always found it here too.
+__all__ = [
+    "CHANNELS",
+    "EVIDENCE_CHANNELS",
+    "MESSAGES_NOT_RECORDED",
+    "NO_REQUESTS",
+    "NO_RESPONSE",
+    "USAGE_FIELDS",
+    "Capture",
+    "ChannelCoverage",
+    "CoverageStatus",
+    "EvidenceCoverage",
+    "LoadError",
+    "Session",
+    "SessionEnd",
+    "ToolInvocation",
+    "Turn",
+    "decode_event",
+    "decode_record",
+    "decode_session_end",
+    "qualified_tool_name",
+    "sum_usage",
+    "tool_call_matches",
+]
 
 
 # --------------------------------------------------------------------------
@@ -345,120 +359,7 @@ def _read_lines[T](
 
 
 # --------------------------------------------------------------------------
-# Coverage
-
-
-@dataclass(frozen=True, slots=True)
-class ChannelCoverage:
-    """One evidence channel: ``complete``, or ``partial`` / ``unavailable`` with reasons."""
-
-    status: CoverageStatus = "complete"
-    reasons: tuple[str, ...] = ()
-
-    @property
-    def reason(self) -> str | None:
-        """The reasons joined with ``"; "``, or ``None`` when complete."""
-        return "; ".join(self.reasons) if self.reasons else None
-
-    def lower(self, status: CoverageStatus, reason: str) -> ChannelCoverage:
-        """Return this channel lowered to ``status`` (never raised) with one more reason."""
-        worst = status if _RANK[status] > _RANK[self.status] else self.status
-        reasons = self.reasons if reason in self.reasons else (*self.reasons, reason)
-        return ChannelCoverage(worst, reasons)
-
-    def to_json(self) -> dict[str, str]:
-        """Return ``{"status": ...}`` plus ``"reason"`` when not complete."""
-        out: dict[str, str] = {"status": self.status}
-        if self.status != "complete":
-            out["reason"] = self.reason or "no reason recorded"
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class EvidenceCoverage:
-    """The six evidence channels of one turn, session or capture."""
-
-    events: ChannelCoverage = ChannelCoverage()
-    actions: ChannelCoverage = ChannelCoverage()
-    messages: ChannelCoverage = ChannelCoverage("unavailable", (MESSAGES_NOT_RECORDED,))
-    usage: ChannelCoverage = ChannelCoverage()
-    status: ChannelCoverage = ChannelCoverage()
-    data: ChannelCoverage = ChannelCoverage()
-
-    def channel(self, name: str) -> ChannelCoverage:
-        """Return the channel called ``name`` (one of :data:`CHANNELS`)."""
-        value: ChannelCoverage = getattr(self, name)
-        return value
-
-    def lower(self, name: str, status: CoverageStatus, reason: str) -> EvidenceCoverage:
-        """Return a copy with channel ``name`` lowered (see :meth:`ChannelCoverage.lower`)."""
-        return dataclasses.replace(self, **{name: self.channel(name).lower(status, reason)})
-
-    @property
-    def evidence_complete(self) -> bool:
-        """Whether the ``events``, ``actions``, ``status`` and ``data`` channels are complete."""
-        return all(self.channel(name).status == "complete" for name in EVIDENCE_CHANNELS)
-
-    def to_json(self) -> dict[str, dict[str, str]]:
-        """Return ``{channel: {"status", "reason"?}}`` for the six channels."""
-        return {name: self.channel(name).to_json() for name in CHANNELS}
-
-
-def _label_indexes(indexes: list[int], noun: str) -> str:
-    """``[turn 3]``, ``[turns 0-2, 5]``: which turns a shared reason applies to."""
-    if len(indexes) == 1:
-        return f"[{noun} {indexes[0]}]"
-    spans: list[str] = []
-    start = prev = indexes[0]
-    for i in [*indexes[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return f"[{noun}s {', '.join(spans)}]"
-
-
-def _worst_of_turns(turns: Iterable[Turn]) -> EvidenceCoverage:
-    """Combine turn coverage: worst status, reasons grouped by turn."""
-    coverage = EvidenceCoverage()
-    for name in CHANNELS:
-        if name == "messages":
-            continue  # the same for every turn; kept as the session's own
-        worst: CoverageStatus = "complete"
-        by_reason: dict[str, list[int]] = {}
-        for turn in turns:
-            channel = turn.coverage.channel(name)
-            if _RANK[channel.status] > _RANK[worst]:
-                worst = channel.status
-            for reason in channel.reasons:
-                by_reason.setdefault(reason, []).append(turn.index)
-        if worst != "complete":
-            reasons = tuple(f"{_label_indexes(ix, 'turn')} {r}" for r, ix in by_reason.items())
-            coverage = dataclasses.replace(coverage, **{name: ChannelCoverage(worst, reasons)})
-    return coverage
-
-
-def _merge(a: EvidenceCoverage, b: EvidenceCoverage) -> EvidenceCoverage:
-    """Channel by channel: the worse status, both sets of reasons."""
-    merged = a
-    for name in CHANNELS:
-        channel = b.channel(name)
-        for reason in channel.reasons:
-            merged = merged.lower(name, channel.status, reason)
-    return merged
-
-
-# --------------------------------------------------------------------------
 # Turns and sessions
-
-
-def qualified_tool_name(call: ToolCall) -> str | None:
-    """Return ``namespace.name`` for a namespaced call, else its ``name``."""
-    if call.name is None:
-        return None
-    return f"{call.namespace}.{call.name}" if call.namespace else call.name
 
 
 def tool_call_matches(call: ToolCall, name: str) -> bool:
@@ -542,7 +443,7 @@ class Turn:
     #: Every event that names this request's ``seq``, in file order.
     events: tuple[Event, ...] = ()
     tool_invocations: tuple[ToolInvocation, ...] = ()
-    coverage: EvidenceCoverage = EvidenceCoverage()
+    coverage: EvidenceCoverage = COMPLETE
 
     @property
     def model(self) -> str:
@@ -588,16 +489,7 @@ class Turn:
     @property
     def capture_errors(self) -> list[str]:
         """Reasons the turn's evidence is incomplete (unprefixed, deduplicated)."""
-        return _evidence_reasons(self.coverage)
-
-
-def _evidence_reasons(coverage: EvidenceCoverage) -> list[str]:
-    out: list[str] = []
-    for name in EVIDENCE_CHANNELS:
-        for reason in coverage.channel(name).reasons:
-            if reason not in out:
-                out.append(reason)
-    return out
+        return self.coverage.capture_errors
 
 
 class _ToolHelpers:
@@ -672,7 +564,7 @@ class Session(_ToolHelpers):
     #: The session's ``sessions.jsonl`` lines (one per run that ended it).
     ends: tuple[SessionEnd, ...] = ()
     #: What lowers the session's coverage outside any turn.
-    own_coverage: EvidenceCoverage = EvidenceCoverage()
+    own_coverage: EvidenceCoverage = COMPLETE
 
     def _turns(self) -> Iterable[Turn]:
         return self.turns
@@ -706,7 +598,7 @@ class Session(_ToolHelpers):
     @property
     def coverage(self) -> EvidenceCoverage:
         """The worst over the turns, lowered by what happened outside them."""
-        return _merge(_worst_of_turns(self.turns), self.own_coverage)
+        return merge(worst_of_turns((t.index, t.coverage) for t in self.turns), self.own_coverage)
 
     @property
     def evidence_complete(self) -> bool:
@@ -719,16 +611,9 @@ class Session(_ToolHelpers):
     @property
     def capture_errors(self) -> list[str]:
         """Why the evidence is incomplete: turn reasons as ``[turn i] ...``, then the session's."""
-        out: list[str] = []
-        for turn in self.turns:
-            for reason in turn.capture_errors:
-                line = f"[turn {turn.index}] {reason}"
-                if line not in out:
-                    out.append(line)
-        for reason in _evidence_reasons(self.own_coverage):
-            if reason not in out:
-                out.append(reason)
-        return out
+        return session_capture_errors(
+            ((t.index, t.coverage) for t in self.turns), self.own_coverage
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -805,22 +690,23 @@ class Capture(_ToolHelpers):
         """Read a capture directory.
 
         Args:
-            directory: a directory holding ``audit.jsonl`` and/or
-                ``events.jsonl`` (and optionally ``sessions.jsonl``).
+            directory: a directory holding any of ``audit.jsonl``,
+                ``events.jsonl`` and ``sessions.jsonl`` (only the last: the
+                agent bypassed the proxy, and the sessions say so).
 
         Returns:
             The capture. Unreadable lines are listed in ``load_errors``.
 
         Raises:
             NotADirectoryError: ``directory`` is not a directory.
-            FileNotFoundError: it holds neither ``audit.jsonl`` nor ``events.jsonl``.
+            FileNotFoundError: it holds none of the three files.
             OSError: a file could not be read.
         """
         root = Path(directory)
         if not root.is_dir():
             raise NotADirectoryError(f"not a directory: {root}")
-        if not (root / AUDIT_FILE).exists() and not (root / EVENTS_FILE).exists():
-            raise FileNotFoundError(f"no {AUDIT_FILE} or {EVENTS_FILE} in {root}")
+        if not any((root / name).exists() for name in (AUDIT_FILE, EVENTS_FILE, SESSIONS_FILE)):
+            raise FileNotFoundError(f"no {AUDIT_FILE}, {EVENTS_FILE} or {SESSIONS_FILE} in {root}")
         errors: list[LoadError] = []
         records = [r for _, r in _read_lines(root / AUDIT_FILE, decode_record, errors)]
         events = [e for _, e in _read_lines(root / EVENTS_FILE, decode_event, errors)]
@@ -910,43 +796,47 @@ def _build_session(
     record_keys: set[tuple[str, int]],
     load_errors: tuple[LoadError, ...],
 ) -> Session:
-    own = EvidenceCoverage()
+    evidence = SessionEvidence(keep_answers=True)
     for reason in _data_reasons(load_errors):
-        own = own.lower("data", "partial", reason)
+        evidence.lower("data", "partial", reason)
 
-    # Turns, without their tool pairing yet (that needs the later turns).
+    # Turns in file order: each record, then its response and errors, so that a
+    # tool call is answered by a later request (the order the proxy saw them in).
     turns: list[Turn] = []
     seen_keys: set[tuple[str, int]] = set()
     for record in entry.records:
         key = (record.run_id, record.seq)
         if key in seen_keys:
             # Events cannot tell two records with one seq apart: keep the first.
-            own = own.lower(
+            evidence.lower(
                 "data", "partial", f"audit record seq {record.seq} appears more than once"
             )
             continue
         seen_keys.add(key)
-        coverage = EvidenceCoverage()
+        index = evidence.request(record)
         turn_events = tuple(linked.get(key, ()))
         responses = [e for e in turn_events if isinstance(e, ResponseEvent)]
         if len(responses) > 1:
-            coverage = coverage.lower(
+            evidence.lower_turn(
+                index,
                 "data",
                 "partial",
                 f"{len(responses)} response events for this request; the first is used",
             )
+        if responses:
+            evidence.response(index, responses[0])
+        errors = tuple(e for e in turn_events if isinstance(e, ErrorEvent))
+        for error in errors:
+            evidence.turn_error(index, error)
         turns.append(
             Turn(
-                index=len(turns),
+                index=index,
                 record=record,
                 response=responses[0] if responses else None,
-                error_events=tuple(e for e in turn_events if isinstance(e, ErrorEvent)),
+                error_events=errors,
                 events=turn_events,
-                coverage=coverage,
             )
         )
-    turns = _pair_tool_results(turns)
-    turns = [dataclasses.replace(t, coverage=_turn_coverage(t)) for t in turns]
 
     refusals = tuple(e for e in entry.events if isinstance(e, RejectedEvent))
     unaudited = tuple(e for e in entry.events if isinstance(e, UnauditedEvent))
@@ -955,7 +845,7 @@ def _build_session(
     for event in entry.events:
         if event.seq is not None and (event.run_id, event.seq) not in record_keys:
             orphans.append(event)
-            own = own.lower(
+            evidence.lower(
                 "data",
                 "partial",
                 f"{event.kind} event names seq {event.seq}, which has no audit record",
@@ -964,37 +854,48 @@ def _build_session(
             event.seq is None or (event.run_id, event.seq) not in record_keys
         ):
             loose_errors.append(event)
-
     for refusal in refusals:
-        own = own.lower("status", "partial", f"request refused ({refusal.rule}): {refusal.message}")
+        evidence.refused(refusal)
     for error in loose_errors:
-        own = own.lower("status", "partial", f"error event: {error.error}: {error.message}")
+        evidence.error(error)
+
+    # The proxy's own counts catch lines that never reached the files. A run can
+    # write several lines for one session (a WebSocket conversation that
+    # reconnects); each counts everything so far, so the last one is checked.
+    last_of_run: dict[str, SessionEnd] = {}
     for end in entry.ends:
-        # The proxy's own counts catch lines that never reached the files.
+        last_of_run[end.run_id] = end
+    for end in last_of_run.values():
         audited = sum(1 for t in turns if t.record.run_id == end.run_id)
         if end.requests_audited is not None and end.requests_audited != audited:
-            own = own.lower(
+            evidence.lower(
                 "data",
                 "partial",
                 f"{SESSIONS_FILE} says run {end.run_id} audited {end.requests_audited} "
                 f"requests; {AUDIT_FILE} holds {audited}",
             )
-        refused = sum(1 for r in refusals if r.run_id == end.run_id)
+        # Refused after the session ended: by definition not in its line.
+        refused = sum(
+            1 for r in refusals if r.run_id == end.run_id and r.rule != SESSION_ENDED_RULE
+        )
         if end.refusals is not None and end.refusals != refused:
-            own = own.lower(
+            evidence.lower(
                 "data",
                 "partial",
                 f"{SESSIONS_FILE} says run {end.run_id} refused {end.refusals} "
                 f"requests; {EVENTS_FILE} holds {refused}",
             )
-        if end.evidence_complete is False:
-            reasons = end.capture_errors or ("the session's evidence is incomplete",)
-            for reason in reasons:
-                own = own.lower("events", "partial", f"the proxy reported: {reason}")
-    if not turns:
-        for name in ("events", "actions", "usage", "status"):
-            own = own.lower(name, "unavailable", NO_REQUESTS)
+        evidence.reported(end)
 
+    result = evidence.result()
+    turns = [
+        dataclasses.replace(
+            turn,
+            tool_invocations=_invocations(turn, turns, evidence),
+            coverage=result.turns.get(turn.index, EvidenceCoverage()),
+        )
+        for turn in turns
+    ]
     return Session(
         session_id=session_id,
         run_ids=tuple(entry.run_ids),
@@ -1005,82 +906,29 @@ def _build_session(
         events=tuple(entry.events),
         orphan_events=tuple(orphans),
         ends=tuple(entry.ends),
-        own_coverage=own,
+        own_coverage=result.own,
     )
 
 
-def _pair_tool_results(turns: list[Turn]) -> list[Turn]:
-    """Attach to each tool call the first later request carrying its result."""
-    paired: list[Turn] = []
-    for turn in turns:
-        invocations: list[ToolInvocation] = []
-        for call in turn.tool_calls:
-            answer: Turn | None = None
-            result_bytes: int | None = None
-            if call.call_id is not None:
-                for later in turns[turn.index + 1 :]:
-                    match = next(
-                        (r for r in later.record.tool_results if r.call_id == call.call_id), None
-                    )
-                    if match is not None:
-                        answer, result_bytes = later, match.bytes
-                        break
-            invocations.append(
-                ToolInvocation(
-                    call=call,
-                    turn_index=turn.index,
-                    result_turn_index=answer.index if answer is not None else None,
-                    result_bytes=result_bytes,
-                    duration_ms=(
-                        _ms_between(turn.response.ts, answer.record.ts)
-                        if answer is not None and turn.response is not None
-                        else None
-                    ),
-                )
+def _invocations(
+    turn: Turn, turns: list[Turn], evidence: SessionEvidence
+) -> tuple[ToolInvocation, ...]:
+    """The turn's tool calls, each with the request that answered it (the fold's pairing)."""
+    out: list[ToolInvocation] = []
+    for position, call in enumerate(turn.tool_calls):
+        answer = evidence.answers.get((turn.index, position))
+        answered_by = turns[answer.turn] if answer is not None else None
+        out.append(
+            ToolInvocation(
+                call=call,
+                turn_index=turn.index,
+                result_turn_index=answer.turn if answer is not None else None,
+                result_bytes=answer.result_bytes if answer is not None else None,
+                duration_ms=(
+                    _ms_between(turn.response.ts, answered_by.record.ts)
+                    if answered_by is not None and turn.response is not None
+                    else None
+                ),
             )
-        paired.append(dataclasses.replace(turn, tool_invocations=tuple(invocations)))
-    return paired
-
-
-def _turn_coverage(turn: Turn) -> EvidenceCoverage:
-    """Lower the channels this turn's evidence does not fully cover (module docstring)."""
-    coverage = turn.coverage
-    response = turn.response
-    if response is None:
-        coverage = coverage.lower("events", "partial", NO_RESPONSE)
-        coverage = coverage.lower("actions", "partial", NO_RESPONSE)
-        coverage = coverage.lower("usage", "unavailable", NO_RESPONSE)
-        coverage = coverage.lower("status", "partial", NO_RESPONSE)
-    else:
-        if not response.evidence_complete:
-            # ", " inside: "; " separates whole reasons when a channel is rendered.
-            detail = ", ".join(response.capture_errors) or "no reason recorded"
-            reason = f"response not seen completely ({detail})"
-            coverage = coverage.lower("events", "partial", reason)
-            coverage = coverage.lower("actions", "partial", reason)
-        missing = [name for name in USAGE_FIELDS if getattr(response.usage, name) is None]
-        if len(missing) == len(USAGE_FIELDS):
-            coverage = coverage.lower(
-                "usage", "unavailable", "the provider reported no token usage for this turn"
-            )
-        elif missing:
-            coverage = coverage.lower("usage", "partial", f"not reported: {', '.join(missing)}")
-    for inv in turn.tool_invocations:
-        label = inv.name or "(unnamed)"
-        if inv.call.call_id is None:
-            coverage = coverage.lower(
-                "actions",
-                "partial",
-                f"tool call {label} has no call_id; its result cannot be matched",
-            )
-        elif not inv.answered:
-            coverage = coverage.lower(
-                "actions",
-                "partial",
-                f"tool call {label} ({inv.call.call_id}) got no result in a later request",
-            )
-    for error in turn.error_events:
-        coverage = coverage.lower(
-            "status", "partial", f"error event: {error.error}: {error.message}"
         )
-    return coverage
+    return tuple(out)

@@ -1,0 +1,460 @@
+"""Evidence coverage: the one definition of complete evidence (pure; no I/O).
+
+Everything that says whether a session's evidence is complete computes it
+here: the proxy's live :class:`~modeltap.sessions.SessionTracker` (its
+``sessions.jsonl`` line), :class:`~modeltap.capture.Capture` (and so
+``modeltap report`` and ``modeltap check``). Both feed one
+:class:`SessionEvidence` with the same kinds of lines — audit records,
+``response``, ``error`` and ``rejected`` events — so they cannot disagree
+about what makes a session incomplete.
+
+Each turn (one audited request) gets six channels, each ``complete``,
+``partial`` or ``unavailable`` with reasons. A turn can only lower a channel;
+a session is the worst over its turns plus what happened outside them.
+
+* ``events``: partial when a request has no response, or its response was
+  not seen completely (``evidence_complete: false``; the reason carries the
+  response's ``capture_errors``).
+* ``actions``: partial when a tool call never got its result in a later
+  request of the session (the reason names the call), when a call has no
+  ``call_id`` (its result cannot be matched), or when the response that would
+  list the calls is missing or incomplete.
+* ``messages``: always unavailable: message content is not recorded.
+* ``usage``: unavailable when a turn has no usage at all; partial when some
+  counts are ``null``.
+* ``status``: partial when a request was refused, an ``error`` event
+  happened, or a request's outcome is unknown (no response).
+* ``data``: partial when lines are missing or do not link up (the reader
+  says which).
+
+A session with no audited request has ``events``, ``actions``, ``usage`` and
+``status`` unavailable: "No outbound model requests captured; audit
+unsupported". ``evidence_complete`` is true exactly when ``events``,
+``actions``, ``status`` and ``data`` are complete; ``capture_errors`` lists
+their reasons, turn reasons prefixed ``[turn i]``.
+
+The fold is fed in turn order: a turn's audit record, then its response and
+error events, then the next turn. A tool call is answered by the first later
+request that carries its result. The proxy feeds lines as they happen, which
+is the same order for any agent that waits for a tool call before sending its
+result. Memory: the fold keeps only what is still open (requests without a
+response, tool calls without a result) and the turns that lowered a channel,
+so a 10,000-message WebSocket session that goes well holds next to nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from modeltap.records import (
+    NO_REQUESTS_MESSAGE,
+    AuditRecord,
+    ErrorEvent,
+    RejectedEvent,
+    ResponseEvent,
+    SessionStatus,
+    ToolCall,
+    Usage,
+)
+
+CoverageStatus = Literal["complete", "partial", "unavailable"]
+CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
+#: The channels ``evidence_complete`` and ``capture_errors`` are made of.
+EVIDENCE_CHANNELS: Final = ("events", "actions", "status", "data")
+USAGE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Usage))
+
+NO_REQUESTS: Final = NO_REQUESTS_MESSAGE
+NO_RESPONSE: Final = "no response event was recorded for this request"
+#: Why a request has no response in a session line written while it was in flight.
+NO_RESPONSE_AT_END: Final = "no response had been seen when the session ended"
+MESSAGES_NOT_RECORDED: Final = "message content is not recorded (names, counts and hashes only)"
+#: Prefix of the reasons a ``sessions.jsonl`` line gave that the files do not show.
+PROXY_REPORTED: Final = "the proxy reported: "
+
+_RANK: Final[dict[str, int]] = {"complete": 0, "partial": 1, "unavailable": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCoverage:
+    """One evidence channel: ``complete``, or ``partial`` / ``unavailable`` with reasons."""
+
+    status: CoverageStatus = "complete"
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def reason(self) -> str | None:
+        """The reasons joined with ``"; "``, or ``None`` when complete."""
+        return "; ".join(self.reasons) if self.reasons else None
+
+    def lower(self, status: CoverageStatus, reason: str) -> ChannelCoverage:
+        """Return this channel lowered to ``status`` (never raised) with one more reason."""
+        worst = status if _RANK[status] > _RANK[self.status] else self.status
+        reasons = self.reasons if reason in self.reasons else (*self.reasons, reason)
+        return ChannelCoverage(worst, reasons)
+
+    def to_json(self) -> dict[str, str]:
+        """Return ``{"status": ...}`` plus ``"reason"`` when not complete."""
+        out: dict[str, str] = {"status": self.status}
+        if self.status != "complete":
+            out["reason"] = self.reason or "no reason recorded"
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceCoverage:
+    """The six evidence channels of one turn, session or capture."""
+
+    events: ChannelCoverage = ChannelCoverage()
+    actions: ChannelCoverage = ChannelCoverage()
+    messages: ChannelCoverage = ChannelCoverage("unavailable", (MESSAGES_NOT_RECORDED,))
+    usage: ChannelCoverage = ChannelCoverage()
+    status: ChannelCoverage = ChannelCoverage()
+    data: ChannelCoverage = ChannelCoverage()
+
+    def channel(self, name: str) -> ChannelCoverage:
+        """Return the channel called ``name`` (one of :data:`CHANNELS`)."""
+        value: ChannelCoverage = getattr(self, name)
+        return value
+
+    def lower(self, name: str, status: CoverageStatus, reason: str) -> EvidenceCoverage:
+        """Return a copy with channel ``name`` lowered (see :meth:`ChannelCoverage.lower`)."""
+        return dataclasses.replace(self, **{name: self.channel(name).lower(status, reason)})
+
+    @property
+    def evidence_complete(self) -> bool:
+        """Whether the ``events``, ``actions``, ``status`` and ``data`` channels are complete."""
+        return all(self.channel(name).status == "complete" for name in EVIDENCE_CHANNELS)
+
+    @property
+    def capture_errors(self) -> list[str]:
+        """The reasons of the evidence channels, each once, in channel order."""
+        out: list[str] = []
+        for name in EVIDENCE_CHANNELS:
+            for reason in self.channel(name).reasons:
+                if reason not in out:
+                    out.append(reason)
+        return out
+
+    def to_json(self) -> dict[str, dict[str, str]]:
+        """Return ``{channel: {"status", "reason"?}}`` for the six channels."""
+        return {name: self.channel(name).to_json() for name in CHANNELS}
+
+
+#: A turn whose every channel is complete (usage included).
+COMPLETE: Final = EvidenceCoverage()
+
+
+def label_indexes(indexes: list[int], noun: str) -> str:
+    """``[turn 3]``, ``[turns 0-2, 5]``: which turns a shared reason applies to.
+
+    Args:
+        indexes: ascending turn indexes.
+        noun: ``"turn"``.
+
+    Returns:
+        The bracketed label.
+    """
+    if len(indexes) == 1:
+        return f"[{noun} {indexes[0]}]"
+    spans: list[str] = []
+    start = prev = indexes[0]
+    for i in [*indexes[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return f"[{noun}s {', '.join(spans)}]"
+
+
+def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCoverage:
+    """Combine turn coverage: worst status per channel, reasons labelled by turn.
+
+    Args:
+        turns: ``(turn index, coverage)`` in turn order; complete turns may be left out.
+
+    Returns:
+        The combined coverage; ``messages`` is left at its constant value.
+    """
+    listed = list(turns)
+    coverage = EvidenceCoverage()
+    for name in CHANNELS:
+        if name == "messages":
+            continue  # the same for every turn; kept as the session's own
+        worst: CoverageStatus = "complete"
+        by_reason: dict[str, list[int]] = {}
+        for index, turn in listed:
+            channel = turn.channel(name)
+            if _RANK[channel.status] > _RANK[worst]:
+                worst = channel.status
+            for reason in channel.reasons:
+                by_reason.setdefault(reason, []).append(index)
+        if worst != "complete":
+            reasons = tuple(f"{label_indexes(ix, 'turn')} {r}" for r, ix in by_reason.items())
+            coverage = dataclasses.replace(coverage, **{name: ChannelCoverage(worst, reasons)})
+    return coverage
+
+
+def merge(a: EvidenceCoverage, b: EvidenceCoverage) -> EvidenceCoverage:
+    """Channel by channel: the worse status, both sets of reasons.
+
+    Args:
+        a: one coverage.
+        b: another.
+
+    Returns:
+        The merged coverage.
+    """
+    merged = a
+    for name in CHANNELS:
+        channel = b.channel(name)
+        for reason in channel.reasons:
+            merged = merged.lower(name, channel.status, reason)
+    return merged
+
+
+def session_capture_errors(
+    turns: Iterable[tuple[int, EvidenceCoverage]], own: EvidenceCoverage
+) -> list[str]:
+    """A session's ``capture_errors``: ``[turn i] reason`` in turn order, then its own.
+
+    Args:
+        turns: ``(turn index, coverage)`` in turn order.
+        own: what lowered the session outside its turns.
+
+    Returns:
+        Each reason once.
+    """
+    out: list[str] = []
+    for index, coverage in turns:
+        for reason in coverage.capture_errors:
+            line = f"[turn {index}] {reason}"
+            if line not in out:
+                out.append(line)
+    for reason in own.capture_errors:
+        if reason not in out:
+            out.append(reason)
+    return out
+
+
+def qualified_tool_name(call: ToolCall) -> str | None:
+    """Return ``namespace.name`` for a namespaced call, else its ``name``.
+
+    Args:
+        call: a tool call of a response.
+
+    Returns:
+        The name, or ``None`` when the call had none.
+    """
+    if call.name is None:
+        return None
+    return f"{call.namespace}.{call.name}" if call.namespace else call.name
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The request that carried a tool call's result (kept when asked for)."""
+
+    turn: int
+    result_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCoverage:
+    """What :meth:`SessionEvidence.result` gives: per turn, the session's own, combined."""
+
+    #: Turns that lowered a channel, by index (a turn left out is complete).
+    turns: Mapping[int, EvidenceCoverage]
+    #: What lowered the session outside any turn.
+    own: EvidenceCoverage
+    coverage: EvidenceCoverage
+    capture_errors: list[str]
+
+    @property
+    def evidence_complete(self) -> bool:
+        """Whether ``events``, ``actions``, ``status`` and ``data`` are complete."""
+        return self.coverage.evidence_complete
+
+
+class SessionEvidence:
+    """Fold one session's lines, in turn order, into its evidence coverage.
+
+    Args:
+        usage: also follow the ``usage`` channel (not part of complete
+            evidence; the proxy leaves it out so a provider that never
+            reports usage costs it no memory).
+        keep_answers: remember which request answered each tool call
+            (:attr:`answers`; readers use it, the proxy does not).
+    """
+
+    __slots__ = (
+        "_lowered",
+        "_open",
+        "_own",
+        "_pending",
+        "_reported",
+        "_usage",
+        "answers",
+        "keep_answers",
+        "turns",
+    )
+
+    def __init__(self, *, usage: bool = True, keep_answers: bool = False) -> None:
+        self._usage = usage
+        self.keep_answers = keep_answers
+        #: How many turns (audited requests) were fed.
+        self.turns = 0
+        self._lowered: dict[int, EvidenceCoverage] = {}
+        self._open: set[int] = set()
+        #: call_id -> [(turn, position of the call in its response, label)], unanswered.
+        self._pending: dict[str, list[tuple[int, int, str]]] = {}
+        self._own = EvidenceCoverage()
+        self._reported: list[SessionStatus] = []
+        #: ``(turn, position of the call)`` -> the request that answered it.
+        self.answers: dict[tuple[int, int], Answer] = {}
+
+    # ------------------------------------------------------------ feeding
+
+    def request(self, record: AuditRecord) -> int:
+        """Take in an audited request: a new turn, awaiting its response.
+
+        Args:
+            record: its audit record.
+
+        Returns:
+            The turn's index (0-based, in the order fed).
+        """
+        turn = self.turns
+        self.turns += 1
+        self._open.add(turn)
+        for result in record.tool_results:
+            if result.call_id is None:
+                continue
+            waiting = self._pending.pop(result.call_id, None)
+            if waiting is not None and self.keep_answers:
+                for call_turn, position, _label in waiting:
+                    self.answers[(call_turn, position)] = Answer(turn, result.bytes)
+        return turn
+
+    def response(self, turn: int, event: ResponseEvent) -> None:
+        """Take in the (first) response event of ``turn``.
+
+        Args:
+            turn: an index returned by :meth:`request`.
+            event: the response.
+        """
+        self._open.discard(turn)
+        if not event.evidence_complete:
+            # ", " inside: "; " separates whole reasons when a channel is rendered.
+            detail = ", ".join(event.capture_errors) or "no reason recorded"
+            reason = f"response not seen completely ({detail})"
+            self.lower_turn(turn, "events", "partial", reason)
+            self.lower_turn(turn, "actions", "partial", reason)
+        if self._usage:
+            missing = [name for name in USAGE_FIELDS if getattr(event.usage, name) is None]
+            if len(missing) == len(USAGE_FIELDS):
+                self.lower_turn(
+                    turn,
+                    "usage",
+                    "unavailable",
+                    "the provider reported no token usage for this turn",
+                )
+            elif missing:
+                self.lower_turn(turn, "usage", "partial", f"not reported: {', '.join(missing)}")
+        for position, call in enumerate(event.tool_calls):
+            label = qualified_tool_name(call) or "(unnamed)"
+            if call.call_id is None:
+                self.lower_turn(
+                    turn,
+                    "actions",
+                    "partial",
+                    f"tool call {label} has no call_id; its result cannot be matched",
+                )
+            else:
+                self._pending.setdefault(call.call_id, []).append((turn, position, label))
+
+    def turn_error(self, turn: int, event: ErrorEvent) -> None:
+        """Take in an ``error`` event that names ``turn``'s request."""
+        self.lower_turn(turn, "status", "partial", f"error event: {event.error}: {event.message}")
+
+    def refused(self, event: RejectedEvent) -> None:
+        """Take in a refusal (a refused request has no audit record, so no turn)."""
+        self.lower("status", "partial", f"request refused ({event.rule}): {event.message}")
+
+    def error(self, event: ErrorEvent) -> None:
+        """Take in an ``error`` event that belongs to no turn."""
+        self.lower("status", "partial", f"error event: {event.error}: {event.message}")
+
+    def lower(self, channel: str, status: CoverageStatus, reason: str) -> None:
+        """Lower a channel of the session itself (outside any turn)."""
+        self._own = self._own.lower(channel, status, reason)
+
+    def lower_turn(self, turn: int, channel: str, status: CoverageStatus, reason: str) -> None:
+        """Lower a channel of one turn."""
+        self._lowered[turn] = self._lowered.get(turn, COMPLETE).lower(channel, status, reason)
+
+    def reported(self, end: SessionStatus) -> None:
+        """Take in what the proxy said when the session ended (readers only).
+
+        A reason of an incomplete ``sessions.jsonl`` line that the lines
+        themselves do not give (the same fold computed it, so the same words)
+        lowers ``events`` as ``the proxy reported: ...``.
+        """
+        self._reported.append(end)
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def open_requests(self) -> int:
+        """Requests fed without a response yet."""
+        return len(self._open)
+
+    def result(self, open_reason: str = NO_RESPONSE) -> SessionCoverage:
+        """The coverage as of now.
+
+        Args:
+            open_reason: why a request without a response has none (readers:
+                no response was recorded; the proxy: none had been seen yet).
+
+        Returns:
+            Per turn, the session's own, combined, and ``capture_errors``.
+        """
+        turns = dict(self._lowered)
+        for turn in self._open:
+            coverage = turns.get(turn, COMPLETE)
+            coverage = coverage.lower("events", "partial", open_reason)
+            coverage = coverage.lower("actions", "partial", open_reason)
+            if self._usage:
+                coverage = coverage.lower("usage", "unavailable", open_reason)
+            turns[turn] = coverage.lower("status", "partial", open_reason)
+        for call_id, waiting in self._pending.items():
+            for turn, _position, label in waiting:
+                turns[turn] = turns.get(turn, COMPLETE).lower(
+                    "actions",
+                    "partial",
+                    f"tool call {label} ({call_id}) got no result in a later request",
+                )
+        ordered = sorted(turns.items())
+        own = self._own
+        if self.turns == 0:
+            for name in ("events", "actions", "usage", "status"):
+                own = own.lower(name, "unavailable", NO_REQUESTS)
+        errors = session_capture_errors(ordered, own)
+        for end in self._reported:
+            if end.evidence_complete is not False:
+                continue
+            for reason in end.capture_errors or ("the session's evidence is incomplete",):
+                if reason not in errors:
+                    own = own.lower("events", "partial", PROXY_REPORTED + reason)
+        if self._reported:
+            errors = session_capture_errors(ordered, own)
+        return SessionCoverage(
+            turns=turns,
+            own=own,
+            coverage=merge(worst_of_turns(ordered), own),
+            capture_errors=errors,
+        )
