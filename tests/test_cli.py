@@ -61,7 +61,7 @@ def test_session_end_command(
         client.chat.completions.create(
             model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "harness-7"}
         )
-        assert cli.main(["session", "end", "harness-7", "--proxy", p.url]) == 0
+        assert cli.main(["session", "end", "harness-7", "--out", str(tmp_path)]) == 0
         printed = orjson.loads(capsys.readouterr().out)
         assert (printed["session_id"], printed["stop_reason"]) == ("harness-7", "completed")
         assert printed["requests_audited"] == 1
@@ -69,4 +69,7 @@ def test_session_end_command(
         assert line == printed
     finally:
         p.stop()
-    assert cli.main(["session", "end", "x", "--proxy", p.url]) == 1  # proxy gone: says so
+    # The proxy is gone (and took its control file along): says so.
+    assert not list(tmp_path.glob("control-*.json"))
+    assert cli.main(["session", "end", "x", "--out", str(tmp_path)]) == 1
+    assert "no running modeltap proxy writes to" in capsys.readouterr().err

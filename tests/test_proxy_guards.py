@@ -11,8 +11,8 @@ import openai
 import orjson
 import pytest
 
-from modeltap import check
-from modeltap.records import NO_REQUESTS_MESSAGE
+from modeltap import check, control
+from modeltap.records import NO_REQUESTS_MESSAGE, to_json_line
 from modeltap.sessions import SessionTracker
 from tests.conftest import Running, read_jsonl
 from tests.upstream import Reply, chat_text_json
@@ -79,9 +79,10 @@ def tool_loop(running: Running, rounds: int, session: str) -> tuple[int, Excepti
 
 
 def end_session(running: Running, session: str) -> dict[str, Any]:
-    r = httpx.post(f"{running.url}/__modeltap/sessions/{session}/end")
-    assert r.status_code == 200
-    status: dict[str, Any] = r.json()
+    """End a session through the control API, as `modeltap session end` does."""
+    (ended,) = control.end_session(running.out, session)
+    assert ended.now
+    status: dict[str, Any] = orjson.loads(to_json_line(ended.status))
     return status
 
 
@@ -177,10 +178,11 @@ def test_cut_stream_reads_evidence_incomplete(start_proxy: Callable[..., Running
 def test_session_without_model_requests_is_flagged(start_proxy: Callable[..., Running]) -> None:
     running = start_proxy()
     httpx.get(running.base() + "/v1/models", headers={"x-modeltap-session": "idle"})
-    status = end_session(running, "never-seen")
-    assert status["message"] == NO_REQUESTS_MESSAGE
-    assert status["evidence_complete"] is False
+    with pytest.raises(control.ControlError, match="unknown session 'never-seen'"):
+        control.end_session(running.out, "never-seen")
+    assert not (running.out / "sessions.jsonl").exists()  # an unknown id writes nothing
     running.proxy.stop()
+    assert "never-seen" not in sessions(running)
     idle = sessions(running)["idle"]
     assert idle["message"] == NO_REQUESTS_MESSAGE
     assert idle["requests_audited"] == 0
@@ -270,35 +272,24 @@ def test_check_exit_codes_and_reasons(
 
 def test_tracker_counts_unique_calls_across_resent_history() -> None:
     """Chat agents resend the whole history: a result counts once."""
-    from modeltap.records import RequestFacts, ResponseFacts, ToolCall, ToolResult
+    from modeltap.records import ToolCall, ToolResult
+    from tests.test_capture import audit, response
 
-    def req(*ids: str) -> RequestFacts:
-        return RequestFacts(
-            model="m",
-            tool_names=(),
-            reasoning_effort=None,
-            thinking=None,
-            image_details=(),
-            instructions_sha256="",
-            stream=False,
-            hosted_tools=(),
-            tool_results=tuple(ToolResult(i, 2) for i in ids),
-            previous_response_id=None,
-            generate=None,
-        )
+    def results(*ids: str) -> tuple[ToolResult, ...]:
+        return tuple(ToolResult(i, 2) for i in ids)
 
     t = SessionTracker("run", "s", max_tool_calls=2)
-    t.audited(1, req())
-    t.responded(1, ResponseFacts(tool_calls=(ToolCall("a", "f", "{}"),), evidence_complete=True))
-    t.admit(req("a"))
-    t.audited(2, req("a"))
-    t.responded(2, ResponseFacts(tool_calls=(ToolCall("b", "f", "{}"),), evidence_complete=True))
-    t.admit(req("a", "b"))
-    t.audited(3, req("a", "b"))
+    t.audited(audit(1, 0.0))
+    t.responded(response(1, 0.5, tool_calls=(ToolCall("a", "f", "{}"),)))
+    t.admit(results("a"))
+    t.audited(audit(2, 1.0, tool_results=results("a")))
+    t.responded(response(2, 1.5, tool_calls=(ToolCall("b", "f", "{}"),)))
+    t.admit(results("a", "b"))
+    t.audited(audit(3, 2.0, tool_results=results("a", "b")))
     assert t.tool_calls_admitted == 2
     assert t.budget_spent
     with pytest.raises(Exception, match="tool_budget_exceeded"):
-        t.admit(req("a", "b"))
+        t.admit(results("a", "b"))
 
 
 def test_run_session_with_only_pass_through_traffic_is_not_reported(

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import itertools
 import logging
+import os
+import socket
 import sys
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +30,7 @@ from mitmproxy.net.http import http1
 from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.utils import human
 
-from modeltap import apis
+from modeltap import apis, control
 from modeltap.apis import wire
 from modeltap.decoding import StreamDecompressor, decode_body
 from modeltap.errors import (
@@ -52,7 +56,6 @@ from modeltap.records import (
     WsControlEvent,
     WsOpenEvent,
     redact_path,
-    to_json_line,
     utc_now,
 )
 from modeltap.routing import Route, RouteError, RouteTable, error_shape_for
@@ -75,8 +78,14 @@ IMAGE_DETAILS = ("low", "high", "auto")
 MODES = ("reverse", "regular")
 METADATA_KEY = "modeltap"
 WS_KEY = "modeltap_ws"
-#: Requests under this path are for modeltap itself (the harness), never forwarded.
+#: Where the control API used to be served: refused on the proxy port, never forwarded.
 CONTROL_PREFIX = "/__modeltap/"
+#: Sessions ended by the harness whose status is kept (for an idempotent second end,
+#: and to refuse their late requests); the oldest is forgotten first.
+ENDED_SESSIONS_KEPT = 10_000
+#: WebSocket conversations (the connection is the session) whose socket closed, kept
+#: so that a reconnect with the same x-client-request-id continues the session.
+CLOSED_CONVERSATIONS_KEPT = 1_000
 CONTINUATIONS = ("explicit", "as-sent")
 #: Bodies at least this large are hashed on a worker thread while being audited.
 HASH_IN_THREAD_BYTES = 1024 * 1024
@@ -183,7 +192,23 @@ class ModelTap:
         self.sink: Sink | None = None
         self.max_body = 64 * 1024 * 1024
         self._seq = itertools.count(1)
+        #: Open sessions.
         self._sessions: dict[str, SessionTracker] = {}
+        #: WebSocket conversations whose last socket closed (line written; resumable).
+        self._closed: OrderedDict[str, tuple[SessionTracker, SessionStatus]] = OrderedDict()
+        #: Sessions ended for good (by the harness): their status, to answer again.
+        self._ended: OrderedDict[str, SessionStatus] = OrderedDict()
+        #: Audited HTTP exchanges whose response has not ended, by flow id.
+        self._in_flight: dict[str, tuple[http.HTTPFlow, Exchange]] = {}
+        #: Open WebSocket connections, by flow id.
+        self._connections: dict[str, http.HTTPFlow] = {}
+        #: Set once ``done`` ran: files are final, nothing more is forwarded.
+        self._stopped = False
+        self._control_sock: socket.socket | None = None
+        self._control_address: tuple[str, int] | None = None
+        self._control_url: str | None = None
+        self.control: control.ControlServer | None = None
+        self.control_file: Path | None = None
         self.counts = {"audited": 0, "refused": 0, "unaudited": 0, "errors": 0}
         self.options: Any = None
         self.master: Any = None
@@ -305,6 +330,14 @@ class ModelTap:
             False,
             "Do not print one line per exchange on stderr.",
         )
+        loader.add_option(
+            "modeltap_control",
+            str,
+            "127.0.0.1:0",
+            "HOST:PORT of the control API (modeltap session end), served apart from the "
+            "proxied traffic and only to holders of the run's token; the address and token "
+            "are written to control-RUN_ID.json (mode 0600) in the out dir. Port 0: a free one.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         opts = self.options
@@ -354,11 +387,77 @@ class ModelTap:
             if self.sink is not None:
                 self.sink.close()
             self.sink = sink
+        if "modeltap_control" in updated and self.control is None:
+            self._bind_control(opts.modeltap_control)
+        if "modeltap_session" in updated and opts.modeltap_session:
+            # SPEC 6: a session named at start is reported at stop even if no request
+            # ever came (the agent bypassed the proxy): "audit unsupported".
+            self._session(opts.modeltap_session)
         # mitmproxy answers an unreachable upstream with an HTML page; agents' SDKs
         # want JSON they can parse, in their provider's shape.
         _http1.make_error_response = _provider_neutral_error_response
 
+    def _bind_control(self, address: str) -> None:
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise exceptions.OptionsError("modeltap_control must be HOST:PORT, e.g. 127.0.0.1:0")
+        try:
+            sock = control.bind(host.strip("[]") or "127.0.0.1", int(port))
+        except OSError as e:
+            raise exceptions.OptionsError(
+                f"cannot listen for the control API on {address}: {os.strerror(e.errno or 0)}"
+            ) from None
+        if self._control_sock is not None:
+            self._control_sock.close()
+        self._control_sock = sock
+        self._control_address = sock.getsockname()[:2]
+        self._control_url = control.url_of(sock)
+
+    @property
+    def control_url(self) -> str | None:
+        """``http://host:port`` of the control listener (None before it is bound)."""
+        return self._control_url
+
+    async def running(self) -> None:
+        if self._control_sock is None or self.sink is None or self._stopped:
+            return
+        server = control.ControlServer(self, control.new_token(), self._control_sock)
+        await server.start()
+        self.control = server
+        try:
+            self.control_file = control.write_control_file(
+                self.sink.out_dir, self.run_id, server.url, server.token
+            )
+        except OSError as e:
+            # A warning, not an error: mitmproxy stops on an error logged at start-up,
+            # and an unwritable out dir must still start (model requests get 503).
+            logger.warning(
+                "modeltap: cannot write the control file in the out dir (%s); "
+                "modeltap session end will not find this proxy",
+                os.strerror(e.errno or 0),
+            )
+
     def done(self) -> None:
+        """Stop: in-flight exchanges end (``proxy_stopped``), then sessions; then nothing.
+
+        Runs on the event loop, so no hook interleaves. Everything written after
+        this would contradict the session lines, so every later hook is ignored
+        and a request that still arrives is refused, never forwarded.
+        """
+        if self._stopped:
+            return
+        if self.control is not None:
+            self.control.close()
+        elif self._control_sock is not None:
+            self._control_sock.close()
+        if self.control_file is not None:
+            self.control_file.unlink(missing_ok=True)
+            self.control_file = None
+        now = time.perf_counter_ns()
+        for flow, ex in list(self._in_flight.values()):
+            self._stop_exchange(flow, ex, now)
+        for flow in list(self._connections.values()):
+            self._stop_connection(flow, now)
         for session_id, session in list(self._sessions.items()):
             if session_id == self.run_id and session.untouched:
                 # The run's implicit session only saw pass-through traffic (an SDK's
@@ -366,7 +465,8 @@ class ModelTap:
                 # user asked about, and "audit unsupported" for it would be noise.
                 del self._sessions[session_id]
                 continue
-            self.end_session(session_id)
+            self._write_end(session_id)
+        self._stopped = True
         if self.telemetry.enabled:
             self.telemetry_summary = self.telemetry.shutdown()
         if self.sink is not None:
@@ -392,6 +492,9 @@ class ModelTap:
             or self.options.modeltap_session
             or self.run_id
         )
+        if self._stopped:
+            self._refuse_after_stop(flow, Exchange(session_id, request_id, None, "", ""))
+            return
         overlong = _overlong_id_header(request_id, session)
         if overlong is not None:
             # Both ids go into every line: one made of prompt text is refused by
@@ -400,10 +503,18 @@ class ModelTap:
             flow.metadata[METADATA_KEY] = ex
             self._refuse(flow, ex, Rejected("value_too_long", overlong))
             return
-        if req.path.startswith(CONTROL_PREFIX):
-            self._control(flow, session_id, request_id)
+        # A session that only sends other requests still ends (and is reported).
+        if self._session(session_id) is None:
+            # The harness ended it: nothing more goes through in its name, so a
+            # refusal in it can never be followed by traffic that looks complete.
+            self._refuse_early(flow, session_id, request_id, "session_ended")
             return
-        self._session(session_id)  # a session that only sends other requests still ends
+        if _is_control_path(req.path) or (
+            self.options.modeltap_mode == "regular" and self._is_control_address(req.host, req.port)
+        ):
+            # The control API is the harness's: never answered or forwarded here.
+            self._refuse_early(flow, session_id, request_id, "control_not_on_proxy_port")
+            return
         if self.options.modeltap_mode == "regular":
             route = self.routes.for_host(req.host, req.port)
             upstream = f"{req.scheme}://{req.host}:{req.port}"
@@ -438,6 +549,15 @@ class ModelTap:
             if length.isdigit() and int(length) > self.max_body:
                 # Refuse before reading a body we would refuse anyway.
                 self._refuse(flow, ex, Rejected("body_too_large"))
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        # Regular mode: a tunnel to the control listener is refused like a request to it.
+        req = flow.request
+        session_id = req.headers.get(SESSION_HEADER) or self.options.modeltap_session or self.run_id
+        if self._stopped:
+            self._refuse_after_stop(flow, Exchange(session_id, flow.id, None, "", ""))
+        elif self._is_control_address(req.host, req.port):
+            self._refuse_early(flow, session_id, flow.id, "control_not_on_proxy_port")
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
@@ -482,6 +602,7 @@ class ModelTap:
             self._refuse(flow, ex, e)
             return
         ex.audited, ex.facts, ex.seq = True, facts, record.seq
+        self._in_flight[flow.id] = (flow, ex)
         ex.t_forward_ns = time.perf_counter_ns()
         if ex.span is not None:
             ex.span.audited(
@@ -491,7 +612,7 @@ class ModelTap:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
         resp = flow.response
-        if ex is None or resp is None:
+        if ex is None or resp is None or ex.finished:
             return
         ex.t_first_byte_ns = time.perf_counter_ns()
         if ex.span is not None:
@@ -514,7 +635,7 @@ class ModelTap:
 
     def response(self, flow: http.HTTPFlow) -> None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
-        if ex is None or ex.refused or flow.response is None:
+        if ex is None or ex.refused or ex.finished or flow.response is None or self._stopped:
             return
         if ex.websocket and flow.response.status_code == 101:
             return  # the connection is reported by ws_open / ws_close
@@ -535,7 +656,7 @@ class ModelTap:
 
     def error(self, flow: http.HTTPFlow) -> None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
-        if ex is None or ex.refused or ex.finished:
+        if ex is None or ex.refused or ex.finished or self._stopped:
             return
         msg = flow.error.msg if flow.error else "unknown error"
         now = time.perf_counter_ns()
@@ -548,8 +669,11 @@ class ModelTap:
             # answer was seen, so this is the end of the response, not a client gone.
             self._respond_event(flow, ex, self._finish_stream(ex, None), now)
             return
+        self._failed(flow, ex, kind, now)
+
+    def _failed(self, flow: http.HTTPFlow, ex: Exchange, kind: str, now: int) -> None:
+        """An exchange broke: its ``error`` event, then (if audited) its response event."""
         self.counts["errors"] += 1
-        self._session(ex.session_id).errored(kind)
         # In modeltap's own words: mitmproxy's message can quote the upstream's
         # (a malformed status line echoing the request, say).
         text = error_message(kind)
@@ -562,6 +686,9 @@ class ModelTap:
             path=redact_path(ex.path),
         )
         self._write_event(error)
+        session = self._session(ex.session_id)
+        if session is not None:
+            session.errored(error)
         if ex.audited:
             if ex.observer is not None:
                 facts = self._finish_stream(ex, f"{kind}: {text}")
@@ -575,9 +702,15 @@ class ModelTap:
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
-        if ex is None or not ex.websocket:
+        if ex is None or not ex.websocket or self._stopped:
             return
         ex.api = API_RESPONSES
+        self._connections[flow.id] = flow
+        if ex.session_id == ex.request_id:
+            # The connection is the session: it ends when its last socket closes.
+            session = self._session(ex.session_id)
+            if session is not None:
+                session.connections += 1
         span = self.telemetry.start_connection(
             session_id=ex.session_id,
             traceparent=ex.traceparent,
@@ -604,6 +737,10 @@ class ModelTap:
         del flow.websocket.messages[:-1]
         if conn is None or message.injected:
             return
+        if self._stopped:
+            if message.from_client:
+                message.drop()  # the files are final: nothing more goes out unaudited
+            return
         if message.from_client:
             conn.from_client += 1
             self._ws_client_message(flow, conn, message)
@@ -612,40 +749,61 @@ class ModelTap:
             self._ws_server_message(conn, message.content)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
-        conn: WsConnection | None = flow.metadata.get(WS_KEY)
-        if conn is None:
+        conn: WsConnection | None = flow.metadata.pop(WS_KEY, None)
+        if conn is None or self._stopped:
             return
+        self._connections.pop(flow.id, None)
         assert flow.websocket is not None
         ws = flow.websocket
         now = time.perf_counter_ns()
         reason = f"the WebSocket closed (code {ws.close_code}) before the response ended"
         for done in conn.observer.close(reason):
             self._ws_response(conn, done.seq, done.facts, now)
+        closed_by = (
+            None if ws.closed_by_client is None else ("client" if ws.closed_by_client else "server")
+        )
+        self._ws_closed(conn, ws.close_code, ws.close_reason or None, closed_by, now)
         ex = conn.ex
+        session = self._sessions.get(ex.session_id)
+        if ex.session_id == ex.request_id and session is not None:
+            session.connections -= 1
+            if session.connections <= 0:
+                # The connection was the session (no x-modeltap-session header): its line
+                # is written now. A reconnect with the same x-client-request-id (Codex
+                # sends its thread id) continues it, and the next line counts it all.
+                status = self._write_end(ex.session_id)
+                self._closed[ex.session_id] = (session, status)
+                while len(self._closed) > CLOSED_CONVERSATIONS_KEPT:
+                    self._closed.popitem(last=False)
+
+    def _ws_closed(
+        self,
+        conn: WsConnection,
+        code: int | None,
+        reason: str | None,
+        closed_by: str | None,
+        now: int,
+    ) -> None:
         self._write_event(
             WsCloseEvent(
-                **self._envelope(ex),
-                code=ws.close_code,
-                reason=ws.close_reason or None,
-                closed_by=(
-                    None
-                    if ws.closed_by_client is None
-                    else ("client" if ws.closed_by_client else "server")
-                ),
+                **self._envelope(conn.ex),
+                code=code,
+                reason=reason,
+                closed_by=closed_by,
                 messages_from_client=conn.from_client,
                 messages_from_server=conn.from_server,
             )
         )
-        conn.span.finish(end_ns=epoch_ns(now), code=ws.close_code, error=None)
-        if ex.session_id == ex.request_id:
-            # The connection was the session (no x-modeltap-session header): it ends here.
-            self.end_session(ex.session_id)
+        conn.span.finish(end_ns=epoch_ns(now), code=code, error=None)
 
     def _ws_client_message(self, flow: http.HTTPFlow, conn: WsConnection, message: Any) -> None:
         ex = conn.ex
         try:
+            session = self._session(ex.session_id)
+            if session is None:
+                raise Rejected("session_ended")
             # Fail-closed refuses every later message of the session, control ones too.
-            if self.options.modeltap_fail_closed and self._session(ex.session_id).refusals:
+            if self.options.modeltap_fail_closed and session.refusals:
                 raise Rejected("fail_closed")
             seen = _fail_closed(
                 classify_client_message, message.content, message.is_text, self.ws_policy
@@ -722,26 +880,90 @@ class ModelTap:
 
     # ------------------------------------------------------------------ sessions
 
-    def _session(self, session_id: str) -> SessionTracker:
+    def _session(self, session_id: str) -> SessionTracker | None:
+        """The session's tracker: open, resumed (a WebSocket conversation that
+        reconnects) or new; ``None`` once the harness has ended it."""
         session = self._sessions.get(session_id)
-        if session is None:
-            session = self._sessions[session_id] = SessionTracker(
-                self.run_id, session_id, self.options.modeltap_max_tool_calls
-            )
+        if session is not None:
+            return session
+        if session_id in self._ended:
+            return None
+        closed = self._closed.pop(session_id, None)
+        session = (
+            closed[0]
+            if closed is not None
+            else SessionTracker(self.run_id, session_id, self.options.modeltap_max_tool_calls)
+        )
+        self._sessions[session_id] = session
         return session
 
-    def end_session(self, session_id: str) -> SessionStatus:
-        """Write the session's ``sessions.jsonl`` line and forget it.
-
-        A session that was never seen ends too: its line then says that no
-        model request was captured (the agent probably bypassed the proxy).
-        """
-        status = self._session(session_id).status()
-        del self._sessions[session_id]
+    def _write_end(self, session_id: str) -> SessionStatus:
+        """Write an open session's ``sessions.jsonl`` line; it is open no more."""
+        status = self._sessions.pop(session_id).status()
         if self.sink is not None and not self.sink.write_session(status):
             logger.warning("modeltap: a sessions.jsonl line could not be written")
         self.telemetry.end_session(session_id)
         return status
+
+    def end_session(self, session_id: str) -> control.Ended | None:
+        """End a session for good (the control API: the harness asked).
+
+        Idempotent: a session that already has its line (ended before, or a
+        WebSocket conversation whose socket closed) answers that line's status
+        and nothing is written. Requests that arrive in it later are refused
+        (``session_ended``).
+
+        Returns:
+            Its status and whether this call wrote it; ``None`` for a session
+            this proxy has not seen (nothing is written).
+        """
+        if session_id in self._ended:
+            return control.Ended(self._ended[session_id], now=False)
+        closed = self._closed.pop(session_id, None)
+        if closed is not None:
+            ended = control.Ended(closed[1], now=False)
+        elif session_id in self._sessions:
+            ended = control.Ended(self._write_end(session_id), now=True)
+        else:
+            return None
+        self._ended[session_id] = ended.status
+        while len(self._ended) > ENDED_SESSIONS_KEPT:
+            self._ended.popitem(last=False)
+        return ended
+
+    def _stop_exchange(self, flow: http.HTTPFlow, ex: Exchange, now: int) -> None:
+        """Shutdown: an audited exchange whose response has not ended ends here."""
+        if ex.observer is not None and ex.observer.done:
+            # The whole answer was seen; only its last bytes had not gone through.
+            self._respond_event(flow, ex, self._finish_stream(ex, None), now)
+            return
+        self._failed(flow, ex, "proxy_stopped", now)
+
+    def _stop_connection(self, flow: http.HTTPFlow, now: int) -> None:
+        """Shutdown: a WebSocket's pending responses end (``proxy_stopped``), then it."""
+        conn: WsConnection | None = flow.metadata.pop(WS_KEY, None)
+        if conn is None:
+            return
+        ex = conn.ex
+        session = self._session(ex.session_id)
+        text = error_message("proxy_stopped")
+        for done in conn.observer.close(f"proxy_stopped: {text}"):
+            if done.seq not in conn.pending:
+                continue
+            self.counts["errors"] += 1
+            error = ErrorEvent(
+                **self._envelope(ex, done.seq),
+                error="proxy_stopped",
+                message=text,
+                transport="websocket",
+                method=None,
+                path=redact_path(ex.path),
+            )
+            self._write_event(error)
+            if session is not None:
+                session.errored(error)
+            self._ws_response(conn, done.seq, done.facts, now)
+        self._ws_closed(conn, None, None, "proxy", now)
 
     # ------------------------------------------------------------------ helpers
 
@@ -767,31 +989,42 @@ class ModelTap:
         facts: RequestFacts = module.audit_request(body)
         return facts
 
-    def _control(self, flow: http.HTTPFlow, session_id: str, request_id: str) -> None:
-        """``POST /__modeltap/sessions/ID/end``: end a session from the harness."""
-        req = flow.request
-        parts = req.path.split("?", 1)[0][len(CONTROL_PREFIX) :].split("/")
-        ex = Exchange(session_id, request_id, None, "", redact_path(req.path))
-        ex.refused = True  # answered here, never forwarded
+    def _refuse_early(
+        self, flow: http.HTTPFlow, session_id: str, request_id: str, rule: str
+    ) -> None:
+        """Refuse a request before routing it (it is never forwarded)."""
+        ex = Exchange(session_id, request_id, None, "", redact_path(flow.request.path))
         flow.metadata[METADATA_KEY] = ex
-        if (
-            req.method == "POST"
-            and len(parts) == 3
-            and parts[0] == "sessions"
-            and parts[2] == "end"
-        ):
-            status = self.end_session(unquote(parts[1]))
-            flow.response = http.Response.make(
-                200, to_json_line(status), {"Content-Type": "application/json"}
-            )
-            return
+        self._refuse(flow, ex, Rejected(rule))
+
+    def _refuse_after_stop(self, flow: http.HTTPFlow, ex: Exchange) -> None:
+        """After ``done`` the files are final: refuse, write nothing, say it on stderr."""
+        ex.refused = True
+        flow.metadata[METADATA_KEY] = ex
+        rejected = Rejected("proxy_stopped")
         flow.response = http.Response.make(
-            404,
+            rejected.status,
             provider_error_body(
-                "both", "modeltap: unknown control request", status=404, code="modeltap_control"
+                "both", rejected.message, status=rejected.status, code="modeltap_rejected"
             ),
-            {"Content-Type": "application/json"},
+            {"Content-Type": "application/json", "Connection": "close"},
         )
+        self._say(ex, None, rejected.status, None, None, note="refused: proxy_stopped")
+
+    def _is_control_address(self, host: str, port: int) -> bool:
+        """Whether ``host:port`` reaches the control listener (regular mode's targets)."""
+        if self._control_address is None:
+            return False
+        control_host, control_port = self._control_address
+        if port != control_port:
+            return False
+        if host.lower() in ("localhost", control_host) or host.lower().endswith(".localhost"):
+            return True
+        try:
+            address = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return False
+        return address.is_loopback or address.is_unspecified
 
     def _content(self, message: http.Message | None) -> bytes | None:
         """The decoded body for a span, only when content capture is on."""
@@ -849,6 +1082,7 @@ class ModelTap:
         error: ErrorEvent | None = None,
     ) -> None:
         ex.finished = True
+        self._in_flight.pop(flow.id, None)
         assert ex.seq is not None
         status = flow.response.status_code if flow.response is not None else None
         event = self._emit_response(
@@ -891,10 +1125,14 @@ class ModelTap:
                 ``audit_write_failed`` (then the request must not be forwarded).
         """
         assert self.sink is not None and ex.api is not None
+        if self._stopped:
+            raise Rejected("proxy_stopped")
         session = self._session(ex.session_id)
+        if session is None:
+            raise Rejected("session_ended")
         if self.options.modeltap_fail_closed and session.refusals:
             raise Rejected("fail_closed")
-        session.admit(facts)
+        session.admit(facts.tool_results)
         seq = next(self._seq)
         record = AuditRecord.build(
             facts,
@@ -916,7 +1154,7 @@ class ModelTap:
             # If we cannot write the audit line we must not let the request through
             # unrecorded: refuse it, visibly.
             raise Rejected("audit_write_failed") from None
-        session.audited(seq, facts)
+        session.audited(record)
         self.counts["audited"] += 1
         return record
 
@@ -956,7 +1194,9 @@ class ModelTap:
             capture_errors=facts.capture_errors,
         )
         self._write_event(event)
-        self._session(ex.session_id).responded(seq, facts)
+        session = self._session(ex.session_id)
+        if session is not None:
+            session.responded(event)
         self._say(ex, facts.model or request_model, status, facts, duration)
         return event
 
@@ -983,10 +1223,9 @@ class ModelTap:
         self, ex: Exchange, rejected: Rejected, transport: str, method: str | None
     ) -> None:
         """Record a refusal: the rejected event, the session's count, the stderr line."""
-        self._session(ex.session_id).refused(rejected.rule)
         self.counts["refused"] += 1
-        self._write_event(
-            RejectedEvent(
+        if not self._stopped:  # after done the files are final
+            event = RejectedEvent(
                 **self._envelope(ex),
                 rule=rejected.rule,
                 message=rejected.message,
@@ -996,7 +1235,10 @@ class ModelTap:
                 path=redact_path(ex.path),
                 api=ex.api,
             )
-        )
+            self._write_event(event)
+            session = self._session(ex.session_id)
+            if session is not None:  # None: the harness ended it (rule session_ended)
+                session.refused(event)
         self._say(ex, None, rejected.status, None, None, note=f"refused: {rejected.rule}")
 
     def _answer(self, flow: http.HTTPFlow, status: int, message: str, code: str) -> None:
@@ -1042,6 +1284,9 @@ class ModelTap:
     def _write_event(self, event: Any) -> None:
         if self.sink is not None and not self.sink.write_event(event):
             logger.warning("modeltap: an events.jsonl line could not be written")
+            session = self._sessions.get(event.session_id)
+            if session is not None:
+                session.line_lost("events.jsonl")
 
     def _say(
         self,
@@ -1095,6 +1340,15 @@ def _overlong_id_header(request_id: str, session: str | None) -> str | None:
     if len(request_id) > MAX_ID_CHARS:
         return "x-client-request-id or x-request-id"
     return None
+
+
+def _is_control_path(path: str) -> bool:
+    """Whether a request path asks for the control API (however it is spelled)."""
+    path = path.split("?", 1)[0]
+    return any(
+        p == CONTROL_PREFIX.rstrip("/") or p.startswith(CONTROL_PREFIX)
+        for p in (path, unquote(path))
+    )
 
 
 def _sha256_hex(data: bytes) -> str:

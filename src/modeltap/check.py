@@ -1,9 +1,16 @@
 """``modeltap check DIR``: did every session end completed, with complete evidence?
 
-This is the one line a CI job adds after running an agent. It reads
-``sessions.jsonl`` (written when a session ends: its WebSocket closes, the
-proxy stops, or the harness ends it) and checks execution facts only — never
-whether the agent did its task well; assert on the task's own output too.
+This is the one line a CI job adds after running an agent. A session passes
+when it has ended (its ``sessions.jsonl`` line: the harness ended it, its
+WebSocket closed, or the proxy stopped), every line of it says ``stop_reason:
+completed``, and its evidence is complete as :class:`~modeltap.capture.Capture`
+reads it from all the files — the same computation (``modeltap.coverage``)
+that wrote ``evidence_complete`` into ``sessions.jsonl``, so ``check``,
+``report``, ``Capture`` and ``sessions.jsonl`` agree: a tool call that never
+got its result, a refused request, an incomplete stream each fail the session.
+A directory that holds only ``sessions.jsonl`` (the agent bypassed the proxy)
+is read too. These are execution facts only — never whether the agent did its
+task well; assert on the task's own output too.
 """
 
 from __future__ import annotations
@@ -13,19 +20,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from modeltap.capture import Capture, Session
+from modeltap.capture import NO_REQUESTS, Capture, Session
 
 
 def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[str]]:
     """Reasons each session fails the check (an empty list means it passes).
 
-    A session passes when its last ``sessions.jsonl`` line says
-    ``stop_reason: completed``, at least one request was audited, and the
-    evidence is complete.
-
     Args:
         capture: a loaded out dir.
-        session_id: check only this session (it must exist).
+        session_id: check only this session (a session with no line at all
+            fails: nothing reached the proxy in its name).
+
+    Returns:
+        Reasons by session id, and under ``"(files)"`` the unreadable lines.
     """
     ids = (
         [session_id]
@@ -35,18 +42,19 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
     found: dict[str, list[str]] = {}
     for sid in ids:
         session = capture.sessions.get(sid)
+        if session is None:
+            found[sid] = [f"{NO_REQUESTS} (no line of this session in the out dir)"]
+            continue
         reasons: list[str] = []
-        end = session.ends[-1] if session is not None and session.ends else None
-        if end is None:
+        if not session.ends:
             reasons.append("the session has not ended (no sessions.jsonl line yet)")
-        else:
-            if end.stop_reason != "completed":
-                reasons.append(f"stop_reason is {end.stop_reason}")
-            if not end.requests_audited:
-                reasons.append(end.message or "no audited model request")
-            if end.evidence_complete is not True:
-                reasons.append("evidence is incomplete")
-                reasons += [f"  {e}" for e in end.capture_errors if e != end.message]
+        for end in session.ends:
+            reason = f"stop_reason is {end.stop_reason}"
+            if end.stop_reason != "completed" and reason not in reasons:
+                reasons.append(reason)
+        if not session.evidence_complete:
+            reasons.append("evidence is incomplete")
+            reasons += [f"  {e}" for e in session.capture_errors]
         found[sid] = reasons
     for error in capture.load_errors:
         found.setdefault("(files)", []).append(str(error))

@@ -137,18 +137,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--mode regular, where clients send Proxy-Authorization; not for reverse mode, where "
         "it would take the Authorization header that carries API keys",
     )
+    run.add_argument(
+        "--control",
+        type=_listen,
+        default=("127.0.0.1", 0),
+        metavar="HOST:PORT",
+        help="the control API's own listener (default 127.0.0.1 on a free port); never served "
+        "on the proxy port, and only to holders of the run's token, which is written with "
+        "the address to control-RUN_ID.json (mode 0600) in the out dir",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
 
     session = sub.add_parser(
-        "session", help="end a session on a running proxy (writes its sessions.jsonl line)"
+        "session",
+        help="end a session on a running proxy (writes its sessions.jsonl line)",
+        description="End a session for good: its sessions.jsonl line is written, and later "
+        "requests in it are refused (session_ended). A second end prints the first status and "
+        "writes nothing; an unknown session is an error. Talks to the proxy's control "
+        "listener, found with its token in the out dir.",
     )
     session.add_argument("action", choices=("end",))
     session.add_argument("session_id", metavar="ID")
     session.add_argument(
-        "--proxy",
-        default="http://127.0.0.1:8787",
-        metavar="URL",
-        help="the running proxy (default http://127.0.0.1:8787)",
+        "--out",
+        default="./modeltap-out",
+        metavar="DIR",
+        help="the running proxy's --out (default ./modeltap-out)",
     )
     sub.add_parser(
         "check",
@@ -187,6 +201,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         max_tool_calls=args.max_tool_calls,
         capture_content=args.capture_content,
         record=args.record,
+        control=f"{args.control[0]}:{args.control[1]}",
         extra={"proxyauth": args.proxyauth} if args.proxyauth else {},
     )
 
@@ -223,11 +238,21 @@ def startup_screen(proxy: Proxy) -> str:
         for i, e in enumerate(exports):
             lines.append(("  export     " if i == 0 else "             ") + e)
     lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
+    lines.append(
+        f"  control    {proxy.control_url}  (modeltap session end ID --out {out}; "
+        "token in the out dir)"
+    )
     lines.append(f"  {proxy.addon.telemetry.describe()}")
     if cfg.listen_host not in ("127.0.0.1", "localhost", "::1"):
         lines.append(
             f"  WARNING    listening on {cfg.listen_host}: anyone who can reach it can use it"
             " (see --proxyauth)"
+        )
+    control_host = cfg.control.rpartition(":")[0].strip("[]")
+    if control_host not in ("127.0.0.1", "localhost", "::1"):
+        lines.append(
+            f"  WARNING    control API on {control_host}: reachable beyond this machine "
+            "(it still needs the run's token)"
         )
     lines.append("  Ctrl-C stops and flushes.")
     return "\n".join(lines)
@@ -284,23 +309,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "run":
         return run(args)
     if args.command == "session":
-        return end_session(args.proxy, args.session_id)
+        return end_session(Path(args.out), args.session_id)
     return 2
 
 
-def end_session(proxy: str, session_id: str) -> int:
-    """``modeltap session end ID``: ask a running proxy to end a session."""
-    import urllib.error
-    import urllib.request
-    from urllib.parse import quote
+def end_session(out: Path, session_id: str) -> int:
+    """``modeltap session end ID --out DIR``: end a session on the proxy writing to DIR.
 
-    url = f"{proxy.rstrip('/')}/__modeltap/sessions/{quote(session_id, safe='')}/end"
+    Prints the session's ``sessions.jsonl`` line; exits 1 when no proxy runs
+    there or none knows the session (nothing is written then).
+    """
+    from modeltap import control
+    from modeltap.records import to_json_line
+
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="POST"), timeout=10) as r:
-            print(r.read().decode().strip())
-    except (urllib.error.URLError, OSError) as e:
-        print(f"modeltap: cannot reach the proxy at {proxy}: {e}", file=sys.stderr)
+        ended = control.end_session(out, session_id)
+    except control.ControlError as e:
+        print(f"modeltap: {e}", file=sys.stderr)
         return 1
+    for end in ended:
+        if not end.now:
+            print(
+                f"modeltap: session {session_id!r} had already ended; this is its status "
+                "from then (nothing was written)",
+                file=sys.stderr,
+            )
+        sys.stdout.write(to_json_line(end.status).decode())
     return 0
 
 

@@ -298,6 +298,7 @@ class SessionEvidence:
         "_pending",
         "_reported",
         "_usage",
+        "answered",
         "answers",
         "keep_answers",
         "turns",
@@ -308,6 +309,8 @@ class SessionEvidence:
         self.keep_answers = keep_answers
         #: How many turns (audited requests) were fed.
         self.turns = 0
+        #: How many tool calls got their result in a later request.
+        self.answered = 0
         self._lowered: dict[int, EvidenceCoverage] = {}
         self._open: set[int] = set()
         #: call_id -> [(turn, position of the call in its response, label)], unanswered.
@@ -335,7 +338,10 @@ class SessionEvidence:
             if result.call_id is None:
                 continue
             waiting = self._pending.pop(result.call_id, None)
-            if waiting is not None and self.keep_answers:
+            if waiting is None:
+                continue
+            self.answered += len(waiting)
+            if self.keep_answers:
                 for call_turn, position, _label in waiting:
                     self.answers[(call_turn, position)] = Answer(turn, result.bytes)
         return turn

@@ -54,6 +54,17 @@ RULES: Final[dict[str, tuple[int, str]]] = {
         "this request is not a model request modeltap can audit and --strict is set",
     ),
     "tool_budget_exceeded": (400, "the session used up its --max-tool-calls budget"),
+    "session_ended": (
+        400,
+        "this session was ended (modeltap session end) and takes no more requests",
+    ),
+    "control_not_on_proxy_port": (
+        403,
+        "modeltap's control API is not served through the proxy; the harness runs "
+        "'modeltap session end ID --out DIR', which finds the control listener and its "
+        "token in the out dir",
+    ),
+    "proxy_stopped": (503, "modeltap is stopping, so the request was not forwarded"),
     "audit_internal_error": (
         500,
         "modeltap failed while auditing this request (a modeltap bug), so it was not forwarded",

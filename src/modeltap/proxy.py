@@ -56,6 +56,8 @@ class ProxyConfig:
     capture_content: bool = False
     #: ``--record DIR``: also keep full exchanges there for ``modeltap replay``.
     record: str | None = None
+    #: ``--control HOST:PORT``: the control API's own listener (port 0: a free one).
+    control: str = "127.0.0.1:0"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def mitm_options(self) -> dict[str, Any]:
@@ -80,6 +82,7 @@ class ProxyConfig:
             "modeltap_otlp": self.otlp,
             "modeltap_max_tool_calls": self.max_tool_calls,
             "modeltap_capture_content": self.capture_content,
+            "modeltap_control": self.control,
         }
         if self.record is not None:
             opts["modeltap_record"] = self.record
@@ -146,11 +149,12 @@ class Proxy:
         self.master = master
 
         async def announce() -> None:
-            # Wait until the listening sockets exist, then report their addresses.
+            # Wait until the listening sockets exist and the control API is served
+            # (its file written), then report the addresses.
             ps = master.addons.get("proxyserver")
             while not master.should_exit.is_set():
                 addrs = ps.listen_addrs() if ps else []
-                if addrs:
+                if addrs and self.addon.control is not None:
                     self.addresses = [(a[0], a[1]) for a in addrs]
                     self._ready.set()
                     if on_ready is not None:
@@ -202,6 +206,11 @@ class Proxy:
         """``http://host:port`` of the proxy."""
         host = self.config.listen_host
         return f"http://{host}:{self.port}"
+
+    @property
+    def control_url(self) -> str | None:
+        """``http://host:port`` of the control API (its own listener, token required)."""
+        return self.addon.control_url
 
     # -------------------------------------------------------------- threads
 

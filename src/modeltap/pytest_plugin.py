@@ -52,6 +52,7 @@ import pytest
 
 if TYPE_CHECKING:
     from modeltap.capture import Capture
+    from modeltap.records import SessionStatus
 
 MARKER = "modeltap"
 INI_UPSTREAM = "modeltap_upstream"
@@ -104,6 +105,28 @@ class ModelTapFixture:
             return Capture(
                 directory=self.out_dir, records=(), events=(), session_ends=(), sessions={}
             )
+
+    def end_session(self, session_id: str) -> SessionStatus:
+        """End a session the way ``modeltap session end`` does (the control API).
+
+        Its ``sessions.jsonl`` line is written and later requests in it are
+        refused (``session_ended``). Ending it again returns the same status
+        and writes nothing.
+
+        Args:
+            session_id: the ``x-modeltap-session`` the agent sent (or the
+                ``session`` option of the proxy).
+
+        Returns:
+            The session's status, as its ``sessions.jsonl`` line says.
+
+        Raises:
+            modeltap.control.ControlError: the proxy has not seen the session.
+        """
+        from modeltap import control
+
+        (ended,) = control.end_session(self.out_dir, session_id)
+        return ended.status
 
     def report(self) -> dict[str, Any]:
         """Return the report of :meth:`capture` (what ``modeltap report --json`` prints)."""

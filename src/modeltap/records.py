@@ -467,6 +467,7 @@ STOP_REASONS = (
     "request_audit_error",
     "upstream_error",
     "client_gone",
+    "proxy_stopped",
 )
 
 

@@ -1,9 +1,13 @@
 """Session status and the tool-call budget (pure; no mitmproxy).
 
-A :class:`SessionTracker` follows one session through what the addon saw —
-audited requests, refusals, responses, errors — and produces the
+A :class:`SessionTracker` follows one session through the lines the proxy
+writes for it — audit records, refusals, responses, errors — and produces the
 ``sessions.jsonl`` line when the session ends. These are execution facts,
-never a verdict on the agent's task.
+never a verdict on the agent's task. Whether the evidence is complete is not
+decided here: the tracker feeds the same lines to a
+:class:`modeltap.coverage.SessionEvidence`, the one definition that
+:class:`modeltap.capture.Capture`, ``modeltap report`` and ``modeltap check``
+read the files with.
 
 The tool-call budget (``--max-tool-calls N``) counts the tool calls the model
 asked for, numbered in the order the responses carried them. A request that
@@ -13,18 +17,28 @@ whose result it carries for the first time is counted in
 that reached the budget (call number N), the budget is spent: every later
 model request of the session is refused with ``tool_budget_exceeded``, and so
 is any request carrying the result of a call beyond it.
+
+``stop_reason`` names the first thing that went wrong, in this order: the
+budget (``tool_budget_exceeded``), a refusal (``request_audit_error``), an
+upstream failure (``upstream_error``), a client that left (``client_gone``),
+the proxy stopping mid-exchange (``proxy_stopped``); else ``completed``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from modeltap.coverage import NO_RESPONSE_AT_END, SessionEvidence
 from modeltap.errors import Rejected
 from modeltap.records import (
     NO_REQUESTS_MESSAGE,
-    RequestFacts,
-    ResponseFacts,
+    AuditRecord,
+    ErrorEvent,
+    RejectedEvent,
+    ResponseEvent,
     SessionStatus,
+    ToolResult,
     utc_now,
 )
 
@@ -41,17 +55,23 @@ class SessionTracker:
     budget_refusals: int = 0
     upstream_errors: int = 0
     client_gone: bool = False
-    #: call_id -> its number in request order (1-based); None ids get a number too.
+    proxy_stopped: bool = False
+    #: Open WebSocket connections whose connection is this session.
+    connections: int = 0
+    #: With a budget: call_id -> its number, for calls whose result was not let
+    #: through yet (None ids get a number too).
     requested: dict[str, int] = field(default_factory=dict)
     calls_requested: int = 0
-    admitted: set[str] = field(default_factory=set)
     budget_spent: bool = False
-    #: seq of audited requests whose response has not been seen yet.
-    open_requests: set[int] = field(default_factory=set)
-    capture_errors: list[str] = field(default_factory=list)
+    evidence: SessionEvidence = field(default_factory=lambda: SessionEvidence(usage=False))
+    #: seq -> turn index, for audited requests whose response has not been seen yet.
+    _turn_of: dict[int, int] = field(default_factory=dict)
 
-    def admit(self, facts: RequestFacts) -> None:
+    def admit(self, tool_results: Iterable[ToolResult]) -> None:
         """Apply the tool-call budget to a request about to be audited.
+
+        Args:
+            tool_results: the tool results the request carries.
 
         Raises:
             Rejected: ``tool_budget_exceeded`` if the budget is spent, or the
@@ -62,66 +82,83 @@ class SessionTracker:
         if self.budget_spent:
             raise Rejected("tool_budget_exceeded")
         new = [
-            r.call_id
-            for r in facts.tool_results
-            if r.call_id is not None
-            and r.call_id in self.requested
-            and r.call_id not in self.admitted
+            r.call_id for r in tool_results if r.call_id is not None and r.call_id in self.requested
         ]
         if any(self.requested[c] > self.max_tool_calls for c in new):
             raise Rejected("tool_budget_exceeded")
 
-    def audited(self, seq: int, facts: RequestFacts) -> None:
-        """Count a request whose audit line was written (it is being forwarded)."""
+    def audited(self, record: AuditRecord) -> None:
+        """Take in a request whose audit line was written (it is being forwarded)."""
         self.requests_audited += 1
-        self.open_requests.add(seq)
-        for result in facts.tool_results:
-            c = result.call_id
-            if c is not None and c in self.requested and c not in self.admitted:
-                self.admitted.add(c)
-                if self.max_tool_calls is not None and self.requested[c] >= self.max_tool_calls:
-                    self.budget_spent = True
+        self._turn_of[record.seq] = self.evidence.request(record)
+        if self.max_tool_calls is None:
+            return
+        for result in record.tool_results:
+            number = self.requested.pop(result.call_id, None) if result.call_id else None
+            if number is not None and number >= self.max_tool_calls:
+                self.budget_spent = True
 
-    def refused(self, rule: str) -> None:
-        """Count a refusal."""
+    def refused(self, event: RejectedEvent) -> None:
+        """Take in a refusal."""
         self.refusals += 1
-        if rule == "tool_budget_exceeded":
+        if event.rule == "tool_budget_exceeded":
             self.budget_refusals += 1
+        self.evidence.refused(event)
 
-    def responded(self, seq: int, facts: ResponseFacts) -> None:
+    def responded(self, event: ResponseEvent) -> None:
         """Take in a response: its tool calls and whether its evidence is whole."""
-        self.open_requests.discard(seq)
-        for call in facts.tool_calls:
+        turn = self._turn_of.pop(event.seq, None) if event.seq is not None else None
+        if turn is None:
+            return
+        self.evidence.response(turn, event)
+        if self.max_tool_calls is None:
+            return
+        for call in event.tool_calls:
             self.calls_requested += 1
             key = call.call_id if call.call_id is not None else f"#anon{self.calls_requested}"
             self.requested.setdefault(key, self.calls_requested)
-        if not facts.evidence_complete:
-            reasons = "; ".join(facts.capture_errors) or "incomplete response"
-            self.capture_errors.append(f"[seq {seq}] {reasons}")
 
-    def errored(self, kind: str) -> None:
-        """Count an ``error`` event (``upstream_*`` or ``client_gone``)."""
-        if kind == "client_gone":
+    def errored(self, event: ErrorEvent) -> None:
+        """Take in an ``error`` event (``upstream_*``, ``client_gone``, ``proxy_stopped``)."""
+        if event.error == "client_gone":
             self.client_gone = True
+        elif event.error == "proxy_stopped":
+            self.proxy_stopped = True
         else:
             self.upstream_errors += 1
+        turn = self._turn_of.get(event.seq) if event.seq is not None else None
+        if turn is not None:
+            self.evidence.turn_error(turn, event)
+        else:
+            self.evidence.error(event)
+
+    def line_lost(self, file: str) -> None:
+        """A line of this session could not be written: the files miss something."""
+        self.evidence.lower("data", "partial", f"a line of {file} could not be written")
 
     @property
     def untouched(self) -> bool:
         """True if no model request, refusal or error was ever seen in this session."""
         return not (
-            self.requests_audited or self.refusals or self.upstream_errors or self.client_gone
+            self.requests_audited
+            or self.refusals
+            or self.upstream_errors
+            or self.client_gone
+            or self.proxy_stopped
         )
 
     @property
     def tool_calls_admitted(self) -> int:
         """Requested tool calls whose results were let through to the model."""
-        return len(self.admitted)
+        return self.evidence.answered
 
     def status(self, ts: str | None = None) -> SessionStatus:
-        """The ``sessions.jsonl`` line for this session, as of now."""
-        errors = list(self.capture_errors)
-        errors += [f"[seq {seq}] no response was seen" for seq in sorted(self.open_requests)]
+        """The ``sessions.jsonl`` line for this session, as of now.
+
+        A request still in flight is reported as not answered (yet): the line
+        says what had been seen when the session ended.
+        """
+        result = self.evidence.result(open_reason=NO_RESPONSE_AT_END)
         if self.budget_refusals:
             reason = "tool_budget_exceeded"
         elif self.refusals:
@@ -130,12 +167,10 @@ class SessionTracker:
             reason = "upstream_error"
         elif self.client_gone:
             reason = "client_gone"
+        elif self.proxy_stopped:
+            reason = "proxy_stopped"
         else:
             reason = "completed"
-        message = None
-        if self.requests_audited == 0:
-            message = NO_REQUESTS_MESSAGE
-            errors.append(NO_REQUESTS_MESSAGE)
         return SessionStatus(
             run_id=self.run_id,
             session_id=self.session_id,
@@ -144,7 +179,7 @@ class SessionTracker:
             requests_audited=self.requests_audited,
             refusals=self.refusals,
             tool_calls_admitted=self.tool_calls_admitted,
-            evidence_complete=not errors,
-            capture_errors=tuple(errors),
-            message=message,
+            evidence_complete=result.evidence_complete,
+            capture_errors=tuple(result.capture_errors),
+            message=NO_REQUESTS_MESSAGE if self.requests_audited == 0 else None,
         )
