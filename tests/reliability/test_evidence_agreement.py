@@ -162,7 +162,12 @@ def test_every_reader_agrees(start_proxy: Callable[..., Running], case: str) -> 
     assert not any(e.startswith(PROXY_REPORTED) for e in session.capture_errors)
     for text in (str(line["capture_errors"]), str(session.capture_errors), printed):
         assert reason in text, text
-    figure(f"agreement_{case}", readers_agreeing=4)
+    figure(
+        f"agreement_{case}",
+        line_reasons=len(line["capture_errors"]),
+        capture_reasons=len(session.capture_errors),
+        check_exit=code,
+    )
 
 
 def test_check_reads_a_dir_holding_only_sessions_jsonl(

@@ -75,7 +75,9 @@ def refuse_then_try_to_erase(
     return answers
 
 
-def assert_refusal_stands(running: Running, answers: list[httpx.Response], forwarded: int) -> None:
+def assert_refusal_stands(
+    running: Running, answers: list[httpx.Response], forwarded: int, name: str
+) -> None:
     for answer in answers:
         assert answer.status_code == 403, answer.text
         assert "control_not_on_proxy_port" in answer.text
@@ -89,6 +91,13 @@ def assert_refusal_stands(running: Running, answers: list[httpx.Response], forwa
     assert line["evidence_complete"] is False
     assert check.problems(Capture.load(running.out), "victim")["victim"]
     assert assert_check_fails(running.out, "victim")
+    figure(
+        f"proxy_port_attacks_{name}",
+        attempts=len(answers),
+        refused=sum(a.status_code == 403 for a in answers),
+        reached_upstream=len(running.upstream.received) - forwarded,
+        sessions_ended=0,
+    )
 
 
 def assert_check_fails(out: Path, session: str) -> bool:
@@ -120,7 +129,9 @@ def test_agent_cannot_end_a_session_through_the_proxy_port(
         *["control_not_on_proxy_port"] * 5,
         "fail_closed",
     ]
-    assert_refusal_stands(running, answers, forwarded=1)
+    assert_refusal_stands(
+        running, answers, forwarded=1, name="upstream_at_root" if mounted_at_root else "routes"
+    )
 
 
 def test_agent_cannot_end_a_session_in_regular_mode(
@@ -147,7 +158,7 @@ def test_agent_cannot_end_a_session_in_regular_mode(
     with socket.create_connection(("127.0.0.1", running.proxy.port), timeout=10) as raw:
         raw.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
         assert raw.recv(200).startswith(b"HTTP/1.1 403")
-    assert_refusal_stands(running, answers, forwarded=1)
+    assert_refusal_stands(running, answers, forwarded=1, name="regular")
 
 
 def test_control_listener_needs_the_token(running: Running) -> None:
@@ -188,7 +199,7 @@ def test_control_listener_needs_the_token(running: Running) -> None:
     assert not (running.out / "sessions.jsonl").exists()  # none of it wrote anything
     (ended,) = control.end_session(running.out, "s")
     assert ended.now and ended.status.stop_reason == "completed"
-    figure("control_attacks", refused=len(attempts) + 6, lines_written=0)
+    figure("control_listener_attacks", attempts=len(attempts) + 6, lines_written=0)
 
 
 def test_end_is_idempotent_and_an_unknown_session_writes_nothing(
@@ -340,3 +351,69 @@ def test_reconnecting_does_not_reset_fail_closed(start_proxy: Callable[..., Runn
     running.proxy.stop()
     assert session_lines(running.out, "thread-2")[-1]["stop_reason"] == "request_audit_error"
     assert check.main([str(running.out)]) == 1
+
+
+def test_ended_sessions_are_remembered_within_a_bound(
+    start_proxy: Callable[..., Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory stays bounded: only the newest ended sessions are kept (10,000 by
+    default; 3 here). A late request in a forgotten one opens a new session, whose
+    own line is written at stop; the files keep both, so nothing reads as one
+    clean session."""
+    import modeltap.addon
+
+    monkeypatch.setattr(modeltap.addon, "ENDED_SESSIONS_KEPT", 3)
+    running = start_proxy()
+    client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
+    for n in range(5):
+        headers = {"x-modeltap-session": f"s{n}"}
+        client.chat.completions.create(model="gpt-5", messages=CHAT, extra_headers=headers)
+        control.end_session(running.out, f"s{n}")
+    assert list(running.proxy.addon._ended) == ["s2", "s3", "s4"]
+    with pytest.raises(openai.BadRequestError, match="session_ended"):
+        client.chat.completions.create(
+            model="gpt-5", messages=CHAT, extra_headers={"x-modeltap-session": "s4"}
+        )
+    client.chat.completions.create(
+        model="gpt-5", messages=CHAT, extra_headers={"x-modeltap-session": "s0"}
+    )
+    running.proxy.stop()
+    assert len(session_lines(running.out, "s0")) == 2
+    assert check.main([str(running.out), "--session", "s4"]) == 1
+
+
+def test_a_long_session_keeps_no_state_per_turn() -> None:
+    """The live tracker of a 10,000-turn session (each a tool call answered by the
+    next turn) holds no per-turn state: what it keeps is what is still open."""
+    import tracemalloc
+
+    from modeltap.records import ToolCall, ToolResult
+    from modeltap.sessions import SessionTracker
+    from tests.test_capture import audit, response
+
+    def held_by_the_tracker() -> int:
+        # What is still allocated by the tracker's own code (not by this test's records).
+        mine = [tracemalloc.Filter(True, f"*modeltap/{f}.py") for f in ("sessions", "coverage")]
+        return sum(
+            s.size for s in tracemalloc.take_snapshot().filter_traces(mine).statistics("filename")
+        )
+
+    tracker = SessionTracker("run", "long")
+    tracemalloc.start()
+    sizes = []
+    for n in range(1, 10_001):
+        results = (ToolResult(f"call_{n - 1}", 10),) if n > 1 else ()
+        tracker.audited(audit(n, n, tool_results=results))
+        tracker.responded(response(n, n + 0.5, tool_calls=(ToolCall(f"call_{n}", "f", "{}"),)))
+        if n in (1_000, 10_000):
+            sizes.append(held_by_the_tracker())
+    tracemalloc.stop()
+    status = tracker.status()
+    assert status.requests_audited == 10_000 and status.tool_calls_admitted == 9_999
+    # Only the last call is still open, so the line names just that one.
+    assert status.capture_errors == (
+        "[turn 9999] tool call f (call_10000) got no result in a later request",
+    )
+    growth = sizes[1] - sizes[0]
+    assert growth < 4096, growth  # 9,000 more turns: no per-turn state kept
+    figure("long_session_tracker", turns=10_000, held_at_1000=sizes[0], held_at_10000=sizes[1])

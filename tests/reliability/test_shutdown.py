@@ -145,7 +145,9 @@ def test_ctrl_c_with_a_websocket_response_pending(upstream: Upstream, tmp_path: 
             create = {"type": "response.create", "model": "gpt-5", "instructions": "i"}
             ws.send(orjson.dumps(create | {"tools": [], "input": []}).decode())
             assert orjson.loads(ws.recv(timeout=10))["type"] == "response.created"
+            started = time.perf_counter()
             assert p.stop(signal.SIGINT) == 0
+            stop_ms = (time.perf_counter() - started) * 1000
             with pytest.raises(Exception):  # noqa: B017 - any way the socket dies is fine
                 ws.recv(timeout=10)
     finally:
@@ -160,3 +162,4 @@ def test_ctrl_c_with_a_websocket_response_pending(upstream: Upstream, tmp_path: 
     assert (session["stop_reason"], session["evidence_complete"]) == ("proxy_stopped", False)
     assert not any("no response" in e for e in session["capture_errors"])
     assert_no_contradiction(out, "ws-stop")
+    figure("ctrl_c_ws_pending", stop_ms=round(stop_ms), lines_after_session_lines=0)
