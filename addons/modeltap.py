@@ -8,6 +8,9 @@ Use reverse mode with connection_strategy=lazy, e.g.::
 or regular mode (``--mode regular --set modeltap_mode=regular``). Every option
 of the addon is listed by ``mitmdump -s addons/modeltap.py --options``;
 ``--set modeltap_record=DIR`` also records exchanges for ``modeltap replay``.
+The control API (``modeltap session end ID --out DIR``) is served on its own
+listener (``--set modeltap_control=HOST:PORT``, default a free loopback port),
+never through the proxy; its address and token are in the out dir.
 """
 
 import os

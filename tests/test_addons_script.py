@@ -10,6 +10,7 @@ from pathlib import Path
 
 import openai
 
+from modeltap import control
 from tests.conftest import read_jsonl
 from tests.upstream import Upstream
 
@@ -45,8 +46,16 @@ def test_mitmdump_script_audits(upstream: Upstream, tmp_path: Path) -> None:
                 assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
                 time.sleep(0.1)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
-        out = client.chat.completions.create(model="gpt-5", messages=[])
+        out = client.chat.completions.create(
+            model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "dump-1"}
+        )
         assert out.choices[0].message.content == "Hello from the stub."
+        # The control API comes along, on its own listener, found through the out dir
+        # (its file is written once mitmproxy is running, just after the port opens).
+        while not list(tmp_path.glob("control-*.json")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (ended,) = control.end_session(tmp_path, "dump-1")
+        assert ended.status.requests_audited == 1
     finally:
         proc.terminate()
         proc.wait(10)

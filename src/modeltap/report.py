@@ -33,7 +33,9 @@ turn's count is unknown (a known zero stays zero); ``execution_time_ms`` the
 sum of the turns' (``null`` if any is unknown); ``errors`` are the turns'
 errors prefixed ``[turn i]``, then refusals and errors outside any turn.
 
-Evidence coverage, six channels per turn, session and capture, each
+Evidence coverage (computed by :mod:`modeltap.coverage`, the same code that
+wrote ``evidence_complete`` into ``sessions.jsonl``), six channels per turn,
+session and capture, each
 ``{"status": "complete"}`` or ``{"status": "partial" | "unavailable",
 "reason": ...}``. A turn can only lower a channel; a session is the worst over
 its turns (reasons prefixed ``[turn i]``, or ``[turns 0-2]`` when shared) plus
