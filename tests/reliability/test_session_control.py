@@ -420,3 +420,17 @@ def test_a_long_session_keeps_no_state_per_turn() -> None:
     growth = sizes[1] - sizes[0]
     assert growth < 4096, growth  # 9,000 more turns: no per-turn state kept
     figure("long_session_tracker", turns=10_000, held_at_1000=sizes[0], held_at_10000=sizes[1])
+
+
+def test_a_control_port_in_use_stops_the_start(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        run = [sys.executable, "-m", "modeltap.cli", "run", "--listen", "127.0.0.1:0"]
+        result = subprocess.run(
+            [*run, "--out", str(tmp_path), "--control", f"127.0.0.1:{port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert result.returncode == 1
+    assert f"cannot listen for the control API on 127.0.0.1:{port}" in result.stderr
