@@ -131,6 +131,11 @@ def test_response_phase_progress_pushes_the_deadline() -> None:
         (FailureFacts(timed_out="request", client_closed=True), "client_timeout"),
         (FailureFacts(client_broke_http=True, client_closed=True), "bad_request"),
         (FailureFacts(client_broke_http=True), "bad_request"),
+        (
+            FailureFacts(upstream_broke_http=True, upstream_connected=True),
+            "upstream_protocol_error",
+        ),
+        (FailureFacts(client_broke_http=True, upstream_broke_http=True), "bad_request"),
         (FailureFacts(client_closed=True), "client_gone"),
         (FailureFacts(client_closed=True, upstream_connected=True), "client_gone"),
         (FailureFacts(), "upstream_unreachable"),
@@ -148,3 +153,14 @@ def test_every_kind_has_a_stop_reason_and_timeouts_are_the_upstreams_fault() -> 
     assert stop_reason_for("client_gone") == "client_gone"
     with pytest.raises(KeyError):
         stop_reason_for("made_up")
+
+
+def test_spec_round_trips_and_the_watchdog_stays_above_every_limit() -> None:
+    from modeltap.failures import DEFAULT_UPSTREAM_TIMEOUT
+
+    assert DEFAULT_UPSTREAM_TIMEOUT == "connect=10,first-byte=540,idle=540"
+    assert parse_upstream_timeout(DEFAULT_UPSTREAM_TIMEOUT) == Timeouts()
+    assert Timeouts().watchdog == 600  # mitmproxy's own default suffices
+    long = parse_upstream_timeout("first-byte=1800")
+    assert long.watchdog > long.longest
+    assert Timeouts(request=0.5, connect=0.5, first_byte=0.5, idle=0.5).watchdog == 600

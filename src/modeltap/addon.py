@@ -8,6 +8,7 @@ to call it and what to do with the answer (forward, refuse, write a line).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import ipaddress
 import itertools
@@ -26,12 +27,15 @@ from urllib.parse import unquote
 
 import orjson
 from mitmproxy import exceptions, http
-from mitmproxy.net.http import http1
+from mitmproxy.connection import ConnectionState
+from mitmproxy.net.http import http1, validate
 from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
-from modeltap import apis, control
+from modeltap import apis, control, mitm_http1
 from modeltap.apis import wire
+from modeltap.deadlines import Deadlines
 from modeltap.decoding import StreamDecompressor, decode_body
 from modeltap.errors import (
     Rejected,
@@ -40,6 +44,18 @@ from modeltap.errors import (
     error_message,
     provider_error_body,
 )
+from modeltap.failures import (
+    ANSWER_STATUS,
+    DEFAULT_UPSTREAM_TIMEOUT,
+    PHASE_TEXT,
+    FailureFacts,
+    Phase,
+    Timeouts,
+    classify_failure,
+    parse_seconds,
+    parse_upstream_timeout,
+)
+from modeltap.listening import open_proxy_listeners, open_proxy_message
 from modeltap.records import (
     API_RESPONSES,
     MAX_ID_CHARS,
@@ -164,10 +180,24 @@ class WsConnection:
     from_server: int = 0
 
 
+#: The answer modeltap chose for the failure being reported, set by the ``error``
+#: hook. mitmproxy builds its error page right after that hook returns, in the
+#: same asyncio task (the hook's task resumes the HTTP layer), so a context
+#: variable hands the choice over without leaking it to other connections.
+_FAILURE_ANSWER: contextvars.ContextVar[bytes | None] = contextvars.ContextVar(
+    "modeltap_failure_answer", default=None
+)
+
+
 def _provider_neutral_error_response(status_code: int, message: str = "") -> bytes:
     """Replacement for mitmproxy's HTML error page (e.g. the 502 of an unreachable
     upstream): a JSON body that both the OpenAI and the Anthropic SDK parse, so the
-    agent's SDK raises a clear error instead of choking on HTML."""
+    agent's SDK raises a clear error instead of choking on HTML. When modeltap
+    itself ended the exchange (an upstream timeout), its own answer is sent."""
+    answer = _FAILURE_ANSWER.get()
+    if answer is not None:
+        _FAILURE_ANSWER.set(None)
+        return answer
     body = provider_error_body(
         "both",
         f"modeltap: the upstream could not be reached or failed ({message})",
@@ -214,6 +244,7 @@ class ModelTap:
         self.master: Any = None
         self.ws_policy = WsPolicy()
         self.telemetry = Telemetry.configure(otlp=None, capture_content=False, environ={})
+        self.deadlines: Deadlines = Deadlines(None)
         #: The line the telemetry printed at exit (dropped spans), for the CLI.
         self.telemetry_summary: str | None = None
 
@@ -224,6 +255,7 @@ class ModelTap:
         # and benchmarks may run more than one proxy in one process.
         self.options = loader.master.options
         self.master = loader.master
+        self.deadlines = Deadlines(loader.master)
         loader.add_option(
             "modeltap_out",
             str,
@@ -338,6 +370,33 @@ class ModelTap:
             "proxied traffic and only to holders of the run's token; the address and token "
             "are written to control-RUN_ID.json (mode 0600) in the out dir. Port 0: a free one.",
         )
+        loader.add_option(
+            "modeltap_upstream_timeout",
+            str,
+            DEFAULT_UPSTREAM_TIMEOUT,
+            "Upstream limits in seconds: connect (TCP and TLS set-up), first-byte (from "
+            "forwarding the request to the response's first byte) and idle (the longest gap "
+            "once the response started), as connect=10,first-byte=540,idle=540 (any subset) or "
+            "one number for all three. The defaults let a model think for minutes yet end a "
+            "stalled wait before the SDKs' own 600 s read timeout. When a limit passes the agent "
+            "gets a 504 (or its stream is cut) and the error event says upstream_timeout. "
+            "mitmproxy's tcp_timeout must be longer than every limit.",
+        )
+        loader.add_option(
+            "modeltap_client_timeout",
+            str,
+            f"{Timeouts().request:g}",
+            "Longest gap, in seconds, while a client sends a request body; a client that stalls "
+            "longer has its connection closed (error event client_timeout).",
+        )
+        loader.add_option(
+            "modeltap_allow_open_proxy",
+            bool,
+            False,
+            "Start even though a forwarding mode (regular, upstream, socks5) listens on a "
+            "non-loopback address without proxyauth, relaying anyone's traffic to any host. "
+            "Without it, modeltap refuses to start that way.",
+        )
 
     def configure(self, updated: set[str]) -> None:
         opts = self.options
@@ -360,6 +419,17 @@ class ModelTap:
             if size is None or size <= 0:
                 raise exceptions.OptionsError("modeltap_max_body must be a size such as 64m")
             self.max_body = size
+        if {"modeltap_upstream_timeout", "modeltap_client_timeout", "tcp_timeout"} & updated:
+            self._configure_timeouts()
+        if {"mode", "listen_host", "proxyauth", "modeltap_allow_open_proxy"} & updated:
+            self._refuse_open_proxy()
+        if "stream_large_bodies" in updated and opts.stream_large_bodies:
+            # mitmproxy would forward a large request body as it arrives, before the
+            # request hook: a model request would reach the upstream unaudited.
+            raise exceptions.OptionsError(
+                "modeltap cannot audit with stream_large_bodies set (request bodies would be "
+                "forwarded before the audit); unset it, modeltap_max_body bounds requests"
+            )
         if "modeltap_continuation" in updated or "modeltap_ws_allow" in updated:
             if opts.modeltap_continuation not in CONTINUATIONS:
                 raise exceptions.OptionsError("modeltap_continuation must be explicit or as-sent")
@@ -396,6 +466,52 @@ class ModelTap:
         # mitmproxy answers an unreachable upstream with an HTML page; agents' SDKs
         # want JSON they can parse, in their provider's shape.
         _http1.make_error_response = _provider_neutral_error_response
+        # mitmproxy's HTTP/1 reader hangs on a trailer section (see mitm_http1).
+        mitm_http1.install()
+
+    def _configure_timeouts(self) -> None:
+        opts = self.options
+        try:
+            timeouts = parse_upstream_timeout(opts.modeltap_upstream_timeout)
+            request = parse_seconds(opts.modeltap_client_timeout, "client")
+        except ValueError as e:
+            raise exceptions.OptionsError(str(e)) from None
+        timeouts = replace(timeouts, request=request)
+        if opts.tcp_timeout <= timeouts.longest:
+            # mitmproxy's inactivity watchdog would close the client's connection
+            # first, and the failure would read as the client's.
+            raise exceptions.OptionsError(
+                f"tcp_timeout ({opts.tcp_timeout} s) must be longer than the longest modeltap "
+                f"timeout ({timeouts.longest:g} s); set tcp_timeout={timeouts.watchdog}"
+            )
+        self.deadlines.timeouts = timeouts
+
+    def _refuse_open_proxy(self) -> None:
+        opts = self.options
+        if opts.modeltap_allow_open_proxy:
+            return
+        listeners = []
+        for spec in opts.mode:
+            try:
+                mode = ProxyMode.parse(spec)
+            except ValueError:
+                continue  # mitmproxy's proxyserver reports a bad mode itself
+            listeners.append(
+                (
+                    mode.type_name,
+                    mode.listen_host(opts.listen_host),
+                    mode.listen_port(opts.listen_port),
+                )
+            )
+        open_ones = open_proxy_listeners(listeners, opts.proxyauth)
+        if open_ones:
+            raise exceptions.OptionsError(
+                open_proxy_message(
+                    open_ones,
+                    "set listen_host=127.0.0.1, proxyauth=USER:PASS, or "
+                    "modeltap_allow_open_proxy=true",
+                )
+            )
 
     def _bind_control(self, address: str) -> None:
         host, sep, port = address.rpartition(":")
@@ -475,6 +591,7 @@ class ModelTap:
     # ------------------------------------------------------------------ HTTP hooks
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self.deadlines.watch(flow, "request")  # a body that stalls must not hang forever
         req = flow.request
         session = req.headers.pop(SESSION_HEADER, None)
         websocket = req.method == "GET" and req.headers.get("upgrade", "").lower() == "websocket"
@@ -560,9 +677,17 @@ class ModelTap:
             self._refuse_early(flow, session_id, flow.id, "control_not_on_proxy_port")
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        self.deadlines.watch(flow, "waiting")
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
-        if ex is None or flow.response is not None or ex.websocket:
-            return None  # already answered (no route, refused early), or a WebSocket handshake
+        if ex is None or flow.response is not None:
+            return None  # already answered (no route, refused early)
+        if flow.request.trailers:
+            # Fields after the body: not part of what is audited, and mitmproxy
+            # cannot forward them to an HTTP/1 upstream. Refuse, by name.
+            self._refuse(flow, ex, Rejected("request_trailers"))
+            return None
+        if ex.websocket:
+            return None  # a WebSocket handshake: audited message by message once open
         if ex.api is None:
             if self.options.modeltap_strict and not apis.is_models_listing(
                 flow.request.method, ex.path
@@ -612,6 +737,10 @@ class ModelTap:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
         resp = flow.response
+        if resp is not None and resp.status_code == 101:
+            self.deadlines.stop(flow)  # a WebSocket: open until either side closes it
+        else:
+            self.deadlines.watch(flow, "response")
         if ex is None or resp is None or ex.finished:
             return
         ex.t_first_byte_ns = time.perf_counter_ns()
@@ -634,11 +763,21 @@ class ModelTap:
             resp.stream = True
 
     def response(self, flow: http.HTTPFlow) -> None:
+        expired = self.deadlines.stop(flow)
+        if flow.response is not None and flow.response.trailers and _http1_client(flow):
+            # mitmproxy cannot send trailers to an HTTP/1 client (it would crash
+            # mid-exchange); they carry nothing modeltap observes.
+            flow.response.trailers = None
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
         if ex is None or ex.refused or ex.finished or flow.response is None or self._stopped:
             return
         if ex.websocket and flow.response.status_code == 101:
             return  # the connection is reported by ws_open / ws_close
+        if expired is not None:
+            # A body that ends when the connection closes, cut by the idle limit:
+            # mitmproxy saw a clean end, but modeltap ended it.
+            self._failed(flow, ex, "upstream_timeout", time.perf_counter_ns(), expired)
+            return
         if not ex.audited:
             self._unaudited(flow, ex, flow.response.status_code)
             return
@@ -655,28 +794,58 @@ class ModelTap:
         self._respond_event(flow, ex, facts, time.perf_counter_ns())
 
     def error(self, flow: http.HTTPFlow) -> None:
+        expired = self.deadlines.stop(flow)
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
+        _FAILURE_ANSWER.set(None)
         if ex is None or ex.refused or ex.finished or self._stopped:
             return
-        msg = flow.error.msg if flow.error else "unknown error"
-        now = time.perf_counter_ns()
-        if not ex.audited:
-            self._unaudited(flow, ex, None)
-        kind = _classify_error(msg, ex.t_first_byte_ns is not None)
+        kind = classify_failure(self._failure_facts(flow, expired))
         if kind == "client_gone" and ex.audited and ex.observer is not None and ex.observer.done:
             # Clients (the sync openai SDK) close right after the terminal event, before
             # the body's last bytes (chunk terminator, a compressor's tail): the whole
             # answer was seen, so this is the end of the response, not a client gone.
-            self._respond_event(flow, ex, self._finish_stream(ex, None), now)
+            self._respond_event(flow, ex, self._finish_stream(ex, None), time.perf_counter_ns())
             return
-        self._failed(flow, ex, kind, now)
+        if kind in ANSWER_STATUS and flow.response is None:
+            _FAILURE_ANSWER.set(_failure_answer(ex, kind, expired))
+        self._failed(flow, ex, kind, time.perf_counter_ns(), expired)
 
-    def _failed(self, flow: http.HTTPFlow, ex: Exchange, kind: str, now: int) -> None:
+    def _failure_facts(self, flow: http.HTTPFlow, expired: Phase | None) -> FailureFacts:
+        """What the flow and its connections say about whose fault the failure was."""
+        return FailureFacts(
+            timed_out=expired,
+            client_broke_http=(
+                flow.error is not None and flow.error.msg == mitm_http1.REQUEST_FRAMING_ERROR
+            )
+            or _framing_refused(flow.request, None, self.options.validate_inbound_headers),
+            upstream_broke_http=(
+                flow.error is not None and flow.error.msg == mitm_http1.RESPONSE_FRAMING_ERROR
+            )
+            or (
+                flow.response is not None
+                and _framing_refused(
+                    flow.request, flow.response, self.options.validate_inbound_headers
+                )
+            ),
+            client_closed=not (flow.client_conn.state & ConnectionState.CAN_WRITE),
+            upstream_connected=flow.server_conn.timestamp_tcp_setup is not None,
+        )
+
+    def _failed(
+        self,
+        flow: http.HTTPFlow,
+        ex: Exchange,
+        kind: str,
+        now: int,
+        expired: Phase | None = None,
+    ) -> None:
         """An exchange broke: its ``error`` event, then (if audited) its response event."""
+        if not ex.audited and ex.api is None and flow.request.timestamp_end is not None:
+            self._unaudited(flow, ex, None)  # it was passed through, then failed
         self.counts["errors"] += 1
         # In modeltap's own words: mitmproxy's message can quote the upstream's
         # (a malformed status line echoing the request, say).
-        text = error_message(kind)
+        text = PHASE_TEXT[expired] if expired else error_message(kind)
         error = ErrorEvent(
             **self._envelope(ex, ex.seq),
             error=kind,
@@ -1359,14 +1528,41 @@ def _n(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-def _classify_error(message: str, got_response: bool) -> str:
-    """Name what broke from mitmproxy's error message (it carries no request content)."""
-    lowered = message.lower()
-    if "client" in lowered:
-        return "client_gone"
-    if not got_response:
-        return "upstream_unreachable"
-    return "upstream_reset"
+def _framing_refused(
+    request: http.Request, response: http.Response | None, validate_headers: bool
+) -> bool:
+    """True if mitmproxy refuses the framing headers of the request (or, given one,
+    of the response): both Content-Length and Transfer-Encoding, an invalid length
+    or coding. The same checks mitmproxy ran, run again on the flow's headers."""
+    try:
+        if validate_headers:
+            validate.validate_headers(response if response is not None else request)
+        http1.expected_http_body_size(request, response)
+    except ValueError:
+        return True
+    return False
+
+
+def _http1_client(flow: http.HTTPFlow) -> bool:
+    return not (flow.request.is_http2 or flow.request.is_http3)
+
+
+def _failure_answer(ex: Exchange, kind: str, expired: Phase | None) -> bytes:
+    """The HTTP/1 response the agent gets when modeltap ends an exchange: the
+    provider's error shape, so its SDK raises (and may retry) as for a gateway timeout."""
+    status = ANSWER_STATUS[kind]
+    text = PHASE_TEXT[expired] if expired else "the upstream failed"
+    body = provider_error_body(
+        error_shape_for(ex.api, ex.route),
+        f"modeltap: {text} [{kind}]",
+        status=status,
+        code=f"modeltap_{kind}",
+    )
+    resp = http.Response.make(
+        status, body, {"Content-Type": "application/json", "Connection": "close"}
+    )
+    data: bytes = http1.assemble_response(resp)
+    return data
 
 
 class _StreamTap:

@@ -44,6 +44,11 @@ RULES: Final[dict[str, tuple[int, str]]] = {
         "the request body's content-encoding could not be decoded",
     ),
     "body_too_large": (413, "the request body is larger than --max-body"),
+    "request_trailers": (
+        400,
+        "the request carries HTTP trailer fields after its body, which modeltap does not "
+        "audit or forward",
+    ),
     # Policy.
     "fail_closed": (
         400,
@@ -98,6 +103,7 @@ ERROR_MESSAGES: Final[dict[str, str]] = {
     "upstream_protocol_error": "the upstream's answer broke the HTTP protocol",
     "client_gone": "the client closed the connection before the response ended",
     "bad_request": "the client's request broke the HTTP protocol; the proxy answered it",
+    "client_timeout": "the client stopped sending its request body (--client-timeout)",
     "proxy_stopped": "modeltap stopped while the exchange was in flight",
 }
 

@@ -12,7 +12,8 @@ Three things live here:
   seen so far, has a limit passed, and if not, when to look again.
 - :func:`classify_failure`: the failure kind written in ``events.jsonl``
   (``upstream_timeout``, ``upstream_unreachable``, ``upstream_reset``,
-  ``bad_request``, ``client_timeout``, ``client_gone``), decided from
+  ``upstream_protocol_error``, ``bad_request``, ``client_timeout``,
+  ``client_gone``), decided from
   :class:`FailureFacts`, never from an error message's wording; and
   :func:`stop_reason_for`, the ``sessions.jsonl`` stop reason it leads to.
 """
@@ -34,9 +35,11 @@ FAILURE_KINDS: Final = (
     "upstream_timeout",  # the upstream did not answer (connect, first byte, idle gap)
     "upstream_unreachable",  # no connection to the upstream could be made
     "upstream_reset",  # the upstream closed or broke the connection mid-exchange
+    "upstream_protocol_error",  # the upstream's answer broke HTTP framing
     "bad_request",  # the client broke HTTP (framing, smuggling attempts): refused
     "client_timeout",  # the client stopped sending its request body
     "client_gone",  # the client closed the connection before the exchange ended
+    "proxy_stopped",  # modeltap was stopped while the exchange was in flight
 )
 
 #: The ``sessions.jsonl`` stop reason each failure kind leads to.
@@ -44,10 +47,12 @@ _STOP_REASONS: Final[dict[str, str]] = {
     "upstream_timeout": "upstream_error",
     "upstream_unreachable": "upstream_error",
     "upstream_reset": "upstream_error",
+    "upstream_protocol_error": "upstream_error",
     # The client's request never became one modeltap could audit.
     "bad_request": "request_audit_error",
     "client_timeout": "request_audit_error",
     "client_gone": "client_gone",
+    "proxy_stopped": "proxy_stopped",
 }
 
 #: The status the agent gets when modeltap ends an exchange for a kind, before
@@ -88,12 +93,27 @@ class Timeouts:
         """The longest limit, so an outer watchdog can be set above all of them."""
         return max(self.connect, self.first_byte, self.idle, self.request)
 
+    @property
+    def watchdog(self) -> int:
+        """An inactivity timeout for whole connections (mitmproxy's ``tcp_timeout``)
+        safely above every limit, so these limits, not the watchdog, end a stalled
+        exchange: mitmproxy's 600 s default when that is enough."""
+        return max(600, math.ceil(self.longest) + 60)
+
+    def upstream_spec(self) -> str:
+        """The upstream limits in ``--upstream-timeout`` syntax."""
+        return f"connect={self.connect:g},first-byte={self.first_byte:g},idle={self.idle:g}"
+
     def describe_upstream(self) -> str:
         """The upstream limits as the start-up screen shows them."""
         return (
             f"connect {_seconds(self.connect)}, first byte {_seconds(self.first_byte)}, "
             f"idle {_seconds(self.idle)}"
         )
+
+
+#: ``--upstream-timeout`` as the defaults spell it.
+DEFAULT_UPSTREAM_TIMEOUT: Final = Timeouts().upstream_spec()
 
 
 def parse_upstream_timeout(spec: str, base: Timeouts | None = None) -> Timeouts:
@@ -240,6 +260,8 @@ class FailureFacts:
     #: The client's request broke HTTP (invalid framing headers, bad chunked
     #: body, headers refused as a smuggling attempt).
     client_broke_http: bool = False
+    #: The upstream's response broke HTTP (invalid framing headers or body).
+    upstream_broke_http: bool = False
     #: The client had closed its connection when the failure was reported.
     client_closed: bool = False
     #: An upstream connection was set up for this request.
@@ -250,9 +272,10 @@ def classify_failure(facts: FailureFacts) -> str:
     """Name a failure for whose fault it was.
 
     Order matters: modeltap's own timeouts are certain; a request that broke
-    HTTP is the client's fault whatever happened next; a client that closed
-    its connection before the upstream failed left first; otherwise the
-    upstream failed, before or after a connection was made.
+    HTTP is the client's fault whatever happened next, a response that broke
+    it the upstream's; a client that closed its connection before the
+    upstream failed left first; otherwise the upstream failed, before or
+    after a connection was made.
 
     Args:
         facts: what the proxy saw.
@@ -266,6 +289,8 @@ def classify_failure(facts: FailureFacts) -> str:
         return "upstream_timeout"
     if facts.client_broke_http:
         return "bad_request"
+    if facts.upstream_broke_http:
+        return "upstream_protocol_error"
     if facts.client_closed:
         return "client_gone"
     if not facts.upstream_connected:

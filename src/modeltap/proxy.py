@@ -7,7 +7,7 @@ import asyncio
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mitmproxy import options as mitm_options
@@ -25,7 +25,16 @@ from mitmproxy.addons import (
 from mitmproxy.master import Master
 
 from modeltap.addon import ModelTap
+from modeltap.failures import (
+    DEFAULT_UPSTREAM_TIMEOUT,
+    Timeouts,
+    parse_seconds,
+    parse_upstream_timeout,
+)
 from modeltap.record import Recorder
+
+#: The options that decide whether the proxy is open to anyone (set first).
+_LISTENING = ("mode", "listen_host", "listen_port", "proxyauth", "modeltap_allow_open_proxy")
 
 #: Reverse mode needs *a* target; every request is re-pointed at its route's
 #: upstream before it leaves, and connections are opened lazily, so this
@@ -58,6 +67,14 @@ class ProxyConfig:
     record: str | None = None
     #: ``--control HOST:PORT``: the control API's own listener (port 0: a free one).
     control: str = "127.0.0.1:0"
+    #: ``--upstream-timeout``: connect / first-byte / idle limits.
+    upstream_timeout: str = DEFAULT_UPSTREAM_TIMEOUT
+    #: ``--client-timeout``: the longest gap while a client sends a request body.
+    client_timeout: str = f"{Timeouts().request:g}"
+    #: ``--proxyauth``: mitmproxy's proxy authentication (regular mode).
+    proxyauth: str | None = None
+    #: ``--allow-open-proxy``: start a forwarding proxy on a public address anyway.
+    allow_open_proxy: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def mitm_options(self) -> dict[str, Any]:
@@ -83,11 +100,27 @@ class ProxyConfig:
             "modeltap_max_tool_calls": self.max_tool_calls,
             "modeltap_capture_content": self.capture_content,
             "modeltap_control": self.control,
+            "modeltap_upstream_timeout": self.upstream_timeout,
+            "modeltap_client_timeout": self.client_timeout,
+            "modeltap_allow_open_proxy": self.allow_open_proxy,
+            "tcp_timeout": self._watchdog(),
         }
+        if self.proxyauth is not None:
+            opts["proxyauth"] = self.proxyauth
         if self.record is not None:
             opts["modeltap_record"] = self.record
         opts.update(self.extra)
         return opts
+
+    def _watchdog(self) -> int:
+        """mitmproxy's inactivity ``tcp_timeout``, above every modeltap limit so that
+        modeltap, not the watchdog, ends a stalled exchange (and names it)."""
+        try:
+            timeouts = parse_upstream_timeout(self.upstream_timeout)
+            timeouts = replace(timeouts, request=parse_seconds(self.client_timeout, "client"))
+        except ValueError:
+            timeouts = Timeouts()  # the addon refuses the bad value with its own message
+        return timeouts.watchdog
 
 
 def _proxy_addons() -> list[Any]:
@@ -140,12 +173,19 @@ class Proxy:
         """
         opts = mitm_options.Options()
         master = Master(opts, with_termlog=False)
-        master.addons.add(*_proxy_addons(), self.addon)
+        master.addons.add(*_proxy_addons())
+        config = self.config.mitm_options()
+        # The listening set-up goes first, on its own: the addon refuses an open
+        # proxy, and must judge the real set-up, never mitmproxy's defaults
+        # (regular mode on every interface), which a failed option update below
+        # would otherwise roll it back to.
+        opts.update_defer(**{k: config.pop(k) for k in _LISTENING if k in config})
+        master.addons.add(self.addon)
         if self.config.record is not None:
             master.addons.add(Recorder())
         for addon in self.extra_addons:
             master.addons.add(addon)
-        opts.update(**self.config.mitm_options())
+        opts.update(**config)
         self.master = master
 
         async def announce() -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from modeltap.coverage import NO_RESPONSE_AT_END, SessionEvidence
 from modeltap.errors import Rejected
+from modeltap.failures import stop_reason_for
 from modeltap.records import (
     NO_REQUESTS_MESSAGE,
     AuditRecord,
@@ -54,6 +55,8 @@ class SessionTracker:
     refusals: int = 0
     budget_refusals: int = 0
     upstream_errors: int = 0
+    #: Requests the client broke or never finished (bad_request, client_timeout).
+    request_errors: int = 0
     client_gone: bool = False
     proxy_stopped: bool = False
     #: Open WebSocket connections whose connection is this session.
@@ -119,13 +122,17 @@ class SessionTracker:
             self.requested.setdefault(key, self.calls_requested)
 
     def errored(self, event: ErrorEvent) -> None:
-        """Take in an ``error`` event (``upstream_*``, ``client_gone``, ``proxy_stopped``)."""
-        if event.error == "client_gone":
+        """Take in an ``error`` event, counted by the stop reason its kind leads to
+        (:func:`modeltap.failures.stop_reason_for`)."""
+        reason = stop_reason_for(event.error)
+        if reason == "client_gone":
             self.client_gone = True
-        elif event.error == "proxy_stopped":
+        elif reason == "proxy_stopped":
             self.proxy_stopped = True
-        else:
+        elif reason == "upstream_error":
             self.upstream_errors += 1
+        else:
+            self.request_errors += 1
         turn = self._turn_of.get(event.seq) if event.seq is not None else None
         if turn is not None:
             self.evidence.turn_error(turn, event)
@@ -142,6 +149,7 @@ class SessionTracker:
         return not (
             self.requests_audited
             or self.refusals
+            or self.request_errors
             or self.upstream_errors
             or self.client_gone
             or self.proxy_stopped
@@ -161,7 +169,7 @@ class SessionTracker:
         result = self.evidence.result(open_reason=NO_RESPONSE_AT_END)
         if self.budget_refusals:
             reason = "tool_budget_exceeded"
-        elif self.refusals:
+        elif self.refusals or self.request_errors:
             reason = "request_audit_error"
         elif self.upstream_errors:
             reason = "upstream_error"

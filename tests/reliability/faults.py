@@ -139,6 +139,121 @@ def slow_first_byte(delay: float) -> Script:
     return script
 
 
+#: How long a stalled upstream holds on: longer than any client in the tests
+#: waits, so a stall that modeltap fails to end shows as the client's timeout.
+STALL_S = 90
+
+
+def wait_for_close(conn: socket.socket) -> None:
+    """Hold the connection open, saying nothing, until the peer closes it."""
+    conn.settimeout(STALL_S)
+    with contextlib.suppress(OSError):
+        while conn.recv(65536):
+            pass
+
+
+def never_answers(conn: socket.socket) -> None:
+    """Accept and read the request, then never answer."""
+    read_request(conn)
+    wait_for_close(conn)
+
+
+def _chat_chunk(content: str) -> bytes:
+    chunk = {
+        "id": "chatcmpl-stall", "object": "chat.completion.chunk", "created": 1, "model": "gpt-5",
+        "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}],
+    }  # fmt: skip
+    return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+
+def stalls_mid_stream(*, chunked: bool) -> Script:
+    """Start an SSE answer, send one event, then go silent (chunked, or a body that
+    would end when the connection closes)."""
+
+    def script(conn: socket.socket) -> None:
+        read_request(conn)
+        event = _chat_chunk("Hel")
+        if chunked:
+            head = b"Transfer-Encoding: chunked\r\n"
+            event = b"%x\r\n%s\r\n" % (len(event), event)
+        else:
+            head = b"Connection: close\r\n"
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + head + b"\r\n")
+        conn.sendall(event)
+        wait_for_close(conn)
+
+    return script
+
+
+def trickles(events: int, gap: float) -> Script:
+    """An SSE answer whose events come ``gap`` seconds apart, then a clean end."""
+
+    def script(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        )
+        for i in range(events):
+            time.sleep(gap)
+            conn.sendall(_chat_chunk(str(i)))
+        conn.sendall(b"data: [DONE]\n\n")
+
+    return script
+
+
+def answers_with_trailers(conn: socket.socket) -> None:
+    """A complete chat completion in a chunked body that ends with a trailer section."""
+    read_request(conn)
+    body = (
+        b'{"id":"chatcmpl-tr","object":"chat.completion","model":"gpt-5","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"with trailers"},"finish_reason":"stop"}],'
+        b'"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}'
+    )
+    conn.sendall(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+        b"Trailer: X-Checksum\r\n\r\n"
+        + b"%x\r\n%s\r\n0\r\nX-Checksum: abc\r\n\r\n"
+        % (len(body), body)
+    )
+    wait_for_close(conn)
+
+
+def read_response(sock: socket.socket) -> tuple[int | None, bytes]:
+    """Read one HTTP/1 response off a raw socket: ``(status, body)``; ``(None, b"")``
+    if the proxy closed without answering. Reads until the body's Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return None, b""
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return status, body
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    """Everything the peer sends until it closes (EOF or reset). Raises
+    ``TimeoutError`` (the socket's timeout) if it never does: a hang."""
+    data = b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
 def _ws_accept(key: bytes) -> bytes:
     magic = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
     return base64.b64encode(hashlib.sha1(key + magic).digest())

@@ -1,0 +1,132 @@
+"""The glue behind ``--upstream-timeout`` and ``--client-timeout``.
+
+One timer per live exchange. :func:`modeltap.failures.check_deadline`
+decides; this module measures and acts, through the two handles mitmproxy's
+connection handler offers for exactly this:
+
+- progress: ``timeout_watchdog.last_activity``, when bytes last arrived on
+  the client's connection (its own or its upstream's), the clock mitmproxy's
+  ``tcp_timeout`` uses;
+- ending: ``close_connection``, what mitmproxy's own ``CloseConnection``
+  command runs. Closing the stalled side lets mitmproxy finish the exchange
+  its usual way (the client gets its error answer, the ``error`` hook runs),
+  and modeltap names the failure from the phase recorded here.
+
+A timer costs one ``call_at`` per phase; progress moves the next look, not the
+timer, so a busy stream costs nothing per chunk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from mitmproxy import connection, http
+
+from modeltap.failures import Expired, Phase, Timeouts, check_deadline
+
+DEADLINE_KEY = "modeltap_deadline"
+
+Watch = Literal["request", "waiting", "response"]
+
+
+@dataclass(slots=True)
+class Deadline:
+    """The timer of one exchange: which phase it watches, since when, and what expired."""
+
+    watch: Watch
+    since: float
+    handle: asyncio.TimerHandle | None = None
+    expired: Phase | None = None
+
+
+def upstream_ready(server: connection.Server) -> bool:
+    """True if the connection is open and, if it wants TLS, TLS is set up."""
+    return server.connected and (not server.tls or server.tls_established)
+
+
+class Deadlines:
+    """Start, move and stop the timers of live exchanges."""
+
+    def __init__(self, master: Any) -> None:
+        self.master = master
+        self.timeouts = Timeouts()
+        self._proxyserver: Any = None
+
+    def watch(self, flow: http.HTTPFlow, watch: Watch) -> None:
+        """Start watching ``flow`` in a new phase (replacing the previous one)."""
+        dl: Deadline | None = flow.metadata.get(DEADLINE_KEY)
+        if dl is not None and dl.expired is not None:
+            return  # already being ended
+        if dl is None:
+            dl = flow.metadata[DEADLINE_KEY] = Deadline(watch, time.time())
+        else:
+            if dl.handle is not None:
+                dl.handle.cancel()
+            dl.watch, dl.since = watch, time.time()
+        self._check(flow, dl)
+
+    def stop(self, flow: http.HTTPFlow) -> Phase | None:
+        """Stop watching ``flow``.
+
+        Returns:
+            The phase whose limit modeltap enforced on it, if one did.
+        """
+        dl: Deadline | None = flow.metadata.get(DEADLINE_KEY)
+        if dl is None:
+            return None
+        if dl.handle is not None:
+            dl.handle.cancel()
+            dl.handle = None
+        return dl.expired
+
+    def _check(self, flow: http.HTTPFlow, dl: Deadline) -> None:
+        dl.handle = None
+        handler = self._handler(flow)
+        if handler is None or not flow.live:
+            return  # the connection is gone; mitmproxy ends the flow itself
+        now = time.time()
+        verdict = check_deadline(
+            self.timeouts,
+            dl.watch,
+            now=now,
+            since=dl.since,
+            last_progress=handler.timeout_watchdog.last_activity,
+            connected=upstream_ready(flow.server_conn),
+        )
+        if isinstance(verdict, Expired):
+            dl.expired = verdict.phase
+            self._end(flow, handler, verdict.phase)
+            return
+        loop = asyncio.get_running_loop()
+        dl.handle = loop.call_at(loop.time() + (verdict.when - now), self._check, flow, dl)
+
+    def _handler(self, flow: http.HTTPFlow) -> Any:
+        """mitmproxy's handler of the flow's client connection, if it is still live."""
+        if self._proxyserver is None:
+            self._proxyserver = self.master.addons.get("proxyserver")
+            if self._proxyserver is None:
+                return None
+        return self._proxyserver.connections.get(flow.client_conn.id)
+
+    @staticmethod
+    def _end(flow: http.HTTPFlow, handler: Any, phase: Phase) -> None:
+        """Close the side that stalled; mitmproxy then ends the exchange."""
+        stalled: list[connection.Connection]
+        if phase == "request":
+            stalled = [flow.client_conn]
+        elif phase == "connect":
+            # The connection being set up is not the flow's yet: it is whichever
+            # of this client's upstream connections is not ready.
+            stalled = [
+                c
+                for c in handler.transports
+                if isinstance(c, connection.Server) and not upstream_ready(c)
+            ]
+        else:
+            stalled = [flow.server_conn]
+        for conn in stalled:
+            if conn in handler.transports and handler.transports[conn].handler is not None:
+                handler.close_connection(conn)
