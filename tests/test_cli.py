@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import openai
@@ -38,6 +40,7 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
         "control    http://127.0.0.1:",
         f"(modeltap session end ID --out {out}; token in the out dir)",
         "spans: not exported (no OTLP endpoint",
+        "timeouts   upstream connect 10 s, first byte 540 s, idle 540 s; client body idle 60 s",
         "Ctrl-C stops and flushes.",
     ):
         assert expected in screen, expected
@@ -75,3 +78,32 @@ def test_session_end_command(
     assert not list(tmp_path.glob("control-*.json"))
     assert cli.main(["session", "end", "x", "--out", str(tmp_path)]) == 1
     assert "no running modeltap proxy writes to" in capsys.readouterr().err
+
+
+def test_run_options_for_timeouts_reach_the_proxy_and_the_screen(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    p = ProxyProcess(
+        "--out", str(tmp_path), "--route", f"stub={upstream.url}",
+        "--upstream-timeout", "first-byte=900,idle=2m", "--client-timeout", "5",
+    )  # fmt: skip
+    try:
+        screen = p.stderr.decode()
+    finally:
+        assert p.stop(signal.SIGINT) == 0
+    assert (
+        "timeouts   upstream connect 10 s, first byte 900 s, idle 120 s; client body idle 5 s"
+        in (screen)
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--upstream-timeout", "read=5"], ["--upstream-timeout", "idle=0"], ["--client-timeout", "x"]],
+)
+def test_run_refuses_bad_timeouts(args: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "modeltap.cli", "run", *args], capture_output=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert b"timeout" in done.stderr.splitlines()[-1]

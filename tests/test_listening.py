@@ -20,12 +20,16 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 
 def test_forwarding_modes_off_loopback_are_open() -> None:
     listeners = [("regular", "0.0.0.0", 8787), ("socks5", "", 1080), ("upstream", "10.0.0.2", 1)]
-    assert open_proxy_listeners(listeners, None) == ["0.0.0.0:8787", "*:1080", "10.0.0.2:1"]
+    assert open_proxy_listeners(listeners, None) == [
+        "regular mode on 0.0.0.0:8787",
+        "socks5 mode on *:1080",
+        "upstream mode on 10.0.0.2:1",
+    ]
 
 
 @pytest.mark.parametrize("auth", [None, "", "any", " ANY "])
 def test_proxyauth_any_is_no_protection(auth: str | None) -> None:
-    assert open_proxy_listeners([("regular", "0.0.0.0", 1)], auth) == ["0.0.0.0:1"]
+    assert open_proxy_listeners([("regular", "0.0.0.0", 1)], auth) == ["regular mode on 0.0.0.0:1"]
 
 
 def test_safe_setups() -> None:
@@ -36,5 +40,8 @@ def test_safe_setups() -> None:
 
 
 def test_message_is_one_line_naming_address_and_fix() -> None:
-    msg = open_proxy_message(["0.0.0.0:8787"], "use --proxyauth USER:PASS")
-    assert "\n" not in msg and "0.0.0.0:8787" in msg and msg.endswith("use --proxyauth USER:PASS")
+    msg = open_proxy_message(["regular mode on 0.0.0.0:8787"], "use --proxyauth USER:PASS")
+    assert msg == (
+        "refusing to start an open proxy: regular mode on 0.0.0.0:8787 would relay anyone's "
+        "traffic to any host; use --proxyauth USER:PASS"
+    )

@@ -8,6 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from modeltap import __version__
+from modeltap.failures import (
+    DEFAULT_UPSTREAM_TIMEOUT,
+    Timeouts,
+    parse_seconds,
+    parse_upstream_timeout,
+)
+from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
 from modeltap.proxy import Proxy, ProxyConfig
 from modeltap.routing import RouteError, RouteTable
 
@@ -17,6 +24,22 @@ def _listen(value: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError("use HOST:PORT, e.g. 127.0.0.1:8787")
     return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _upstream_timeout(value: str) -> str:
+    try:
+        parse_upstream_timeout(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
+
+
+def _client_timeout(value: str) -> str:
+    try:
+        parse_seconds(value, "client")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +169,31 @@ def build_parser() -> argparse.ArgumentParser:
         "on the proxy port, and only to holders of the run's token, which is written with "
         "the address to control-RUN_ID.json (mode 0600) in the out dir",
     )
+    run.add_argument(
+        "--allow-open-proxy",
+        action="store_true",
+        help="start --mode regular on a non-loopback address without --proxyauth anyway: "
+        "anyone who can reach the port can relay traffic through it to any host (refused "
+        "without this flag)",
+    )
+    run.add_argument(
+        "--upstream-timeout",
+        type=_upstream_timeout,
+        default=DEFAULT_UPSTREAM_TIMEOUT,
+        metavar="SPEC",
+        help="upstream limits in seconds, connect=S,first-byte=S,idle=S (any subset) or one "
+        f"number for all three (default {DEFAULT_UPSTREAM_TIMEOUT}: minutes of model thinking "
+        "pass, yet a stalled upstream is ended before the SDKs' own 600 s timeout); when one "
+        "passes the agent gets a 504 or its stream is cut, and the error is upstream_timeout",
+    )
+    run.add_argument(
+        "--client-timeout",
+        type=_client_timeout,
+        default=f"{Timeouts().request:g}",
+        metavar="SECONDS",
+        help=f"longest gap while a client sends a request body (default {Timeouts().request:g}); "
+        "a client that stalls longer is disconnected (error client_timeout)",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
 
     session = sub.add_parser(
@@ -202,7 +250,10 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         capture_content=args.capture_content,
         record=args.record,
         control=f"{args.control[0]}:{args.control[1]}",
-        extra={"proxyauth": args.proxyauth} if args.proxyauth else {},
+        upstream_timeout=args.upstream_timeout,
+        client_timeout=args.client_timeout,
+        proxyauth=args.proxyauth,
+        allow_open_proxy=args.allow_open_proxy,
     )
 
 
@@ -243,10 +294,22 @@ def startup_screen(proxy: Proxy) -> str:
         "token in the out dir)"
     )
     lines.append(f"  {proxy.addon.telemetry.describe()}")
-    if cfg.listen_host not in ("127.0.0.1", "localhost", "::1"):
+    timeouts = proxy.addon.deadlines.timeouts
+    lines.append(
+        f"  timeouts   upstream {timeouts.describe_upstream()}; client body idle "
+        f"{timeouts.request:g} s"
+    )
+    if cfg.mode == "regular" and open_proxy_listeners(
+        [("regular", cfg.listen_host, proxy.port)], cfg.proxyauth
+    ):
+        lines.append(
+            f"  WARNING    OPEN PROXY on {cfg.listen_host}:{proxy.port} (--allow-open-proxy): "
+            "anyone who can reach it can relay traffic to any host"
+        )
+    elif not is_loopback(cfg.listen_host):
         lines.append(
             f"  WARNING    listening on {cfg.listen_host}: anyone who can reach it can use it"
-            " (see --proxyauth)"
+            + (" (see --proxyauth)" if cfg.mode == "regular" else "")
         )
     control_host = cfg.control.rpartition(":")[0].strip("[]")
     if control_host not in ("127.0.0.1", "localhost", "::1"):
@@ -264,6 +327,12 @@ def run(args: argparse.Namespace) -> int:
         RouteTable.build(list(args.route), args.upstream)
     except RouteError as e:
         print(f"modeltap: {e}", file=sys.stderr)
+        return 2
+    host, port = args.listen
+    open_ones = open_proxy_listeners([(args.mode, host, port)], args.proxyauth)
+    if open_ones and not args.allow_open_proxy:
+        fix = "listen on 127.0.0.1, add --proxyauth USER:PASS, or pass --allow-open-proxy"
+        print(f"modeltap: {open_proxy_message(open_ones, fix)}", file=sys.stderr)
         return 2
     proxy = Proxy(config_from_args(args))
 

@@ -47,13 +47,14 @@ def open_proxy_listeners(
         proxyauth: mitmproxy's ``proxyauth`` value, or None.
 
     Returns:
-        ``host:port`` of each open one (``*`` for every interface), in order;
-        empty when proxy authentication is required or all are safe.
+        ``MODE mode on HOST:PORT`` for each open one (``*`` for every
+        interface), in order; empty when proxy authentication is required or
+        all are safe.
     """
     if proxyauth is not None and proxyauth.strip().lower() not in _NO_AUTH:
         return []
     return [
-        f"{host or '*'}:{port if port is not None else '?'}"
+        f"{mode} mode on {host or '*'}:{port if port is not None else '?'}"
         for mode, host, port in listeners
         if mode in FORWARDING_MODES and not is_loopback(host)
     ]
@@ -68,6 +69,5 @@ def open_proxy_message(addresses: list[str], fix: str) -> str:
     """
     where = ", ".join(addresses)
     return (
-        f"refusing to start an open proxy: forwarding mode listening on {where} would relay "
-        f"anyone's traffic to any host; {fix}"
+        f"refusing to start an open proxy: {where} would relay anyone's traffic to any host; {fix}"
     )

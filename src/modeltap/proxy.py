@@ -175,16 +175,18 @@ class Proxy:
         master = Master(opts, with_termlog=False)
         master.addons.add(*_proxy_addons())
         config = self.config.mitm_options()
-        # The listening set-up goes first, on its own: the addon refuses an open
-        # proxy, and must judge the real set-up, never mitmproxy's defaults
-        # (regular mode on every interface), which a failed option update below
-        # would otherwise roll it back to.
-        opts.update_defer(**{k: config.pop(k) for k in _LISTENING if k in config})
+        # The addon refuses to start an open proxy, and must judge the real
+        # listening set-up, never mitmproxy's defaults (regular mode on every
+        # interface) that a failed update would roll back to. So the set-up is
+        # in place before the addon is added, then applied again for its check.
+        listening = {k: config.pop(k) for k in _LISTENING if k in config}
+        opts.update_defer(**listening)
         master.addons.add(self.addon)
         if self.config.record is not None:
             master.addons.add(Recorder())
         for addon in self.extra_addons:
             master.addons.add(addon)
+        opts.update(**listening)
         opts.update(**config)
         self.master = master
 

@@ -246,7 +246,7 @@ def test_default_bind_is_loopback(tmp_path: Path) -> None:
     args = build_parser().parse_args(["run"])
     cfg = config_from_args(args)
     assert (cfg.listen_host, cfg.listen_port) == ("127.0.0.1", 8787)
-    assert "proxyauth" not in cfg.extra
+    assert cfg.proxyauth is None and not cfg.allow_open_proxy
     assert ProxyConfig().listen_host == "127.0.0.1"
     with Proxy(ProxyConfig(listen_port=0, out=str(tmp_path), quiet=True)) as proxy:
         assert {host for host, _ in proxy.addresses} == {"127.0.0.1"}
