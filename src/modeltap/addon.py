@@ -678,6 +678,7 @@ class ModelTap:
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         self.deadlines.watch(flow, "waiting")
+        _frame_body(flow.request)
         ex: Exchange | None = flow.metadata.get(METADATA_KEY)
         if ex is None or flow.response is not None:
             return None  # already answered (no route, refused early)
@@ -1541,6 +1542,24 @@ def _framing_refused(
     except ValueError:
         return True
     return False
+
+
+def _frame_body(request: http.Request) -> None:
+    """Give an HTTP/2 or HTTP/3 request body a Content-Length if it came without one.
+
+    Those protocols frame bodies themselves, so the header is optional there;
+    mitmproxy forwards such a request to an HTTP/1 upstream with no framing at
+    all, and the upstream reads the body as the next request on the connection:
+    a model request smuggled inside a pass-through body would reach it unaudited.
+    The body is whole at this point (modeltap never streams requests).
+    """
+    if (
+        (request.is_http2 or request.is_http3)
+        and request.raw_content
+        and "content-length" not in request.headers
+        and "transfer-encoding" not in request.headers
+    ):
+        request.headers["content-length"] = str(len(request.raw_content))
 
 
 def _http1_client(flow: http.HTTPFlow) -> bool:

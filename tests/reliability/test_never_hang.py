@@ -174,10 +174,17 @@ def test_websocket_handshake_never_answered(start_proxy: Callable[..., Running])
 
 
 def h2_exchange(
-    proxy: Proxy, ca: Path, host: str, port: int, body: bytes, trailers: bool
+    proxy: Proxy,
+    ca: Path,
+    host: str,
+    port: int,
+    body: bytes,
+    trailers: bool,
+    path: str = "/v1/chat/completions",
 ) -> tuple[int, bytes]:
     """One HTTP/2 POST through the proxy's CONNECT tunnel (TLS with mitmproxy's CA,
-    ALPN h2), with or without a trailer section; returns ``(status, body)``."""
+    ALPN h2), with or without a trailer section, and without a content-length
+    (HTTP/2 frames the body itself); returns ``(status, body)``."""
     raw = socket.create_connection(("127.0.0.1", proxy.port), timeout=30)
     target = f"{host}:{port}".encode()
     raw.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
@@ -188,7 +195,7 @@ def h2_exchange(
         assert sock.selected_alpn_protocol() == "h2"
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         conn.initiate_connection()
-        conn.send_headers(1, [(":method", "POST"), (":path", "/v1/chat/completions"),
+        conn.send_headers(1, [(":method", "POST"), (":path", path),
                               (":scheme", "https"), (":authority", f"{host}:{port}"),
                               ("content-type", "application/json")])  # fmt: skip
         conn.send_data(1, body, end_stream=not trailers)
@@ -230,5 +237,31 @@ def test_http2_client_with_trailers(tmp_path: Path, trailers: bool) -> None:
         assert status == 400 and b"request_trailers" in body
         assert audit == [] and received == 0
     else:
-        assert status == 200 and orjson.loads(body)["choices"]
+        assert status == 200 and orjson.loads(body)["choices"], body
         assert len(audit) == 1 and received == 1
+
+
+def test_http2_body_without_length_cannot_smuggle_a_request(tmp_path: Path) -> None:
+    """An HTTP/2 body needs no content-length; mitmproxy forwarded one to an HTTP/1
+    upstream with no framing, so a pass-through body holding a whole HTTP/1 model
+    request reached the upstream as a second, unaudited request."""
+    smuggled = (
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+    )
+    with Upstream(tls=self_signed_tls()) as upstream:
+        host, port = "127.0.0.1", int(upstream.url.rsplit(":", 1)[1])
+        config = ProxyConfig(
+            listen_port=0, out=str(tmp_path / "out"), mode="regular", quiet=True,
+            routes=[f"secure={upstream.url}"], **FAST,
+            extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
+        )  # fmt: skip
+        with Proxy(config) as proxy:
+            ca = tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"
+            status, _ = h2_exchange(proxy, ca, host, port, smuggled, False, "/v1/embeddings")
+        assert status == 200
+        received = [(r.method, r.path, r.raw) for r in upstream.received]
+    assert received == [("POST", "/v1/embeddings", smuggled)]  # one request, body intact
+    assert read_jsonl(tmp_path / "out" / "audit.jsonl") == []
+    (unaudited,) = [e for e in read_jsonl(tmp_path / "out" / "events.jsonl")]
+    assert unaudited["kind"] == "unaudited" and unaudited["path"] == "/v1/embeddings"
