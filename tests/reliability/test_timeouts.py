@@ -9,8 +9,10 @@ the events say), never on how long it took.
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -35,6 +37,7 @@ from tests.reliability.faults import (
     wait_until,
 )
 from tests.reliability.test_upstream_faults import CHAT, post, response_event, still_serving
+from tests.test_addons_script import MITMDUMP, ROOT, free_port
 
 FAST = {"upstream_timeout": "connect=1,first-byte=1,idle=1", "client_timeout": "1"}
 SESSION = {"x-modeltap-session": "t"}
@@ -242,3 +245,51 @@ def test_stalled_upload_is_client_timeout(start_proxy: Callable[..., Running]) -
     still_serving(running)
     assert stop_reason(running) == "request_audit_error"
     figure("stalled_upload", limit_s=1.0, closed_after_s=round(ended_in, 2))
+
+
+def mitmdump_reverse(
+    upstream_url: str, out: Path, port: int, *sets: str
+) -> subprocess.Popen[bytes]:
+    args = [
+        str(MITMDUMP), "-q", "-s", str(ROOT / "addons" / "modeltap.py"),
+        "--mode", "reverse:http://127.0.0.1:9", "--listen-host", "127.0.0.1", "-p", str(port),
+        "--set", "connection_strategy=lazy", "--set", f"modeltap_upstream={upstream_url}",
+        "--set", f"modeltap_out={out}",
+    ]  # fmt: skip
+    for s in sets:
+        args += ["--set", s]
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_mitmdump_takes_the_upstream_timeout(tmp_path: Path) -> None:
+    port = free_port()
+    with RawUpstream(never_answers) as raw:
+        proc = mitmdump_reverse(raw.url, tmp_path, port, "modeltap_upstream_timeout=first-byte=1")
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    assert proc.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.1)
+            resp = post(f"http://127.0.0.1:{port}/v1/chat/completions", CHAT, timeout=30)
+            assert resp.status_code == 504
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    (error,) = [e for e in read_jsonl(tmp_path / "events.jsonl") if e["kind"] == "error"]
+    assert error["error"] == "upstream_timeout"
+
+
+def test_mitmdump_refuses_a_limit_beyond_its_watchdog(tmp_path: Path) -> None:
+    """mitmproxy's tcp_timeout (600 s) would close a client that waits longer,
+    and the failure would read as the client's: refused, with the fix."""
+    proc = mitmdump_reverse(
+        "http://127.0.0.1:9", tmp_path, free_port(), "modeltap_upstream_timeout=first-byte=900"
+    )
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert b"tcp_timeout (600 s) must be longer than the longest modeltap timeout (900 s)" in out
+    assert b"set tcp_timeout=960" in out
