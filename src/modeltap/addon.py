@@ -35,7 +35,7 @@ from mitmproxy.utils import human
 
 from modeltap import apis, control, mitm_http1
 from modeltap.apis import wire
-from modeltap.deadlines import Deadlines
+from modeltap.deadlines import Deadlines, Watch
 from modeltap.decoding import StreamDecompressor, decode_body
 from modeltap.errors import (
     Rejected,
@@ -178,6 +178,8 @@ class WsConnection:
     pending: dict[int, WsPending] = field(default_factory=dict)
     from_client: int = 0
     from_server: int = 0
+    #: The deadline phase watched while responses are in flight (None: none are).
+    watching: Watch | None = None
 
 
 #: The answer modeltap chose for the failure being reported, set by the ``error``
@@ -917,6 +919,22 @@ class ModelTap:
         else:
             conn.from_server += 1
             self._ws_server_message(conn, message.content)
+        self._ws_watch(flow, conn)
+
+    def _ws_watch(self, flow: http.HTTPFlow, conn: WsConnection) -> None:
+        """While responses are in flight, the upstream has --upstream-timeout's
+        first-byte limit to start one and its idle limit between messages."""
+        want: Watch | None = None
+        if conn.pending:
+            started = any(p.first_byte_ns is not None for p in conn.pending.values())
+            want = "response" if started else "waiting"
+        if want == conn.watching:
+            return
+        conn.watching = want
+        if want is None:
+            self.deadlines.stop(flow)
+        else:
+            self.deadlines.watch(flow, want)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         conn: WsConnection | None = flow.metadata.pop(WS_KEY, None)
@@ -926,6 +944,10 @@ class ModelTap:
         assert flow.websocket is not None
         ws = flow.websocket
         now = time.perf_counter_ns()
+        expired = self.deadlines.stop(flow)
+        if expired is not None:
+            # modeltap closed the upstream: the responses in flight timed out.
+            self._ws_fail_pending(conn, "upstream_timeout", PHASE_TEXT[expired], now)
         reason = f"the WebSocket closed (code {ws.close_code}) before the response ended"
         for done in conn.observer.close(reason):
             self._ws_response(conn, done.seq, done.facts, now)
@@ -1114,16 +1136,21 @@ class ModelTap:
         conn: WsConnection | None = flow.metadata.pop(WS_KEY, None)
         if conn is None:
             return
+        self._ws_fail_pending(conn, "proxy_stopped", error_message("proxy_stopped"), now)
+        self._ws_closed(conn, None, None, "proxy", now)
+
+    def _ws_fail_pending(self, conn: WsConnection, kind: str, text: str, now: int) -> None:
+        """Each response in flight on a WebSocket ends with an ``error`` event of
+        ``kind``, then its (incomplete) response event."""
         ex = conn.ex
         session = self._session(ex.session_id)
-        text = error_message("proxy_stopped")
-        for done in conn.observer.close(f"proxy_stopped: {text}"):
+        for done in conn.observer.close(f"{kind}: {text}"):
             if done.seq not in conn.pending:
                 continue
             self.counts["errors"] += 1
             error = ErrorEvent(
                 **self._envelope(ex, done.seq),
-                error="proxy_stopped",
+                error=kind,
                 message=text,
                 transport="websocket",
                 method=None,
@@ -1133,7 +1160,6 @@ class ModelTap:
             if session is not None:
                 session.errored(error)
             self._ws_response(conn, done.seq, done.facts, now)
-        self._ws_closed(conn, None, None, "proxy", now)
 
     # ------------------------------------------------------------------ helpers
 

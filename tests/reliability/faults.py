@@ -290,6 +290,39 @@ def ws_abort_after_created(conn: socket.socket) -> None:
     reset(conn)
 
 
+def ws_goes_silent(*, after_created: bool) -> Script:
+    """Accept a WebSocket and the client's response.create, then say nothing (or
+    only ``response.created``) and hold the connection open."""
+
+    def script(conn: socket.socket) -> None:
+        _ws_accept_handshake(conn)
+        conn.recv(65536)  # the client's response.create
+        if after_created:
+            conn.sendall(_ws_text(_CREATED))
+        wait_for_close(conn)
+
+    return script
+
+
+_CREATED = (
+    b'{"type":"response.created","response":{"id":"resp_ab","object":"response",'
+    b'"status":"in_progress","model":"gpt-5","output":[]}}'
+)
+
+
+def _ws_accept_handshake(conn: socket.socket) -> None:
+    head = read_request(conn)
+    key = b""
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"sec-websocket-key":
+            key = value.strip()
+    conn.sendall(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: " + _ws_accept(key) + b"\r\n\r\n"
+    )
+
+
 def closed_port() -> int:
     """A port nothing listens on (bound, then closed): connections are refused."""
     with socket.create_server(("127.0.0.1", 0)) as s:

@@ -20,6 +20,8 @@ import httpx2 as httpx
 import openai
 import orjson
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from tests.conftest import Running, read_jsonl
 from tests.reliability.faults import (
@@ -35,6 +37,7 @@ from tests.reliability.faults import (
     trickles,
     wait_for_close,
     wait_until,
+    ws_goes_silent,
 )
 from tests.reliability.test_upstream_faults import CHAT, post, response_event, still_serving
 from tests.test_addons_script import MITMDUMP, ROOT, free_port
@@ -293,3 +296,34 @@ def test_mitmdump_refuses_a_limit_beyond_its_watchdog(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert b"tcp_timeout (600 s) must be longer than the longest modeltap timeout (900 s)" in out
     assert b"set tcp_timeout=960" in out
+
+
+@pytest.mark.parametrize("after_created", [False, True], ids=["no-first-byte", "idle"])
+def test_websocket_response_that_stalls(
+    start_proxy: Callable[..., Running], after_created: bool
+) -> None:
+    """A response.create the upstream never answers, or answers with
+    response.created and then nothing: upstream_timeout, not a 600 s hang."""
+    with RawUpstream(ws_goes_silent(after_created=after_created)) as raw:
+        running = start(start_proxy, raw.url)
+        url = running.base("raw").replace("http://", "ws://") + "/v1/responses"
+        with connect(url, open_timeout=30, close_timeout=5) as ws:
+            ws.send(
+                orjson.dumps({"type": "response.create", "model": "gpt-5", "input": "x"}).decode()
+            )
+            if after_created:
+                assert orjson.loads(ws.recv(timeout=30))["type"] == "response.created"
+            with pytest.raises(ConnectionClosed):  # closed by modeltap, not left waiting
+                ws.recv(timeout=30)
+        (record,) = running.audit()
+        error = one_error(running)
+        assert (error["seq"], error["error"], error["transport"]) == (
+            record["seq"], "upstream_timeout", "websocket"
+        )  # fmt: skip
+        assert ("idle" if after_created else "first-byte") in error["message"]
+        event = response_event(running, record["seq"])
+        assert event["evidence_complete"] is False
+        assert event["response_id"] == ("resp_ab" if after_created else None)
+        (close,) = wait_until(lambda: running.events("ws_close"))
+        assert close["code"] != 1000
+        still_serving(running)
