@@ -215,7 +215,6 @@ def answers_with_trailers(conn: socket.socket) -> None:
         + b"%x\r\n%s\r\n0\r\nX-Checksum: abc\r\n\r\n"
         % (len(body), body)
     )
-    wait_for_close(conn)
 
 
 def read_response(sock: socket.socket) -> tuple[int | None, bytes]:

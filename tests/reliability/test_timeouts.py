@@ -109,7 +109,11 @@ def test_connect_phase_tls_handshake_never_answered(start_proxy: Callable[..., R
     """The TCP connection opens but the TLS handshake never completes: a connect timeout."""
     with RawUpstream(wait_for_close) as raw:
         running = start(start_proxy, raw.url.replace("http://", "https://"))
+        started = time.monotonic()
         resp = post(running.base("raw") + "/v1/chat/completions", CHAT, timeout=30)
+        figure(
+            "tls_connect_stall", limit_s=1.0, answered_after_s=round(time.monotonic() - started, 2)
+        )
         assert resp.status_code == 504
         assert resp.json()["error"]["code"] == "modeltap_upstream_timeout"
         (record,) = running.audit()
@@ -130,6 +134,7 @@ def test_stream_that_stalls_is_cut_and_named(
             base_url=running.base("raw") + "/v1", api_key="k", max_retries=0, timeout=30
         )
         seen: list[str] = []
+        started = time.monotonic()
         stream = client.chat.completions.create(
             model="gpt-5", messages=[], stream=True, extra_headers=SESSION
         )
@@ -143,6 +148,8 @@ def test_stream_that_stalls_is_cut_and_named(
             # has no other way); the event still says what happened.
             seen.extend(c.choices[0].delta.content or "" for c in stream)
         assert seen == ["Hel"]  # what came before the stall was passed on
+        figure(f"stream_stall_{'chunked' if chunked else 'close'}", limit_s=1.0,
+               ended_after_s=round(time.monotonic() - started, 2))  # fmt: skip
         (record,) = running.audit()
         error = one_error(running)
         assert (error["seq"], error["error"]) == (record["seq"], "upstream_timeout")
