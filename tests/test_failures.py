@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 
 from modeltap.failures import (
@@ -164,3 +166,20 @@ def test_spec_round_trips_and_the_watchdog_stays_above_every_limit() -> None:
     long = parse_upstream_timeout("first-byte=1800")
     assert long.watchdog > long.longest
     assert Timeouts(request=0.5, connect=0.5, first_byte=0.5, idle=0.5).watchdog == 600
+
+
+PHASES: tuple[Literal["request", "waiting", "response"], ...] = ("request", "waiting", "response")
+
+
+@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("connected", [False, True])
+def test_earliest_is_never_later_than_check_deadline(
+    phase: Literal["request", "waiting", "response"], connected: bool
+) -> None:
+    """Deadlines sets its timer at ``earliest``: no limit may pass before it."""
+    for t in (T, Timeouts(connect=30, first_byte=2, idle=50, request=20)):
+        first = t.earliest(phase)
+        verdict = check_deadline(
+            t, phase, now=first - 1e-3, since=0, last_progress=0, connected=connected
+        )
+        assert isinstance(verdict, WaitUntil) and verdict.when >= first

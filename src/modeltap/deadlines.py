@@ -12,8 +12,10 @@ connection handler offers for exactly this:
   its usual way (the client gets its error answer, the ``error`` hook runs),
   and modeltap names the failure from the phase recorded here.
 
-A timer costs one ``call_at`` per phase; progress moves the next look, not the
-timer, so a busy stream costs nothing per chunk.
+A phase change only sets a new timer when its first possible deadline is
+sooner than the one already set (the later look re-checks), and progress
+moves the next look, not the timer: a typical exchange costs two ``call_at``
+and a busy stream nothing per chunk.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Deadline:
     watch: Watch
     since: float
     handle: asyncio.TimerHandle | None = None
+    #: When ``handle`` fires (``time.time()`` clock).
+    when: float = 0.0
     expired: Phase | None = None
 
 
@@ -57,16 +61,25 @@ class Deadlines:
 
     def watch(self, flow: http.HTTPFlow, watch: Watch) -> None:
         """Start watching ``flow`` in a new phase (replacing the previous one)."""
+        now = time.time()
+        first = now + self.timeouts.earliest(watch)
         dl: Deadline | None = flow.metadata.get(DEADLINE_KEY)
-        if dl is not None and dl.expired is not None:
-            return  # already being ended
         if dl is None:
-            dl = flow.metadata[DEADLINE_KEY] = Deadline(watch, time.time())
+            dl = flow.metadata[DEADLINE_KEY] = Deadline(watch, now)
+        elif dl.expired is not None:
+            return  # already being ended
         else:
+            dl.watch, dl.since = watch, now
             if dl.handle is not None:
+                if dl.when <= first:
+                    return  # the timer set fires first and looks at the new phase then
                 dl.handle.cancel()
-            dl.watch, dl.since = watch, time.time()
-        self._check(flow, dl)
+        self._arm(flow, dl, first, now)
+
+    def _arm(self, flow: http.HTTPFlow, dl: Deadline, when: float, now: float) -> None:
+        loop = asyncio.get_running_loop()
+        dl.handle = loop.call_at(loop.time() + (when - now), self._check, flow, dl)
+        dl.when = when
 
     def stop(self, flow: http.HTTPFlow) -> Phase | None:
         """Stop watching ``flow``.
@@ -100,8 +113,7 @@ class Deadlines:
             dl.expired = verdict.phase
             self._end(flow, handler, verdict.phase)
             return
-        loop = asyncio.get_running_loop()
-        dl.handle = loop.call_at(loop.time() + (verdict.when - now), self._check, flow, dl)
+        self._arm(flow, dl, verdict.when, now)
 
     def _handler(self, flow: http.HTTPFlow) -> Any:
         """mitmproxy's handler of the flow's client connection, if it is still live."""

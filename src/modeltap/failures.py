@@ -104,6 +104,15 @@ class Timeouts:
         """The upstream limits in ``--upstream-timeout`` syntax."""
         return f"connect={self.connect:g},first-byte={self.first_byte:g},idle={self.idle:g}"
 
+    def earliest(self, phase: Literal["request", "waiting", "response"]) -> float:
+        """The soonest a limit can pass after entering ``phase`` (progress only
+        pushes it later), as :func:`check_deadline` names the phases."""
+        if phase == "request":
+            return self.request
+        if phase == "waiting":
+            return min(self.connect, self.first_byte)
+        return self.idle
+
     def describe_upstream(self) -> str:
         """The upstream limits as the start-up screen shows them."""
         return (
