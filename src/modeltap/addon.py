@@ -867,7 +867,9 @@ class ModelTap:
             else:
                 facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {text}",))
             self._respond_event(flow, ex, facts, now, error=error)
-        elif ex.span is not None:
+            return
+        self._say(ex, None, None, None, None, note=f"error: {kind}")
+        if ex.span is not None:
             ex.span.finish(end_ns=epoch_ns(now), error=error)
 
     # ------------------------------------------------------------------ WebSocket hooks
@@ -1293,6 +1295,7 @@ class ModelTap:
             first_chunk_ns=ex.t_first_chunk_ns,
             end_ns=end_ns,
             request_model=ex.facts.model if ex.facts else None,
+            note=f"error: {error.error}" if error is not None else "",
         )
         if ex.span is not None:
             ex.span.finish(
@@ -1368,6 +1371,7 @@ class ModelTap:
         first_chunk_ns: int | None,
         end_ns: int,
         request_model: str | None,
+        note: str = "",
     ) -> ResponseEvent:
         assert ex.api is not None
         duration = _ms(start_ns, end_ns)
@@ -1393,7 +1397,7 @@ class ModelTap:
         session = self._session(ex.session_id)
         if session is not None:
             session.responded(event)
-        self._say(ex, facts.model or request_model, status, facts, duration)
+        self._say(ex, facts.model or request_model, status, facts, duration, note=note)
         return event
 
     def _refuse(self, flow: http.HTTPFlow, ex: Exchange, rejected: Rejected) -> None:

@@ -64,9 +64,11 @@ def stop_reason(running: Running, session: str = "t") -> str:
     return reason
 
 
-def test_upstream_that_never_answers_openai_sdk(start_proxy: Callable[..., Running]) -> None:
+def test_upstream_that_never_answers_openai_sdk(
+    start_proxy: Callable[..., Running], capfd: pytest.CaptureFixture[str]
+) -> None:
     with RawUpstream(never_answers) as raw:
-        running = start(start_proxy, raw.url)
+        running = start(start_proxy, raw.url, quiet=False)
         client = openai.OpenAI(
             base_url=running.base("raw") + "/v1", api_key="k", max_retries=0, timeout=30
         )
@@ -83,6 +85,12 @@ def test_upstream_that_never_answers_openai_sdk(start_proxy: Callable[..., Runni
         event = response_event(running, record["seq"])
         assert event["evidence_complete"] is False and event["status"] is None
         assert any("first-byte" in e for e in event["capture_errors"])
+        # The per-exchange stderr line says what went wrong.
+        lines = capfd.readouterr().err.splitlines()
+        assert any(
+            " t openai.chat_completions gpt-5 - " in line and "error: upstream_timeout" in line
+            for line in lines
+        ), lines
         still_serving(running)
     assert stop_reason(running) == "upstream_error"
     figure("upstream_never_answers", limit_s=1.0, agent_waited_s=round(waited, 2))
