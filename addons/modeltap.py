@@ -5,7 +5,9 @@ Use reverse mode with connection_strategy=lazy, e.g.::
     mitmdump -s addons/modeltap.py --mode reverse:http://127.0.0.1:9 \
         --set connection_strategy=lazy --set modeltap_upstream=https://api.openai.com
 
-or regular mode (``--mode regular --set modeltap_mode=regular``). Every option
+or regular mode (``--mode regular --listen-host 127.0.0.1 --set modeltap_mode=regular``;
+on any other address without ``proxyauth`` the addon refuses to start an open
+proxy unless ``--set modeltap_allow_open_proxy=true``). Every option
 of the addon is listed by ``mitmdump -s addons/modeltap.py --options``;
 ``--set modeltap_record=DIR`` also records exchanges for ``modeltap replay``.
 The control API (``modeltap session end ID --out DIR``) is served on its own
