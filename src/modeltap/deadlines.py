@@ -12,6 +12,13 @@ connection handler offers for exactly this:
   its usual way (the client gets its error answer, the ``error`` hook runs),
   and modeltap names the failure from the phase recorded here.
 
+Closing is per connection: an HTTP/2 connection multiplexes exchanges, so
+when one of them overruns a limit the others on the same client or upstream
+connection end with it (as ``client_gone`` / ``upstream_reset``). An HTTP/2
+client also gets mitmproxy's own 502 page rather than modeltap's 504 (its
+error page is built by a different function). Agents speak HTTP/1.1 to a
+reverse proxy; HTTP/2 arrives only through TLS in regular mode.
+
 A phase change only sets a new timer when its first possible deadline is
 sooner than the one already set (the later look re-checks), and progress
 moves the next look, not the timer: a typical exchange costs two ``call_at``
