@@ -74,7 +74,14 @@ from modeltap.records import (
     redact_path,
     utc_now,
 )
-from modeltap.routing import Route, RouteError, RouteTable, error_shape_for
+from modeltap.routing import (
+    Route,
+    RouteError,
+    RouteTable,
+    check_path,
+    error_shape_for,
+    overrides_method,
+)
 from modeltap.sessions import SessionTracker
 from modeltap.sink import Sink
 from modeltap.sse import SSEDecoder
@@ -634,6 +641,7 @@ class ModelTap:
             # The control API is the harness's: never answered or forwarded here.
             self._refuse_early(flow, session_id, request_id, "control_not_on_proxy_port")
             return
+        sent_path = req.path
         if self.options.modeltap_mode == "regular":
             route = self.routes.for_host(req.host, req.port)
             upstream = f"{req.scheme}://{req.host}:{req.port}"
@@ -651,11 +659,17 @@ class ModelTap:
             req.host_header = route.url.split("://", 1)[1].split("/", 1)[0]
             upstream = route.url
         ex = Exchange(session_id, request_id, route, upstream, path)
-        if route is not None and websocket and apis.api_for_ws_path(path) == API_RESPONSES:
-            ex.websocket = True  # audited message by message once it is open
-        elif route is not None:
-            ex.api = apis.api_for_path(req.method, path)
         flow.metadata[METADATA_KEY] = ex
+        if route is not None:
+            try:
+                endpoint = _fail_closed(_request_line, req, sent_path, path, websocket)
+            except Rejected as e:
+                self._refuse(flow, ex, e)
+                return
+            if websocket and endpoint == API_RESPONSES:
+                ex.websocket = True  # audited message by message once it is open
+            elif req.method.upper() == "POST":
+                ex.api = endpoint
         ex.traceparent = req.headers.get("traceparent")
         if ex.api is not None:
             ex.span = self.telemetry.start_exchange(
@@ -1549,6 +1563,35 @@ def _is_control_path(path: str) -> bool:
         p == CONTROL_PREFIX.rstrip("/") or p.startswith(CONTROL_PREFIX)
         for p in (path, unquote(path))
     )
+
+
+def _request_line(req: http.Request, sent_path: str, path: str, websocket: bool) -> str | None:
+    """Judge a routed request's line before anything is forwarded (SPEC 2).
+
+    Args:
+        req: the request (its method and header names are read).
+        sent_path: the target as the client sent it.
+        path: the target as it goes upstream.
+        websocket: whether it is a WebSocket handshake.
+
+    Returns:
+        The API whose endpoint the decoded path names, or None.
+
+    Raises:
+        Rejected: ``noncanonical_path``, ``ws_unsupported_endpoint`` (a
+            WebSocket to a model endpoint whose messages cannot be audited), or
+            ``method_override`` (another method that could become a POST).
+    """
+    check_path(sent_path)
+    endpoint = apis.endpoint_of(path)
+    if endpoint is None:
+        return None
+    if websocket:
+        if endpoint != API_RESPONSES:
+            raise Rejected("ws_unsupported_endpoint")
+    elif req.method.upper() != "POST" and overrides_method(req.headers.keys(), path):
+        raise Rejected("method_override")
+    return endpoint
 
 
 def _sha256_hex(data: bytes) -> str:

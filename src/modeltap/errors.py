@@ -49,6 +49,20 @@ RULES: Final[dict[str, tuple[int, str]]] = {
         "the request carries HTTP trailer fields after its body, which modeltap does not "
         "audit or forward",
     ),
+    # The request line: what an upstream could read as a model request.
+    "noncanonical_path": (
+        400,
+        "the request path could be read in more than one way (dot or empty segments, "
+        "double or malformed percent-encoding, or characters servers treat differently)",
+    ),
+    "method_override": (
+        400,
+        "a method override (header or _method parameter) on a model endpoint is not forwarded",
+    ),
+    "ws_unsupported_endpoint": (
+        400,
+        "WebSocket connections are audited only on a Responses endpoint",
+    ),
     # Policy.
     "fail_closed": (
         400,

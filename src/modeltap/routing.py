@@ -8,9 +8,13 @@ names its host; a route then only tells that the host is a model provider.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from typing import Final
+from urllib.parse import unquote_to_bytes, urlsplit
 
+from modeltap.errors import Rejected
 from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES
 
 DEFAULT_ROUTES: dict[str, str] = {
@@ -157,3 +161,138 @@ def error_shape_for(api: str | None, route: Route | None) -> str:
     if route is not None and "anthropic" in (route.name + route.host).lower():
         return "anthropic"
     return "openai"
+
+
+# --------------------------------------------------------------------------
+# Request paths
+#
+# SPEC 2, "No way around the audit": whatever an upstream could read as a model
+# request is audited or refused. HTTP servers differ in how they turn a request
+# target into a route: most percent-decode it, some collapse "//", resolve
+# "..", strip ";params" (servlet containers), take "\\" for "/" (IIS), stop at
+# a NUL (C code), or decode twice. So the endpoint is decided on the decoded
+# path (``decoded_path``), and a path on which those readings could disagree is
+# refused before anything is forwarded (``check_path``). The path itself is
+# forwarded exactly as the client sent it: Bedrock's SigV4 signature covers it.
+
+_HEX: Final = frozenset(b"0123456789abcdefABCDEF")
+#: What a decoded path may hold: RFC 3986 ``pchar`` and ``/``, minus ``;``
+#: (path parameters, stripped by some servers before routing) and ``%`` (left
+#: by a double encoding).
+_PATH_CHARS: Final = frozenset(
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,=:@/"
+)
+_DOUBLE_ENCODING: Final = re.compile(rb"%25[0-9A-Fa-f]{2}")
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """Split a request target into its path and its query string (without ``?``).
+
+    Args:
+        target: the request target as sent, e.g. ``/v1/messages?beta=true``.
+
+    Returns:
+        ``(path, query)``; ``query`` is ``""`` when there is none.
+    """
+    path, _, query = target.partition("?")
+    return path, query
+
+
+def decoded_path(target: str) -> str:
+    """The path part of a request target, percent-decoded once.
+
+    This is what an ordinary upstream routes on: ``/v1/chat%2Fcompletions``
+    decodes to ``/v1/chat/completions``. Bytes that are not UTF-8 become
+    U+FFFD (such a path never matches an endpoint, and :func:`check_path`
+    refuses it on a route).
+
+    Args:
+        target: the request target as sent (a query string is dropped).
+
+    Returns:
+        The decoded path.
+    """
+    path, _ = split_target(target)
+    return unquote_to_bytes(path).decode("utf-8", "replace")
+
+
+def check_path(target: str) -> None:
+    """Refuse a request path that upstreams could read in more than one way.
+
+    Applied to every request under a route (and to provider hosts in regular
+    mode) before anything is forwarded. Allowed: an origin-form path whose
+    percent-escapes are well formed and decode to ASCII letters, digits and
+    ``-._~!$&'()*+,=:@/``, with no empty segment except a trailing slash and
+    no segment that is ``.``, ``..`` or ends in a dot. Encoded slashes
+    (``%2F``, as in Bedrock model ARNs) and colons (``%3A``) are fine: the
+    endpoint is decided on the decoded path.
+
+    Args:
+        target: the request target as sent (the query string is not checked).
+
+    Raises:
+        Rejected: ``noncanonical_path``, its detail naming the fault (fixed
+            text, never the path).
+    """
+    path, _ = split_target(target)
+    raw = path.encode("utf-8", "surrogateescape")
+    if not raw.startswith(b"/"):
+        raise Rejected("noncanonical_path", "not an absolute path")
+    pos = raw.find(b"%")
+    while pos != -1:
+        if pos + 2 >= len(raw) or raw[pos + 1] not in _HEX or raw[pos + 2] not in _HEX:
+            raise Rejected("noncanonical_path", "malformed percent-escape")
+        pos = raw.find(b"%", pos + 3)
+    if _DOUBLE_ENCODING.search(raw):
+        raise Rejected("noncanonical_path", "double encoding")
+    decoded = unquote_to_bytes(raw)
+    bad = set(decoded) - _PATH_CHARS
+    if bad:
+        raise Rejected("noncanonical_path", _fault(min(bad)))
+    segments = decoded[1:].split(b"/")
+    for i, segment in enumerate(segments):
+        if not segment and i != len(segments) - 1:
+            raise Rejected("noncanonical_path", "empty segment")
+        if segment.endswith(b"."):
+            raise Rejected("noncanonical_path", "dot segment")
+
+
+def _fault(byte: int) -> str:
+    """Name what is wrong with one byte a decoded path may not hold."""
+    if byte >= 0x80:
+        return "non-ASCII character"
+    if byte < 0x20 or byte == 0x7F:
+        return "control character"
+    if byte == ord("\\"):
+        return "backslash"
+    if byte == ord(";"):
+        return "path parameter"
+    if byte == ord("%"):
+        return "double encoding"
+    return "character not allowed in a path"
+
+
+#: Headers by which some frameworks (Google's APIs, Rails, Express middleware)
+#: let a request say it is really another method.
+METHOD_OVERRIDE_HEADERS: Final = ("x-http-method-override", "x-http-method", "x-method-override")
+
+
+def overrides_method(header_names: Iterable[str], target: str) -> bool:
+    """True if a request says it is another method than its request line's.
+
+    Args:
+        header_names: the request's header names (any case).
+        target: the request target; a ``_method`` query parameter (Rails,
+            Laravel, Symfony) counts too, in any case or percent-encoding.
+
+    Returns:
+        Whether a method-override header or parameter is present.
+    """
+    if any(name.lower() in METHOD_OVERRIDE_HEADERS for name in header_names):
+        return True
+    _, query = split_target(target)
+    for pair in query.split("&"):
+        name = pair.partition("=")[0]
+        if unquote_to_bytes(name.replace("+", " ")).lower() == b"_method":
+            return True
+    return False

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Protocol
 
 from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES, RequestFacts, ResponseFacts
+from modeltap.routing import decoded_path
 from modeltap.sse import SSEEvent
 
 _SUFFIXES = (
@@ -31,24 +32,42 @@ def api_for_path(method: str, path: str) -> str | None:
     """Return the API a request targets, or ``None`` if it is not a model request.
 
     Model endpoints are POSTs to a path ending in ``/chat/completions``,
-    ``/responses`` or ``/messages``, whatever the query string.
+    ``/responses`` or ``/messages``, whatever the query string. The path is
+    read as an upstream reads it (see :func:`endpoint_of`), so an encoding
+    cannot hide an endpoint.
 
     Args:
         method: the HTTP method.
-        path: the request path, possibly with a query string.
+        path: the request target as sent, possibly with a query string.
     """
     if method.upper() != "POST":
         return None
-    return api_for_ws_path(path)
+    return endpoint_of(path)
 
 
-def api_for_ws_path(path: str) -> str | None:
-    """Return the API a path names, ignoring the query string and a trailing slash."""
-    bare = path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+def endpoint_of(path: str) -> str | None:
+    """Return the API whose endpoint a path names, whatever the method.
+
+    Decided on the percent-decoded path (``/v1/chat%2Fcompletions`` and
+    ``/v1/respons%65s`` name endpoints), compared without regard to case
+    (some servers route case-insensitively), ignoring the query string and
+    one trailing slash.
+
+    Args:
+        path: the request target as sent.
+    """
+    bare = decoded_path(path).lower()
+    if bare.endswith("/"):
+        bare = bare[:-1]
     for suffix, api in _SUFFIXES:
         if bare.endswith(suffix):
             return api
     return None
+
+
+def api_for_ws_path(path: str) -> str | None:
+    """Return the API a WebSocket handshake path names (see :func:`endpoint_of`)."""
+    return endpoint_of(path)
 
 
 def is_models_listing(method: str, path: str) -> bool:
@@ -102,6 +121,7 @@ __all__ = [
     "StreamObserver",
     "api_for_path",
     "api_for_ws_path",
+    "endpoint_of",
     "is_models_listing",
     "module_for",
     "provider_of",

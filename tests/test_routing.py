@@ -1,0 +1,207 @@
+"""Request paths: where the endpoint is decided, and which paths are refused.
+
+The property tests check the promise behind ``check_path``: on a path it
+accepts, none of the ways servers rewrite a path before routing (collapse
+``//``, resolve dot segments, strip ``;params``, read ``\\`` as ``/``, stop at
+a NUL, decode twice, fold Unicode, drop trailing dots) changes anything, so
+every upstream routes it as modeltap decided.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import unicodedata
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from modeltap.apis import api_for_path, api_for_ws_path, endpoint_of
+from modeltap.errors import Rejected
+from modeltap.routing import check_path, decoded_path, overrides_method, split_target
+
+
+def refusal(path: str) -> str | None:
+    """The detail of check_path's refusal, or None if the path is accepted."""
+    try:
+        check_path(path)
+    except Rejected as e:
+        assert e.rule == "noncanonical_path"
+        return e.detail
+    return None
+
+
+# ---------------------------------------------------------------- decoding
+
+
+def test_split_target_keeps_everything_after_the_first_question_mark() -> None:
+    assert split_target("/v1/x?a=1?b") == ("/v1/x", "a=1?b")
+    assert split_target("/v1/x") == ("/v1/x", "")
+
+
+def test_decoded_path_decodes_once_and_drops_the_query() -> None:
+    assert decoded_path("/v1/chat%2Fcompletions?x=%2F") == "/v1/chat/completions"
+    assert decoded_path("/v1/a%252F") == "/v1/a%2F"
+    assert decoded_path("/v1/%FF") == "/v1/\ufffd"
+
+
+# ---------------------------------------------------------------- endpoints
+
+
+@pytest.mark.parametrize(
+    ("path", "api"),
+    [
+        ("/v1/chat/completions", "openai.chat_completions"),
+        ("/v1/chat%2Fcompletions", "openai.chat_completions"),
+        ("/v1/chat%2fcompletions", "openai.chat_completions"),
+        ("/openai/deployments/d/chat/completions?api-version=1", "openai.chat_completions"),
+        ("/v1/CHAT/Completions", "openai.chat_completions"),
+        ("/v1/chat/completions/", "openai.chat_completions"),
+        ("/v1/respons%65s", "openai.responses"),
+        ("/v1/responses?stream=true", "openai.responses"),
+        ("/v1/messag%65s?beta=true", "anthropic.messages"),
+        ("/v1/Messages", "anthropic.messages"),
+        ("/v1/models", None),
+        ("/v1/messages/count_tokens", None),
+        ("/v1/responses/resp_1", None),
+        ("/v1/chat/completions%3Fx", None),  # decodes to ".../completions?x": refused on a route
+        ("/", None),
+    ],
+)
+def test_endpoint_is_decided_on_the_decoded_path(path: str, api: str | None) -> None:
+    assert endpoint_of(path) == api
+    assert api_for_ws_path(path) == api
+    assert api_for_path("POST", path) == api
+    assert api_for_path("post", path) == api
+    assert api_for_path("GET", path) is None
+
+
+# ---------------------------------------------------------------- check_path
+
+ACCEPTED = [
+    "/",
+    "/v1/chat/completions",
+    "/v1/chat/completions/",
+    "/v1/chat%2Fcompletions",
+    "/v1/messages?beta=true&x=..//%25%zz;",  # the query string is not the path
+    "/model/arn%3Aaws%3Abedrock%3Aus-east-1%3A1%3Ainference-profile%2Fus.anthropic.x-v1%3a0/invoke",
+    "/model/anthropic.claude-3-5-sonnet-20240620-v1:0/converse-stream",
+    "/v1/publishers/anthropic/models/claude-sonnet-4@20250514:streamRawPredict",
+    "/v1/files/file-abc/content",
+    "/a/b~c/d!$&'()*+,=",
+    "/v1/.well-known/x",  # a dot inside a segment is fine
+]
+
+
+@pytest.mark.parametrize("path", ACCEPTED)
+def test_canonical_paths_pass(path: str) -> None:
+    check_path(path)
+
+
+REFUSED = [
+    ("v1/chat/completions", "not an absolute path"),
+    ("*", "not an absolute path"),
+    ("/v1/../x", "dot segment"),
+    ("/v1/./x", "dot segment"),
+    ("/v1/..", "dot segment"),
+    ("/v1/.", "dot segment"),
+    ("/v1/%2e%2E/x", "dot segment"),
+    ("/v1/%2E/x", "dot segment"),
+    ("/v1/a%2F..%2Fb", "dot segment"),
+    ("/v1/completions.", "dot segment"),
+    ("/v1/completions./", "dot segment"),
+    ("//v1/x", "empty segment"),
+    ("/v1//x", "empty segment"),
+    ("/v1/%2F/x", "empty segment"),
+    ("/v1/x//", "empty segment"),
+    ("/v1/a%252Fb", "double encoding"),
+    ("/v1/a%2565", "double encoding"),
+    ("/v1/a%25", "double encoding"),
+    ("/v1/a%25zz", "double encoding"),
+    ("/v1/a%", "malformed percent-escape"),
+    ("/v1/a%4", "malformed percent-escape"),
+    ("/v1/a%g0", "malformed percent-escape"),
+    ("/v1/%u002e", "malformed percent-escape"),
+    ("/v1/a;b", "path parameter"),
+    ("/v1/a%3bb", "path parameter"),
+    ("/v1/a\\b", "backslash"),
+    ("/v1/a%5Cb", "backslash"),
+    ("/v1/a%00", "control character"),
+    ("/v1/a%7F", "control character"),
+    ("/v1/a\tb", "control character"),
+    ("/v1/caf%C3%A9", "non-ASCII character"),
+    ("/v1/café", "non-ASCII character"),
+    ("/v1/a%C0%AFb", "non-ASCII character"),
+    ("/v1/a%20b", "character not allowed in a path"),
+    ("/v1/a b", "character not allowed in a path"),
+    ("/v1/a%3Fb", "character not allowed in a path"),
+    ("/v1/a#b", "character not allowed in a path"),
+    ("/v1/a%23b", "character not allowed in a path"),
+    ('/v1/a"b', "character not allowed in a path"),
+    ("/v1/a<b>", "character not allowed in a path"),
+    ("/v1/a{b}", "character not allowed in a path"),
+    ("/v1/a|b^`", "character not allowed in a path"),
+]
+
+
+@pytest.mark.parametrize(("path", "detail"), REFUSED)
+def test_noncanonical_paths_are_refused_with_a_fixed_detail(path: str, detail: str) -> None:
+    assert refusal(path) == detail
+    # The message is the rule's fixed text plus the detail: never the path.
+    with pytest.raises(Rejected) as exc:
+        check_path(path)
+    assert path.strip("/") not in exc.value.message
+
+
+# What servers do to a decoded path before they route it.
+NORMALISATIONS = {
+    "resolve dot segments": lambda p: (
+        posixpath.normpath(p) + ("/" if p.endswith("/") else "") if p != "/" else p
+    ),
+    "collapse slashes": lambda p: re.sub("/+", "/", p),
+    "strip ;params": lambda p: re.sub(";[^/]*", "", p),
+    "backslash is a slash": lambda p: p.replace("\\", "/"),
+    "stop at NUL": lambda p: p.split("\0", 1)[0],
+    "decode again": unquote,
+    "fold Unicode": lambda p: unicodedata.normalize("NFKC", p),
+    "drop trailing dots and spaces": lambda p: re.sub(r"[. ]+(?=/|$)", "", p),
+}
+
+PATH_PIECES = st.sampled_from(
+    ["/", "/", "a", "v1", "chat", "completions", ".", "..", "%2e", "%2E", "%2F", "%2f", "%25",
+     "%252F", "%5C", "\\", ";", "%3B", "x=1", "%00", "%0a", "%", "%2", "%zz", "%C0%AF", "%EF%BC%8F",
+     "é", " ", "%20", "#", "%23", "%3F", ":", "%3A", "@", "-", "_", "~", "+"]
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@given(pieces=st.lists(PATH_PIECES, min_size=1, max_size=10))
+def test_no_server_rewrite_changes_an_accepted_path(pieces: list[str]) -> None:
+    path = "/" + "".join(pieces)
+    if refusal(path) is not None:
+        return
+    decoded = decoded_path(path)
+    for name, rewrite in NORMALISATIONS.items():
+        assert rewrite(decoded) == decoded, name
+
+
+# ---------------------------------------------------------------- method overrides
+
+
+@pytest.mark.parametrize(
+    ("headers", "target", "expected"),
+    [
+        (["X-HTTP-Method-Override"], "/v1/x", True),
+        (["x-http-method"], "/v1/x", True),
+        (["X-Method-Override"], "/v1/x", True),
+        ([], "/v1/x?_method=POST", True),
+        ([], "/v1/x?a=1&%5Fmethod=post", True),
+        ([], "/v1/x?_METHOD=post", True),
+        (["Content-Type"], "/v1/x?method=POST&x_method=1", False),
+        ([], "/v1/x", False),
+    ],
+)
+def test_method_overrides(headers: list[str], target: str, expected: bool) -> None:
+    assert overrides_method(headers, target) is expected
