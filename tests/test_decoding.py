@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import random
 import sys
+import tracemalloc
 import zlib
 from collections.abc import Callable
 
@@ -14,8 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mitmproxy.net import encoding as mitmproxy_encoding
 
-from modeltap.decoding import StreamDecompressor, decode_body
-from modeltap.errors import UpstreamProtocolError
+from modeltap.decoding import (
+    PIECE_BYTES,
+    StreamDecompressor,
+    decode_body,
+    decode_request_body,
+    request_codings,
+)
+from modeltap.errors import Rejected, UpstreamProtocolError
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -310,3 +317,124 @@ def test_feed_after_flush_fails() -> None:
     decompressor.flush()
     with pytest.raises(RuntimeError):
         decompressor.feed(b"more")
+
+
+# ---------------------------------------------------------------- request bodies
+
+
+@pytest.mark.parametrize(
+    ("header", "codings"),
+    [
+        (None, ()),
+        ("", ()),
+        ("identity", ()),
+        ("IDENTITY", ()),
+        ("gzip", ("gzip",)),
+        ("X-Gzip", ("x-gzip",)),
+        (" Deflate\t", ("deflate",)),
+        ("br", ("br",)),
+        ("ZSTD", ("zstd",)),
+        ("gzip, br", ("gzip", "br")),
+        ("gzip,,identity, zstd", ("gzip", "zstd")),
+    ],
+)
+def test_request_codings_parse(header: str | None, codings: tuple[str, ...]) -> None:
+    assert request_codings(header) == codings
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "base64",
+        "quoted-printable",
+        "bz2",
+        "zlib",
+        "lzma",
+        "compress",
+        "utf-8",
+        "rot13",
+        "gzip, base64",
+        "gzip;q=1",
+        "gzip br",
+        "gzi\u0130p",
+        "x" * 10_000,
+    ],
+)
+def test_request_codings_refuse_everything_else(header: str) -> None:
+    with pytest.raises(Rejected) as caught:
+        request_codings(header)
+    assert caught.value.rule == "undecodable_content_encoding"
+    assert header[:20] not in caught.value.message
+
+
+@pytest.mark.parametrize(("encoding", "encode"), CASES, ids=CASE_IDS)
+def test_request_body_round_trip_and_exact_limit(
+    encoding: str, encode: Callable[[bytes], bytes]
+) -> None:
+    codings = request_codings(encoding)
+    encoded = encode(PAYLOAD)
+    assert decode_request_body(encoded, codings, len(PAYLOAD)) == PAYLOAD
+    with pytest.raises(Rejected) as caught:
+        decode_request_body(encoded, codings, len(PAYLOAD) - 1)
+    assert caught.value.rule == "body_too_large"
+
+
+def test_request_body_stacked_codings() -> None:
+    encoded = gzip.compress(zstd.compress(brotli.compress(PAYLOAD)))
+    codings = request_codings("br, zstd, gzip")
+    assert decode_request_body(encoded, codings, len(PAYLOAD)) == PAYLOAD
+
+
+@pytest.mark.parametrize(
+    ("encoding", "data"),
+    [
+        ("gzip", gzip.compress(PAYLOAD)[:-5]),
+        ("gzip", b"not gzip"),
+        ("deflate", b"\x78"),
+        ("br", brotli.compress(PAYLOAD)[:-3]),
+        ("zstd", zstd.compress(PAYLOAD)[:-3]),
+        ("zstd", b"\x28\xb5\x2f\xfd garbage"),
+    ],
+)
+def test_request_body_corrupt_is_undecodable(encoding: str, data: bytes) -> None:
+    with pytest.raises(Rejected) as caught:
+        decode_request_body(data, request_codings(encoding), 10 * len(PAYLOAD))
+    assert caught.value.rule == "undecodable_content_encoding"
+
+
+def test_request_body_without_codings_is_checked_against_the_limit() -> None:
+    assert decode_request_body(b"abc", (), 3) == b"abc"
+    with pytest.raises(Rejected):
+        decode_request_body(b"abcd", (), 3)
+
+
+BOMB_LIMIT = 1024 * 1024
+ZEROS = 256 * 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("encoding", "make"),
+    [
+        ("gzip", lambda: gzip.compress(b"\0" * ZEROS, 1)),
+        ("deflate", lambda: zlib.compress(b"\0" * ZEROS, 1)),
+        ("br", lambda: brotli.compress(b"\0" * ZEROS, quality=1)),
+        ("zstd", lambda: zstd.compress(b"\0" * ZEROS)),
+        ("gzip, gzip", lambda: gzip.compress(gzip.compress(b"\0" * ZEROS, 1))),
+    ],
+    ids=["gzip", "deflate", "br", "zstd", "gzip-gzip"],
+)
+def test_a_bomb_stops_at_the_limit_without_inflating_it(
+    encoding: str, make: Callable[[], bytes]
+) -> None:
+    """256 MiB of zeros, limit 1 MiB: refused, and Python never holds more than a
+    few pieces of output (tracemalloc sees every bytes object zlib and co. return)."""
+    bomb = make()
+    tracemalloc.start()
+    try:
+        with pytest.raises(Rejected) as caught:
+            decode_request_body(bomb, request_codings(encoding), BOMB_LIMIT)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert caught.value.rule == "body_too_large"
+    assert peak < BOMB_LIMIT + 8 * PIECE_BYTES

@@ -36,7 +36,12 @@ from mitmproxy.utils import human
 from modeltap import apis, control, mitm_http1
 from modeltap.apis import wire
 from modeltap.deadlines import Deadlines, Watch
-from modeltap.decoding import StreamDecompressor, decode_body
+from modeltap.decoding import (
+    StreamDecompressor,
+    decode_body,
+    decode_request_body,
+    request_codings,
+)
 from modeltap.errors import (
     Rejected,
     SinkError,
@@ -712,13 +717,20 @@ class ModelTap:
                 self._refuse(flow, ex, Rejected("strict_unaudited"))
             return None  # passed through; logged as unaudited when it ends
         raw = flow.request.raw_content or b""
+        try:
+            codings = _fail_closed(self._codings, flow)
+        except Rejected as e:
+            self._refuse(flow, ex, e)
+            return None
         digest: asyncio.Future[str] | None = None
         if len(raw) >= HASH_IN_THREAD_BYTES and self.options.modeltap_image_detail is None:
             # hashlib lets go of the GIL: a large body is hashed on a worker thread
             # while this one parses and audits it (the bench's large-body case).
             digest = asyncio.get_running_loop().run_in_executor(None, _sha256_hex, raw)
+        if codings:
+            return self._audit_encoded(flow, ex, raw, codings, digest)
         try:
-            facts = _fail_closed(self._audit, flow, ex)
+            facts = _fail_closed(self._audit, flow, ex, raw)
         except Rejected as e:
             self._refuse(flow, ex, e)
             return None
@@ -726,6 +738,29 @@ class ModelTap:
             self._forward(flow, ex, facts, None)
             return None
         return self._forward_when_hashed(flow, ex, facts, digest)
+
+    async def _audit_encoded(
+        self,
+        flow: http.HTTPFlow,
+        ex: Exchange,
+        raw: bytes,
+        codings: tuple[str, ...],
+        digest: Awaitable[str] | None,
+    ) -> None:
+        """Decode a compressed body on a worker thread, then audit and forward it.
+
+        zlib, Brotli and Zstandard let go of the GIL, so other exchanges go on
+        while a large (or hostile) body inflates; decoding stops at --max-body.
+        """
+        try:
+            decoded = await asyncio.get_running_loop().run_in_executor(
+                None, _fail_closed, decode_request_body, raw, codings, self.max_body
+            )
+            facts = _fail_closed(self._audit, flow, ex, decoded)
+        except Rejected as e:
+            self._refuse(flow, ex, e)
+            return
+        self._forward(flow, ex, facts, await digest if digest is not None else None)
 
     async def _forward_when_hashed(
         self, flow: http.HTTPFlow, ex: Exchange, facts: RequestFacts, digest: Awaitable[str]
@@ -1179,18 +1214,15 @@ class ModelTap:
 
     # ------------------------------------------------------------------ helpers
 
-    def _audit(self, flow: http.HTTPFlow, ex: Exchange) -> RequestFacts:
-        """Decode, parse and audit the body; apply --image-detail. Raises Rejected."""
+    def _codings(self, flow: http.HTTPFlow) -> tuple[str, ...]:
+        """The content codings to undo before auditing. Raises Rejected."""
+        if len(flow.request.raw_content or b"") > self.max_body:
+            raise Rejected("body_too_large")
+        return request_codings(flow.request.headers.get("content-encoding"))
+
+    def _audit(self, flow: http.HTTPFlow, ex: Exchange, decoded: bytes) -> RequestFacts:
+        """Parse and audit the decoded body; apply --image-detail. Raises Rejected."""
         assert ex.api is not None
-        raw = flow.request.raw_content or b""
-        if len(raw) > self.max_body:
-            raise Rejected("body_too_large")
-        try:
-            decoded = flow.request.get_content(strict=True) or b""
-        except ValueError:
-            raise Rejected("undecodable_content_encoding") from None
-        if len(decoded) > self.max_body:
-            raise Rejected("body_too_large")
         module = apis.module_for(ex.api)
         detail = self.options.modeltap_image_detail
         body = self._parse(decoded, elide=detail is None)

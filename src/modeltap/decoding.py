@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import sys
 import zlib
+from collections.abc import Iterator
 from typing import Final, Protocol
 
 import brotli
 
-from modeltap.errors import UpstreamProtocolError
+from modeltap.errors import Rejected, UpstreamProtocolError
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -32,12 +33,19 @@ _ZLIB_WBITS: Final = zlib.MAX_WBITS
 _RAW_DEFLATE_WBITS: Final = -zlib.MAX_WBITS
 
 
+#: The most a decoder releases per call. Every layer hands its output on in
+#: pieces of about this size, so a body that inflates a thousandfold (a
+#: "zip bomb") is never materialised whole: the consumer can stop after any
+#: piece. (Brotli may hand out up to twice this; its limit is a soft one.)
+PIECE_BYTES: Final = 256 * 1024
+
+
 class _Layer(Protocol):
-    """One content-coding being undone."""
+    """One content-coding being undone, its output handed on in bounded pieces."""
 
-    def feed(self, data: bytes) -> bytes: ...
+    def feed(self, data: bytes) -> Iterator[bytes]: ...
 
-    def flush(self) -> bytes: ...
+    def flush(self) -> Iterator[bytes]: ...
 
 
 def _corrupt(name: str) -> UpstreamProtocolError:
@@ -53,11 +61,12 @@ def _truncated(name: str) -> UpstreamProtocolError:
 class _IdentityLayer:
     """``identity``: bytes pass through unchanged."""
 
-    def feed(self, data: bytes) -> bytes:
-        return data
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if data:
+            yield data
 
-    def flush(self) -> bytes:
-        return b""
+    def flush(self) -> Iterator[bytes]:
+        return iter(())
 
 
 class _ZlibLayer:
@@ -74,36 +83,37 @@ class _ZlibLayer:
         self._inner = zlib.decompressobj(wbits)
         self._fed = False
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes) -> Iterator[bytes]:
         if not data:
-            return b""
+            return
         self._fed = True
-        out: list[bytes] = []
+        more = True
         try:
-            while data:
+            while data or more:
                 if self._inner.eof:
-                    if self._wbits != _GZIP_WBITS:
+                    if self._wbits != _GZIP_WBITS or not data:
                         # zlib.decompress (and so mitmproxy) ignores bytes
                         # after a complete deflate stream; do the same.
-                        break
+                        return
                     # gzip allows several members back to back (RFC 1952).
                     self._inner = zlib.decompressobj(self._wbits)
-                out.append(self._inner.decompress(data))
-                data = self._inner.unused_data if self._inner.eof else b""
+                out = self._inner.decompress(data, PIECE_BYTES)
+                # A full piece may leave output inside zlib even when all input
+                # was taken: ask again (with no input) until a short piece.
+                more = len(out) == PIECE_BYTES
+                data = self._inner.unused_data if self._inner.eof else self._inner.unconsumed_tail
+                if out:
+                    yield out
         except zlib.error as exc:
             raise _corrupt(self._name) from exc
-        return b"".join(out)
 
-    def flush(self) -> bytes:
-        try:
-            out = self._inner.flush()
-        except zlib.error as exc:
-            raise _corrupt(self._name) from exc
-        # An empty body (e.g. a 204 that still names its coding) is fine; a
-        # stream that stopped before its end marker was cut off.
+    def flush(self) -> Iterator[bytes]:
+        # feed() drained zlib completely, so there is nothing left to flush; an
+        # empty body (e.g. a 204 that still names its coding) is fine, a stream
+        # that stopped before its end marker was cut off.
         if self._fed and not self._inner.eof:
             raise _truncated(self._name)
-        return out
+        return iter(())
 
 
 def _is_zlib_header(head: bytes) -> bool:
@@ -123,23 +133,23 @@ class _DeflateLayer:
         self._head = b""
         self._inner: _ZlibLayer | None = None
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes) -> Iterator[bytes]:
         if self._inner is None:
             head = self._head + data
             if len(head) < 2:
                 self._head = head
-                return b""
+                return iter(())
             self._head = b""
             wbits = _ZLIB_WBITS if _is_zlib_header(head) else _RAW_DEFLATE_WBITS
             self._inner = _ZlibLayer("deflate", wbits)
             data = head
         return self._inner.feed(data)
 
-    def flush(self) -> bytes:
+    def flush(self) -> Iterator[bytes]:
         if self._inner is None:
             if self._head:
                 raise _truncated("deflate")
-            return b""
+            return iter(())
         return self._inner.flush()
 
 
@@ -150,20 +160,26 @@ class _BrotliLayer:
         self._inner = brotli.Decompressor()
         self._fed = False
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes) -> Iterator[bytes]:
         if not data:
-            return b""
+            return
         self._fed = True
         try:
-            out: bytes = self._inner.process(data)
+            out: bytes = self._inner.process(data, output_buffer_limit=PIECE_BYTES)
+            while True:
+                if out:
+                    yield out
+                if self._inner.can_accept_more_data():
+                    return
+                # Output is waiting: brotli wants empty input until it is out.
+                out = self._inner.process(b"", output_buffer_limit=PIECE_BYTES)
         except brotli.error as exc:
             raise _corrupt("br") from exc
-        return out
 
-    def flush(self) -> bytes:
+    def flush(self) -> Iterator[bytes]:
         if self._fed and not self._inner.is_finished():
             raise _truncated("br")
-        return b""
+        return iter(())
 
 
 class _ZstdLayer:
@@ -173,25 +189,29 @@ class _ZstdLayer:
         self._inner = zstd.ZstdDecompressor()
         self._fed = False
 
-    def feed(self, data: bytes) -> bytes:
+    def feed(self, data: bytes) -> Iterator[bytes]:
         if not data:
-            return b""
+            return
         self._fed = True
-        out: list[bytes] = []
+        more = True
         try:
-            while data:
+            while data or more:
                 if self._inner.eof:
+                    if not data:
+                        return
                     self._inner = zstd.ZstdDecompressor()
-                out.append(self._inner.decompress(data))
+                out = self._inner.decompress(data, PIECE_BYTES)
+                more = not self._inner.eof and not self._inner.needs_input
                 data = self._inner.unused_data if self._inner.eof else b""
+                if out:
+                    yield out
         except zstd.ZstdError as exc:
             raise _corrupt("zstd") from exc
-        return b"".join(out)
 
-    def flush(self) -> bytes:
+    def flush(self) -> Iterator[bytes]:
         if self._fed and not self._inner.eof:
             raise _truncated("zstd")
-        return b""
+        return iter(())
 
 
 def _make_layer(name: str) -> _Layer:
@@ -252,7 +272,7 @@ class StreamDecompressor:
         if self._done:
             raise RuntimeError("StreamDecompressor.feed() called after flush()")
         for layer in self._layers:
-            data = layer.feed(data)
+            data = b"".join(layer.feed(data))
         return data
 
     def flush(self) -> bytes:
@@ -271,7 +291,7 @@ class StreamDecompressor:
         for layer in self._layers:
             # What the outer coding releases at its end is still input for
             # the inner one.
-            data = layer.feed(data) + layer.flush()
+            data = b"".join([*layer.feed(data), *layer.flush()])
         return data
 
 
@@ -293,3 +313,91 @@ def decode_body(data: bytes, encoding: str | None) -> bytes:
         return data
     decompressor = StreamDecompressor(encoding)
     return decompressor.feed(data) + decompressor.flush()
+
+
+# --------------------------------------------------------------------------
+# Request bodies
+#
+# What is audited must be exactly what any HTTP server decodes (SPEC 2): only
+# the HTTP content codings are undone (never Python's text codecs, which
+# mitmproxy's get_content also accepts), and the decoded size is bounded by
+# --max-body as it is produced, so a small body that inflates to gigabytes
+# costs at most the limit.
+
+#: The content codings a request body may carry, lower-cased.
+REQUEST_CODINGS: Final = frozenset({"identity", "gzip", "x-gzip", "deflate", "br", "zstd"})
+
+
+def request_codings(header: str | None) -> tuple[str, ...]:
+    """Parse a request's ``Content-Encoding`` into the codings that need undoing.
+
+    Args:
+        header: the header's value (several header lines joined with ``", "``),
+            or ``None`` when absent.
+
+    Returns:
+        The codings in the order they were applied, lower-cased, ``identity``
+        and empty list elements left out: ``()`` means the body is as sent.
+
+    Raises:
+        Rejected: ``undecodable_content_encoding`` for any name outside
+            :data:`REQUEST_CODINGS` (compared case-insensitively).
+    """
+    if not header:
+        return ()
+    codings: list[str] = []
+    for part in header.split(","):
+        name = part.strip(" \t").lower()
+        if not name or name == "identity":
+            continue
+        if name not in REQUEST_CODINGS:
+            raise Rejected("undecodable_content_encoding")
+        codings.append(name)
+    return tuple(codings)
+
+
+def decode_request_body(data: bytes, codings: tuple[str, ...], limit: int) -> bytes:
+    """Undo a request body's content codings, stopping as soon as it passes ``limit``.
+
+    The body goes through the decoders in pieces of :data:`PIECE_BYTES`, each
+    coding's output feeding the next lazily, so memory stays near ``limit``
+    whatever the compression ratio. zlib, Brotli and Zstandard release the GIL
+    while they work: call this on a worker thread for large or unknown input.
+
+    Args:
+        data: the body as received.
+        codings: from :func:`request_codings`.
+        limit: the largest decoded size accepted (``--max-body``).
+
+    Returns:
+        The decoded body.
+
+    Raises:
+        Rejected: ``body_too_large`` once the decoded size passes ``limit``;
+            ``undecodable_content_encoding`` if the body is corrupt or cut
+            short for its codings.
+    """
+    if not codings:
+        if len(data) > limit:
+            raise Rejected("body_too_large")
+        return data
+    pieces: Iterator[bytes] = (data[i : i + PIECE_BYTES] for i in range(0, len(data), PIECE_BYTES))
+    # Applied left to right by the sender, so undone right to left.
+    for name in reversed(codings):
+        pieces = _undo(_make_layer(name), pieces)
+    out = bytearray()
+    try:
+        for piece in pieces:
+            out += piece
+            if len(out) > limit:
+                raise Rejected("body_too_large")
+    except UpstreamProtocolError:
+        raise Rejected("undecodable_content_encoding") from None
+    return bytes(out)
+
+
+def _undo(layer: _Layer, source: Iterator[bytes]) -> Iterator[bytes]:
+    """Run ``source`` through one decoder, piece by piece, then end it."""
+    for chunk in source:
+        yield from layer.feed(chunk)
+    yield from layer.flush()
