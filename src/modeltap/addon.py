@@ -33,7 +33,7 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
-from modeltap import apis, control, mitm_http1
+from modeltap import apis, control, mitm_http1, ws_limit
 from modeltap.apis import wire
 from modeltap.deadlines import Deadlines, Watch
 from modeltap.decoding import (
@@ -482,6 +482,9 @@ class ModelTap:
         _http1.make_error_response = _provider_neutral_error_response
         # mitmproxy's HTTP/1 reader hangs on a trailer section (see mitm_http1).
         mitm_http1.install()
+        # WebSocket messages are bounded by --max-body as their frames arrive,
+        # after permessage-deflate inflation (see ws_limit).
+        ws_limit.install()
 
     def _configure_timeouts(self) -> None:
         opts = self.options
@@ -999,6 +1002,9 @@ class ModelTap:
         if expired is not None:
             # modeltap closed the upstream: the responses in flight timed out.
             self._ws_fail_pending(conn, "upstream_timeout", PHASE_TEXT[expired], now)
+        if flow.metadata.get(ws_limit.TOO_BIG_KEY) == "client":
+            # The message was stopped part-way (close 1009), never forwarded.
+            self._rejected(conn.ex, Rejected("body_too_large"), "websocket", None)
         reason = f"the WebSocket closed (code {ws.close_code}) before the response ended"
         for done in conn.observer.close(reason):
             self._ws_response(conn, done.seq, done.facts, now)
