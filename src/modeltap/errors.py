@@ -44,6 +44,10 @@ RULES: Final[dict[str, tuple[int, str]]] = {
         "the request body's content-encoding could not be decoded",
     ),
     "body_too_large": (413, "the request body is larger than --max-body"),
+    "duplicate_key": (
+        400,
+        "the request body has a duplicate key in an object (parsers disagree on which one wins)",
+    ),
     "request_trailers": (
         400,
         "the request carries HTTP trailer fields after its body, which modeltap does not "

@@ -30,7 +30,7 @@ from typing import Literal
 
 import orjson
 
-from modeltap.apis import openai_responses
+from modeltap.apis import openai_responses, wire
 from modeltap.errors import Rejected
 from modeltap.records import Json, RequestFacts, ResponseFacts
 
@@ -97,7 +97,7 @@ def classify_client_message(data: bytes | str, is_text: bool, policy: WsPolicy) 
         an allow-listed type.
 
     Raises:
-        Rejected: ``ws_binary_frame``, ``ws_invalid_json``,
+        Rejected: ``ws_binary_frame``, ``ws_invalid_json``, ``duplicate_key``,
             ``ws_unsupported_type``, ``ws_nested_response``,
             ``messages_and_input``, ``ws_missing_input``,
             ``ws_implicit_continuation``, or any rule of
@@ -111,6 +111,12 @@ def classify_client_message(data: bytes | str, is_text: bool, policy: WsPolicy) 
         raise Rejected("ws_invalid_json") from None
     if not isinstance(message, dict):
         raise Rejected("ws_invalid_json")
+    # Every message, not only response.create: {"type": "response.create", ...,
+    # "type": "response.processed"} would pass here as a control message while
+    # a first-wins server runs it.
+    wire.reject_duplicate_keys(
+        data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"), message
+    )
     kind = message.get("type")
     if kind == "response.create":
         return Create(facts=_audit_create(message, policy), body=message)

@@ -169,7 +169,7 @@ def test_parse_json_object_on_arbitrary_bytes(raw: bytes) -> None:
     try:
         value = wire.parse_json_object(raw)
     except Rejected as exc:
-        assert exc.rule in ("invalid_json", "body_not_object")
+        assert exc.rule in ("invalid_json", "body_not_object", "duplicate_key")
         return
     assert isinstance(value, dict)
 

@@ -26,7 +26,7 @@ def parse_json_object(raw: bytes) -> Json:
         The parsed object.
 
     Raises:
-        Rejected: ``invalid_json`` or ``body_not_object``.
+        Rejected: ``invalid_json``, ``body_not_object`` or ``duplicate_key``.
     """
     try:
         value = orjson.loads(raw)
@@ -34,7 +34,73 @@ def parse_json_object(raw: bytes) -> Json:
         raise Rejected("invalid_json") from None
     if not isinstance(value, dict):
         raise Rejected("body_not_object")
+    reject_duplicate_keys(raw, value)
     return value
+
+
+# --------------------------------------------------------------------------
+# Duplicate keys
+#
+# {"model": "a", "model": "b"} is read as "b" by orjson (and by Python and
+# JavaScript), as "a" by other parsers, and refused by some: the audit would
+# record one model while the upstream runs another. orjson keeps the last value
+# without a word, so duplicates are found by counting. Every object member in
+# the text has exactly one ":" outside strings, and JSON has no other ":"
+# outside strings; a parsed object keeps one member per distinct key. orjson
+# writes the parsed value back with every ":" of its strings as is (it never
+# escapes one), so, as long as the text spells no ":" as an escape:
+#
+#     text.count(":")   = members in the text   + ":" in strings
+#     written.count(":") = members kept by parse + ":" in strings
+#
+# and the two counts differ exactly when a key was repeated. Two C-speed passes
+# (orjson.dumps and bytes.count), about the cost of the parse itself.
+
+#: Present when a string may spell ":" as an escape (\u003a); the exact, slower
+#: count then takes over.
+_ESCAPE_HINT = b"\\u003"
+#: One JSON string, escapes included (the unrolled form: linear, no backtracking).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def reject_duplicate_keys(raw: bytes, value: Any) -> None:
+    """Refuse a JSON text in which some object repeats a key, at any depth.
+
+    Keys count as the same when they are equal once unescaped (``"model"`` and
+    ``"mod\\u0065l"`` are one key), as every parser reads them.
+
+    Args:
+        raw: the JSON text ``value`` was parsed from (valid JSON).
+        value: ``orjson.loads(raw)``.
+
+    Raises:
+        Rejected: ``duplicate_key``.
+    """
+    if _ESCAPE_HINT not in raw:
+        written = json_bytes(value)
+        if written is not None:
+            if raw.count(b":") != written.count(b":"):
+                raise Rejected("duplicate_key")
+            return
+    # Escaped colons, or nesting deeper than orjson writes: count the members
+    # of the text itself, outside its strings.
+    if _JSON_STRING.sub(b"", raw).count(b":") != _member_count(value):
+        raise Rejected("duplicate_key")
+
+
+def _member_count(value: Any) -> int:
+    """How many members all the objects in ``value`` hold (explicit stack, any depth)."""
+    members = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if isinstance(item, dict):
+            members += len(item)
+        for child in children:
+            if isinstance(child, dict | list):
+                stack.append(child)
+    return members
 
 
 def sha256_hex(text: str) -> str:
