@@ -323,7 +323,9 @@ class ModelTap:
             "modeltap_max_body",
             str,
             "64m",
-            "Largest request body audited (e.g. 64m, 512k); bigger bodies are refused with 413.",
+            "Largest request body audited, measured after content decoding (which stops there), "
+            "and largest WebSocket message, after permessage-deflate (e.g. 64m, 512k). Bigger "
+            "bodies are refused with 413; a bigger message closes the WebSocket with 1009.",
         )
         loader.add_option(
             "modeltap_session",

@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-body",
         default="64m",
         metavar="SIZE",
-        help="largest request body audited, e.g. 64m (default); larger ones get 413",
+        help="largest request body (after content decoding) or WebSocket message audited, "
+        "e.g. 64m (default); larger bodies get 413, larger messages close the WebSocket (1009)",
     )
     run.add_argument(
         "--session",
