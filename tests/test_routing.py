@@ -1,10 +1,11 @@
 """Request paths: where the endpoint is decided, and which paths are refused.
 
-The property tests check the promise behind ``check_path``: on a path it
-accepts, none of the ways servers rewrite a path before routing (collapse
-``//``, resolve dot segments, strip ``;params``, read ``\\`` as ``/``, stop at
-a NUL, decode twice, fold Unicode, drop trailing dots) changes anything, so
-every upstream routes it as modeltap decided.
+The property test checks the promise behind ``check_path``: on a path it
+accepts, none of the ways servers rewrite a path before routing (resolve dot
+segments, collapse ``//``, read ``\\`` as ``/``, stop at a NUL, decode twice,
+fold Unicode, drop trailing dots) changes it once its ``;params`` are dropped,
+and whatever endpoint a server reaches, keeping or dropping ``;params``, is
+the one modeltap decided on.
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ from hypothesis import strategies as st
 
 from modeltap.apis import api_for_path, api_for_ws_path, endpoint_of
 from modeltap.errors import Rejected
-from modeltap.routing import check_path, decoded_path, overrides_method, split_target
+from modeltap.routing import (
+    check_path,
+    decoded_path,
+    overrides_method,
+    routed_path,
+    split_target,
+)
 
 
 def refusal(path: str) -> str | None:
@@ -47,6 +54,12 @@ def test_decoded_path_decodes_once_and_drops_the_query() -> None:
     assert decoded_path("/v1/%FF") == "/v1/\ufffd"
 
 
+def test_routed_path_drops_each_segments_parameters_after_decoding() -> None:
+    assert routed_path("/v1/chat;x=1/completions;jsessionid=a?q=;") == "/v1/chat/completions"
+    assert routed_path("/v1/chat%3Bx/completions") == "/v1/chat/completions"
+    assert routed_path("/v1/..;/x") == "/v1/../x"
+
+
 # ---------------------------------------------------------------- endpoints
 
 
@@ -63,6 +76,9 @@ def test_decoded_path_decodes_once_and_drops_the_query() -> None:
         ("/v1/responses?stream=true", "openai.responses"),
         ("/v1/messag%65s?beta=true", "anthropic.messages"),
         ("/v1/Messages", "anthropic.messages"),
+        ("/v1/chat;x=1/completions", "openai.chat_completions"),
+        ("/v1;jsessionid=a/chat/completions;b", "openai.chat_completions"),
+        ("/v1/respons%65s%3Bv=2", "openai.responses"),
         ("/v1/models", None),
         ("/v1/messages/count_tokens", None),
         ("/v1/responses/resp_1", None),
@@ -92,6 +108,9 @@ ACCEPTED = [
     "/v1/files/file-abc/content",
     "/a/b~c/d!$&'()*+,=",
     "/v1/.well-known/x",  # a dot inside a segment is fine
+    "/v1;jsessionid=abc/chat/completions",  # path parameters, read as servlets read them
+    "/v1/chat/completions;v=1.2;x",
+    "/v1/chat/completions/;x",
 ]
 
 
@@ -124,8 +143,11 @@ REFUSED = [
     ("/v1/a%4", "malformed percent-escape"),
     ("/v1/a%g0", "malformed percent-escape"),
     ("/v1/%u002e", "malformed percent-escape"),
-    ("/v1/a;b", "path parameter"),
-    ("/v1/a%3bb", "path parameter"),
+    ("/v1/..;/x", "dot segment"),  # Tomcat's ".." (the classic "..;/" bypass)
+    ("/v1/..%3Bx/x", "encoded semicolon"),
+    ("/v1/chat%3bx/completions", "encoded semicolon"),
+    ("/v1/a;x./b", "dot segment"),
+    ("/v1/;x/b", "empty segment"),
     ("/v1/a\\b", "backslash"),
     ("/v1/a%5Cb", "backslash"),
     ("/v1/a%00", "control character"),
@@ -155,36 +177,56 @@ def test_noncanonical_paths_are_refused_with_a_fixed_detail(path: str, detail: s
     assert path.strip("/") not in exc.value.message
 
 
-# What servers do to a decoded path before they route it.
-NORMALISATIONS = {
+# What servers do to a decoded path before they route it (besides dropping
+# ";params", which routed_path does itself).
+REWRITES = {
     "resolve dot segments": lambda p: (
         posixpath.normpath(p) + ("/" if p.endswith("/") else "") if p != "/" else p
     ),
     "collapse slashes": lambda p: re.sub("/+", "/", p),
-    "strip ;params": lambda p: re.sub(";[^/]*", "", p),
     "backslash is a slash": lambda p: p.replace("\\", "/"),
     "stop at NUL": lambda p: p.split("\0", 1)[0],
     "decode again": unquote,
     "fold Unicode": lambda p: unicodedata.normalize("NFKC", p),
     "drop trailing dots and spaces": lambda p: re.sub(r"[. ]+(?=/|$)", "", p),
 }
+SUFFIXES = {
+    "/chat/completions": "openai.chat_completions",
+    "/responses": "openai.responses",
+    "/messages": "anthropic.messages",
+}
 
 PATH_PIECES = st.sampled_from(
-    ["/", "/", "a", "v1", "chat", "completions", ".", "..", "%2e", "%2E", "%2F", "%2f", "%25",
-     "%252F", "%5C", "\\", ";", "%3B", "x=1", "%00", "%0a", "%", "%2", "%zz", "%C0%AF", "%EF%BC%8F",
-     "é", " ", "%20", "#", "%23", "%3F", ":", "%3A", "@", "-", "_", "~", "+"]
+    ["/", "/", "a", "v1", "chat", "completions", "responses", ".", "..", "%2e", "%2E", "%2F",
+     "%2f", "%25", "%252F", "%5C", "\\", ";", "%3B", "x=1", "%00", "%0a", "%", "%2", "%zz",
+     "%C0%AF", "%EF%BC%8F", "é", " ", "%20", "#", "%23", "%3F", ":", "%3A", "@", "-", "_", "~",
+     "+"]
 )  # fmt: skip
 
 
-@settings(max_examples=400, deadline=None)
+def suffix_endpoint(path: str) -> str | None:
+    """The endpoint a server that routes on ``path`` as it stands would reach."""
+    bare = path.lower()
+    bare = bare[:-1] if bare.endswith("/") else bare
+    return next((api for suffix, api in SUFFIXES.items() if bare.endswith(suffix)), None)
+
+
+@settings(max_examples=500, deadline=None)
 @given(pieces=st.lists(PATH_PIECES, min_size=1, max_size=10))
 def test_no_server_rewrite_changes_an_accepted_path(pieces: list[str]) -> None:
     path = "/" + "".join(pieces)
     if refusal(path) is not None:
         return
-    decoded = decoded_path(path)
-    for name, rewrite in NORMALISATIONS.items():
-        assert rewrite(decoded) == decoded, name
+    routed = routed_path(path)
+    for name, rewrite in REWRITES.items():
+        assert rewrite(routed) == routed, name
+    # Whatever a server makes of an accepted path, with or without its
+    # ";params", the endpoint it reaches is the one modeltap decided on.
+    for start in (decoded_path(path), routed):
+        for rewrite in (lambda p: p, *REWRITES.values()):
+            reached = suffix_endpoint(rewrite(start))
+            if reached is not None:
+                assert endpoint_of(path) == reached
 
 
 # ---------------------------------------------------------------- method overrides

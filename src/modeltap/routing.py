@@ -171,16 +171,18 @@ def error_shape_for(api: str | None, route: Route | None) -> str:
 # target into a route: most percent-decode it, some collapse "//", resolve
 # "..", strip ";params" (servlet containers), take "\\" for "/" (IIS), stop at
 # a NUL (C code), or decode twice. So the endpoint is decided on the decoded
-# path (``decoded_path``), and a path on which those readings could disagree is
-# refused before anything is forwarded (``check_path``). The path itself is
-# forwarded exactly as the client sent it: Bedrock's SigV4 signature covers it.
+# path with its ";params" dropped (``routed_path``): the reading that finds the
+# most endpoints (a servlet container routes /v1/chat;x/completions to
+# /v1/chat/completions, a server that keeps ";" routes it nowhere). A path on
+# which the other readings could disagree is refused before anything is
+# forwarded (``check_path``). The path itself is forwarded exactly as the
+# client sent it: Bedrock's SigV4 signature covers it.
 
 _HEX: Final = frozenset(b"0123456789abcdefABCDEF")
-#: What a decoded path may hold: RFC 3986 ``pchar`` and ``/``, minus ``;``
-#: (path parameters, stripped by some servers before routing) and ``%`` (left
-#: by a double encoding).
+#: What a decoded path may hold: RFC 3986 ``pchar`` and ``/``, minus ``%``
+#: (left by a double encoding).
 _PATH_CHARS: Final = frozenset(
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,=:@/"
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,=:@/;"
 )
 _DOUBLE_ENCODING: Final = re.compile(rb"%25[0-9A-Fa-f]{2}")
 
@@ -216,16 +218,34 @@ def decoded_path(target: str) -> str:
     return unquote_to_bytes(path).decode("utf-8", "replace")
 
 
+def routed_path(target: str) -> str:
+    """The path an upstream may route on: decoded once, each segment's ``;params`` dropped.
+
+    Servlet containers (Tomcat, Jetty, Spring) drop ``;name=value`` from each
+    segment before routing, so ``/v1/chat;x/completions`` reaches the chat
+    endpoint there; a server that keeps ``;`` routes it nowhere. Deciding on
+    the dropped form finds every endpoint either reading finds.
+
+    Args:
+        target: the request target as sent (a query string is dropped).
+
+    Returns:
+        The decoded path without path parameters.
+    """
+    return "/".join(segment.split(";", 1)[0] for segment in decoded_path(target).split("/"))
+
+
 def check_path(target: str) -> None:
     """Refuse a request path that upstreams could read in more than one way.
 
     Applied to every request under a route (and to provider hosts in regular
     mode) before anything is forwarded. Allowed: an origin-form path whose
     percent-escapes are well formed and decode to ASCII letters, digits and
-    ``-._~!$&'()*+,=:@/``, with no empty segment except a trailing slash and
-    no segment that is ``.``, ``..`` or ends in a dot. Encoded slashes
-    (``%2F``, as in Bedrock model ARNs) and colons (``%3A``) are fine: the
-    endpoint is decided on the decoded path.
+    ``-._~!$&'()*+,=:@/;``, with no empty segment except a trailing slash and
+    no segment that is ``.``, ``..`` or ends in a dot, with or without its
+    ``;params`` (``..;x`` is Tomcat's ``..``), and no encoded ``;``. Encoded slashes (``%2F``, as in
+    Bedrock model ARNs) and colons (``%3A``) are fine: the endpoint is decided
+    on the decoded path (:func:`routed_path`).
 
     Args:
         target: the request target as sent (the query string is not checked).
@@ -245,15 +265,20 @@ def check_path(target: str) -> None:
         pos = raw.find(b"%", pos + 3)
     if _DOUBLE_ENCODING.search(raw):
         raise Rejected("noncanonical_path", "double encoding")
+    if b"%3B" in raw.upper():
+        # Servlet containers drop ";params" before decoding (an encoded one
+        # stays), others after: the two readings route it differently.
+        raise Rejected("noncanonical_path", "encoded semicolon")
     decoded = unquote_to_bytes(raw)
     bad = set(decoded) - _PATH_CHARS
     if bad:
         raise Rejected("noncanonical_path", _fault(min(bad)))
     segments = decoded[1:].split(b"/")
     for i, segment in enumerate(segments):
-        if not segment and i != len(segments) - 1:
+        bare = segment.split(b";", 1)[0]
+        if not bare and i != len(segments) - 1:
             raise Rejected("noncanonical_path", "empty segment")
-        if segment.endswith(b"."):
+        if bare.endswith(b".") or segment.endswith(b"."):
             raise Rejected("noncanonical_path", "dot segment")
 
 
@@ -265,8 +290,6 @@ def _fault(byte: int) -> str:
         return "control character"
     if byte == ord("\\"):
         return "backslash"
-    if byte == ord(";"):
-        return "path parameter"
     if byte == ord("%"):
         return "double encoding"
     return "character not allowed in a path"

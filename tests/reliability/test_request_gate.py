@@ -135,6 +135,28 @@ def test_encoded_endpoint_is_audited_and_forwarded_byte_for_byte(
     assert record["path"] == target
 
 
+@pytest.mark.parametrize(
+    ("target", "api", "written"),
+    [
+        ("/v1/chat;x=1/completions", "openai.chat_completions", "/v1/chat;x=REDACTED/completions"),
+        ("/v1/chat/completions;jsessionid=1", "openai.chat_completions",
+         "/v1/chat/completions;jsessionid=REDACTED"),
+        ("/v1/respons%65s;v=2", "openai.responses", "/v1/respons%65s;v=REDACTED"),
+    ],
+)  # fmt: skip
+def test_path_parameters_are_read_as_servlet_containers_read_them(
+    raw_route: tuple[Running, LineRecorder], target: str, api: str, written: str
+) -> None:
+    """Tomcat, Jetty and Spring drop ';params' before routing: audited as the endpoint
+    they reach there, forwarded byte for byte, the parameter's value not written."""
+    running, upstream = raw_route
+    status, _ = send(running.proxy.port, "POST", "/raw" + target, CHAT_BYTES)
+    assert status == 200
+    assert upstream.lines == [f"POST {target} HTTP/1.1".encode()]
+    (record,) = running.audit()
+    assert record["api"] == api and record["path"] == written
+
+
 @pytest.mark.parametrize("target", ["/v1/chat%2Fcompletions", "/v1/respons%65s", "/v1/messag%65s"])
 def test_encoded_endpoint_with_a_bad_body_is_refused_like_a_model_request(
     raw_route: tuple[Running, LineRecorder], target: str
@@ -195,9 +217,10 @@ NONCANONICAL = [
     ("/v1/chat/completions%2", "malformed percent-escape"),
     ("/v1/chat%zzcompletions", "malformed percent-escape"),
     ("/v1/%u002e%u002e/chat/completions", "malformed percent-escape"),
-    ("/v1/chat/completions;x=1", "path parameter"),
-    ("/v1/chat;jsessionid=1/completions", "path parameter"),
-    ("/v1/chat%3Bx/completions", "path parameter"),
+    ("/v1/x/..;/chat/completions", "dot segment"),
+    ("/v1/x/..%3Bjsessionid=1/chat/completions", "encoded semicolon"),
+    ("/v1/chat/completions%3bx=1", "encoded semicolon"),
+    ("/v1/;x/chat/completions", "empty segment"),
     ("/v1/chat\\completions", "backslash"),
     ("/v1/chat%5Ccompletions", "backslash"),
     ("/v1/chat/completions%00", "control character"),

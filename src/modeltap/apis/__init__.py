@@ -18,7 +18,7 @@ from types import ModuleType
 from typing import Protocol
 
 from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES, RequestFacts, ResponseFacts
-from modeltap.routing import decoded_path
+from modeltap.routing import routed_path
 from modeltap.sse import SSEEvent
 
 _SUFFIXES = (
@@ -48,15 +48,16 @@ def api_for_path(method: str, path: str) -> str | None:
 def endpoint_of(path: str) -> str | None:
     """Return the API whose endpoint a path names, whatever the method.
 
-    Decided on the percent-decoded path (``/v1/chat%2Fcompletions`` and
-    ``/v1/respons%65s`` name endpoints), compared without regard to case
-    (some servers route case-insensitively), ignoring the query string and
-    one trailing slash.
+    Decided on the percent-decoded path without ``;params``
+    (:func:`~modeltap.routing.routed_path`: ``/v1/chat%2Fcompletions``,
+    ``/v1/respons%65s`` and ``/v1/chat;x/completions`` name endpoints),
+    compared without regard to case (some servers route case-insensitively),
+    ignoring the query string and one trailing slash.
 
     Args:
         path: the request target as sent.
     """
-    bare = decoded_path(path).lower()
+    bare = routed_path(path).lower()
     if bare.endswith("/"):
         bare = bare[:-1]
     for suffix, api in _SUFFIXES:
