@@ -185,6 +185,9 @@ _PATH_CHARS: Final = frozenset(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~!$&'()*+,=:@/;"
 )
 _DOUBLE_ENCODING: Final = re.compile(rb"%25[0-9A-Fa-f]{2}")
+#: The usual path (no escape, no ``;``, no segment that is empty or ends in a
+#: dot), accepted without decoding it: every request goes through here.
+_PLAIN_PATH: Final = re.compile(r"(?:/[\w\-~!$&'()*+,=:@.]*[\w\-~!$&'()*+,=:@])+/?|/", re.ASCII)
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -232,6 +235,9 @@ def routed_path(target: str) -> str:
     Returns:
         The decoded path without path parameters.
     """
+    path, _ = split_target(target)
+    if "%" not in path and ";" not in path:
+        return path
     return "/".join(segment.split(";", 1)[0] for segment in decoded_path(target).split("/"))
 
 
@@ -255,6 +261,8 @@ def check_path(target: str) -> None:
             text, never the path).
     """
     path, _ = split_target(target)
+    if _PLAIN_PATH.fullmatch(path):
+        return
     raw = path.encode("utf-8", "surrogateescape")
     if not raw.startswith(b"/"):
         raise Rejected("noncanonical_path", "not an absolute path")
