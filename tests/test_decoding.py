@@ -18,6 +18,7 @@ from mitmproxy.net import encoding as mitmproxy_encoding
 from modeltap.decoding import (
     PIECE_BYTES,
     StreamDecompressor,
+    check_transfer_coding,
     decode_body,
     decode_request_body,
     request_codings,
@@ -438,3 +439,19 @@ def test_a_bomb_stops_at_the_limit_without_inflating_it(
         tracemalloc.stop()
     assert caught.value.rule == "body_too_large"
     assert peak < BOMB_LIMIT + 8 * PIECE_BYTES
+
+
+@pytest.mark.parametrize("header", [None, "chunked", "Chunked", " chunked ", "chunked,"])
+def test_chunked_is_the_only_transfer_coding(header: str | None) -> None:
+    check_transfer_coding(header)
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["gzip, chunked", "deflate,chunked", "identity, chunked", "chunked, chunked", "", "br"],
+)
+def test_other_transfer_codings_are_refused(header: str) -> None:
+    with pytest.raises(Rejected) as caught:
+        check_transfer_coding(header)
+    assert caught.value.rule == "undecodable_content_encoding"
+    assert caught.value.detail == "transfer-coding"

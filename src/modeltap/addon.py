@@ -38,6 +38,7 @@ from modeltap.apis import wire
 from modeltap.deadlines import Deadlines, Watch
 from modeltap.decoding import (
     StreamDecompressor,
+    check_transfer_coding,
     decode_body,
     decode_request_body,
     request_codings,
@@ -1226,6 +1227,7 @@ class ModelTap:
         """The content codings to undo before auditing. Raises Rejected."""
         if len(flow.request.raw_content or b"") > self.max_body:
             raise Rejected("body_too_large")
+        check_transfer_coding(flow.request.headers.get("transfer-encoding"))
         return request_codings(flow.request.headers.get("content-encoding"))
 
     def _audit(self, flow: http.HTTPFlow, ex: Exchange, decoded: bytes) -> RequestFacts:

@@ -356,6 +356,26 @@ def request_codings(header: str | None) -> tuple[str, ...]:
     return tuple(codings)
 
 
+def check_transfer_coding(header: str | None) -> None:
+    """Refuse a request body sent with a transfer-coding other than ``chunked``.
+
+    mitmproxy undoes ``chunked`` and forwards any other transfer-coding
+    (``gzip, chunked``, ``deflate, chunked``) as it came, so an upstream that
+    honours it would read a body other than the one audited.
+
+    Args:
+        header: the ``Transfer-Encoding`` value, or ``None`` when absent.
+
+    Raises:
+        Rejected: ``undecodable_content_encoding`` (detail ``transfer-coding``).
+    """
+    if header is None:
+        return
+    codings = [part.strip(" \t").lower() for part in header.split(",")]
+    if [name for name in codings if name] != ["chunked"]:
+        raise Rejected("undecodable_content_encoding", "transfer-coding")
+
+
 def decode_request_body(data: bytes, codings: tuple[str, ...], limit: int) -> bytes:
     """Undo a request body's content codings, stopping as soon as it passes ``limit``.
 

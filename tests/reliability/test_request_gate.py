@@ -425,6 +425,39 @@ def test_corrupt_or_truncated_coded_bodies_are_refused(
     assert upstream.lines == []
 
 
+def chunked_request(port: int, transfer_encoding: str, body: bytes) -> tuple[int, bytes]:
+    """POST a chunked body with the given Transfer-Encoding, on a raw socket."""
+    head = (
+        "POST /raw/v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nTransfer-Encoding: {transfer_encoding}\r\n\r\n"
+    )
+    chunks = b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(head.encode() + chunks)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return int(data.split()[1]), data.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize("transfer_encoding", ["gzip, chunked", "deflate,chunked"])
+def test_transfer_codings_other_than_chunked_are_refused(
+    raw_route: tuple[Running, LineRecorder], transfer_encoding: str
+) -> None:
+    """mitmproxy forwards `deflate, chunked` as it came: an upstream honouring it would
+    inflate a body that was audited as sent."""
+    running, upstream = raw_route
+    status, body = chunked_request(running.proxy.port, transfer_encoding, CHAT_BYTES)
+    assert status == 400 and b"undecodable_content_encoding" in body
+    assert upstream.lines == [] and running.audit() == []
+
+
+def test_plain_chunked_body_is_audited(raw_route: tuple[Running, LineRecorder]) -> None:
+    running, upstream = raw_route
+    status, _ = chunked_request(running.proxy.port, "Chunked", CHAT_BYTES)
+    assert status == 200 and len(upstream.lines) == 1 and len(running.audit()) == 1
+
+
 # ---------------------------------------------------------------- 3. bombs
 
 
