@@ -26,6 +26,7 @@ from modeltap.routing import (
     check_path,
     decoded_path,
     overrides_method,
+    overrides_path,
     routed_path,
     split_target,
 )
@@ -262,3 +263,16 @@ def test_no_server_rewrite_changes_an_accepted_path(pieces: list[str]) -> None:
 )
 def test_method_overrides(headers: list[str], target: str, expected: bool) -> None:
     assert overrides_method(headers, target) is expected
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (["X-Original-URL"], True),
+        (["x-rewrite-url"], True),
+        (["X-Forwarded-Host", "Content-Type"], False),
+        ([], False),
+    ],
+)
+def test_path_overrides(headers: list[str], expected: bool) -> None:
+    assert overrides_path(headers) is expected

@@ -87,6 +87,7 @@ from modeltap.routing import (
     check_path,
     error_shape_for,
     overrides_method,
+    overrides_path,
 )
 from modeltap.sessions import SessionTracker
 from modeltap.sink import Sink
@@ -1620,11 +1621,14 @@ def _request_line(req: http.Request, sent_path: str, path: str, websocket: bool)
         The API whose endpoint the decoded path names, or None.
 
     Raises:
-        Rejected: ``noncanonical_path``, ``ws_unsupported_endpoint`` (a
+        Rejected: ``noncanonical_path`` (also for an ``X-Original-URL`` or
+            ``X-Rewrite-URL`` header), ``ws_unsupported_endpoint`` (a
             WebSocket to a model endpoint whose messages cannot be audited), or
             ``method_override`` (another method that could become a POST).
     """
     check_path(sent_path)
+    if overrides_path(req.headers.keys()):
+        raise Rejected("noncanonical_path", "path override header")
     endpoint = apis.endpoint_of(path)
     if endpoint is None:
         return None

@@ -303,6 +303,20 @@ def _fault(byte: int) -> str:
     return "character not allowed in a path"
 
 
+#: Headers by which some frameworks (IIS URL rewrite, older Symfony and Zend)
+#: route a request on another path than its request line's.
+PATH_OVERRIDE_HEADERS: Final = ("x-original-url", "x-rewrite-url")
+
+
+def overrides_path(header_names: Iterable[str]) -> bool:
+    """True if a request carries a header some servers route on instead of its path.
+
+    Args:
+        header_names: the request's header names (any case).
+    """
+    return any(name.lower() in PATH_OVERRIDE_HEADERS for name in header_names)
+
+
 #: Headers by which some frameworks (Google's APIs, Rails, Express middleware)
 #: let a request say it is really another method.
 METHOD_OVERRIDE_HEADERS: Final = ("x-http-method-override", "x-http-method", "x-method-override")

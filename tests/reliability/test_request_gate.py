@@ -289,6 +289,19 @@ def test_method_override_on_a_model_endpoint_is_refused(
     assert upstream.lines == []
 
 
+@pytest.mark.parametrize("header", ["X-Original-URL", "x-rewrite-url"])
+@pytest.mark.parametrize("target", ["/v1/files", "/v1/chat/completions"])
+def test_path_override_headers_are_refused(
+    raw_route: tuple[Running, LineRecorder], header: str, target: str
+) -> None:
+    """IIS and older Symfony route on these instead of the request line."""
+    running, upstream = raw_route
+    headers = {header: "/v1/chat/completions"}
+    status, body = send(running.proxy.port, "POST", "/raw" + target, CHAT_BYTES, headers)
+    assert status == 400 and b"noncanonical_path" in body and b"path override header" in body
+    assert upstream.lines == []
+
+
 def test_plain_get_on_a_model_endpoint_still_passes(
     raw_route: tuple[Running, LineRecorder],
 ) -> None:
