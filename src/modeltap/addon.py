@@ -1627,7 +1627,9 @@ def _request_line(req: http.Request, sent_path: str, path: str, websocket: bool)
             ``method_override`` (another method that could become a POST).
     """
     check_path(sent_path)
-    if overrides_path(req.headers.keys()):
+    # Header names from the raw fields: mitmproxy's headers.keys() costs ~10 us.
+    names = [name.decode("latin-1") for name, _ in req.headers.fields]
+    if overrides_path(names):
         raise Rejected("noncanonical_path", "path override header")
     endpoint = apis.endpoint_of(path)
     if endpoint is None:
@@ -1635,7 +1637,7 @@ def _request_line(req: http.Request, sent_path: str, path: str, websocket: bool)
     if websocket:
         if endpoint != API_RESPONSES:
             raise Rejected("ws_unsupported_endpoint")
-    elif req.method.upper() != "POST" and overrides_method(req.headers.keys(), path):
+    elif req.method.upper() != "POST" and overrides_method(names, path):
         raise Rejected("method_override")
     return endpoint
 
