@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.apis import anthropic_messages, openai_chat, openai_responses, wire
+from modeltap.apis import anthropic_messages, json_body, openai_chat, openai_responses
 
-BIG = base64.b64encode(b"\x89PNG" * (wire.ELIDE_MIN_BYTES // 2)).decode()
+BIG = base64.b64encode(b"\x89PNG" * (json_body.ELIDE_MIN_BYTES // 2)).decode()
 URL = "data:image/png;base64," + BIG
 
 
@@ -77,28 +77,30 @@ CASES = [
 @pytest.mark.parametrize("indent", [False, True], ids=["compact", "indented"])
 def test_same_facts_with_payloads_elided(module: Any, make: Any, indent: bool) -> None:
     raw = orjson.dumps(make(), option=orjson.OPT_INDENT_2 if indent else 0)
-    short = wire.elide_payloads(raw)
+    short = json_body.elide_payloads(raw)
     assert len(short) < len(raw) // 10  # the payloads really went
-    full = module.audit_request(wire.parse_json_object(raw))
-    elided = module.audit_request(wire.parse_json_object(short))
+    full = module.audit_request(json_body.parse_json_object(raw))
+    elided = module.audit_request(json_body.parse_json_object(short))
     assert elided == full
     assert elided.tool_results  # sizes of outputs holding elided images are exact
-    assert all(r.bytes > wire.ELIDE_MIN_BYTES for r in elided.tool_results if r.call_id != "c1")
+    assert all(
+        r.bytes > json_body.ELIDE_MIN_BYTES for r in elided.tool_results if r.call_id != "c1"
+    )
 
 
 def test_escaped_payload_and_small_bodies_are_left_alone() -> None:
     small = orjson.dumps(chat_body() | {"messages": []})
-    assert wire.elide_payloads(small) is small
+    assert json_body.elide_payloads(small) is small
     escaped = orjson.dumps(chat_body()).replace(b"image/png", b"image\\/png")
-    short = wire.elide_payloads(escaped)
+    short = json_body.elide_payloads(escaped)
     assert b"image\\/png;base64," + BIG[:100].encode() in short  # this payload was kept
-    assert openai_chat.audit_request(wire.parse_json_object(short)) == openai_chat.audit_request(
-        wire.parse_json_object(escaped)
-    )
+    assert openai_chat.audit_request(
+        json_body.parse_json_object(short)
+    ) == openai_chat.audit_request(json_body.parse_json_object(escaped))
 
 
 def test_marker_text_sent_by_a_client_disables_elision() -> None:
     body = chat_body()
     body["messages"][2]["content"] = "\x00modeltap-elided:5\x00"
     raw = orjson.dumps(body)
-    assert wire.elide_payloads(raw) is raw
+    assert json_body.elide_payloads(raw) is raw

@@ -34,7 +34,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
 from modeltap import apis, control, mitm_http1, ws_limit
-from modeltap.apis import wire
+from modeltap.apis import json_body
 from modeltap.deadlines import Deadlines, Watch
 from modeltap.decoding import (
     StreamDecompressor,
@@ -1304,13 +1304,13 @@ class ModelTap:
         """Parse a body for the audit; with ``elide``, without materialising large
         image payloads (the body forwarded is always the original)."""
         if elide:
-            short = wire.elide_payloads(decoded)
+            short = json_body.elide_payloads(decoded)
             if short is not decoded:
                 try:
-                    return wire.parse_json_object(short)
+                    return json_body.parse_json_object(short)
                 except Rejected:
                     pass  # the full parse below names the real fault
-        return wire.parse_json_object(decoded)
+        return json_body.parse_json_object(decoded)
 
     def _observe_body(self, flow: http.HTTPFlow, ex: Exchange) -> ResponseFacts:
         assert flow.response is not None and ex.api is not None

@@ -30,7 +30,8 @@ from typing import Literal
 
 import orjson
 
-from modeltap.apis import openai_responses, wire
+from modeltap.apis import openai_responses
+from modeltap.apis.json_body import reject_duplicate_keys
 from modeltap.errors import Rejected
 from modeltap.records import Json, RequestFacts, ResponseFacts
 
@@ -114,7 +115,7 @@ def classify_client_message(data: bytes | str, is_text: bool, policy: WsPolicy) 
     # Every message, not only response.create: {"type": "response.create", ...,
     # "type": "response.processed"} would pass here as a control message while
     # a first-wins server runs it.
-    wire.reject_duplicate_keys(
+    reject_duplicate_keys(
         data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"), message
     )
     kind = message.get("type")

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from modeltap import report
-from modeltap.apis import anthropic_messages, openai_chat, openai_responses, wire
+from modeltap.apis import anthropic_messages, json_body, openai_chat, openai_responses
 from modeltap.capture import Capture, decode_event, decode_record, decode_session_end
 from modeltap.decoding import StreamDecompressor, decode_body
 from modeltap.errors import RULES, Rejected, UpstreamProtocolError
@@ -125,7 +125,7 @@ def response_line(facts: ResponseFacts) -> dict[str, Any]:
 def audit_bytes(module: Any, raw: bytes) -> dict[str, Any] | None:
     """The proxy's request path on raw bytes: parse, rewrite detail, audit, serialise."""
     try:
-        body = wire.parse_json_object(raw)
+        body = json_body.parse_json_object(raw)
         module.set_image_detail(body, "low")
         facts = module.audit_request(body)
     except Rejected as exc:
@@ -167,7 +167,7 @@ def test_accepted_wire_bodies_always_give_a_writable_record(
 @given(raw=st.one_of(st.binary(max_size=200), wire_text.map(str.encode)))
 def test_parse_json_object_on_arbitrary_bytes(raw: bytes) -> None:
     try:
-        value = wire.parse_json_object(raw)
+        value = json_body.parse_json_object(raw)
     except Rejected as exc:
         assert exc.rule in ("invalid_json", "body_not_object", "duplicate_key")
         return
@@ -192,7 +192,7 @@ BAD_TEXT = [
 @pytest.mark.parametrize("raw", BAD_TEXT)
 def test_invalid_utf8_and_lone_surrogates_are_refused_as_json(module: Any, raw: bytes) -> None:
     with pytest.raises(Rejected) as exc:
-        module.audit_request(wire.parse_json_object(raw))
+        module.audit_request(json_body.parse_json_object(raw))
     assert exc.value.rule == "invalid_json"
 
 
@@ -200,7 +200,7 @@ def test_ten_thousand_levels_are_invalid_json_not_a_crash() -> None:
     """orjson stops at 1024 levels with JSONDecodeError: refused as invalid_json."""
     for deep in (nested(10_000), nested(10_000, b'{"a":', b"}", b"1"), nested(1025)):
         with pytest.raises(Rejected) as exc:
-            wire.parse_json_object(b'{"model":"m","messages":' + deep + b"}")
+            json_body.parse_json_object(b'{"model":"m","messages":' + deep + b"}")
         assert exc.value.rule == "invalid_json"
         with pytest.raises(Rejected) as exc:
             classify_client_message(
@@ -269,7 +269,7 @@ def test_huge_strings(module: Any) -> None:
     # Instructions are hashed, never copied; a model that long is refused by name.
     body["model"] = big
     with pytest.raises(Rejected) as caught:
-        module.audit_request(wire.parse_json_object(orjson.dumps(body)))
+        module.audit_request(json_body.parse_json_object(orjson.dumps(body)))
     assert caught.value.rule == "value_too_long"
 
 
@@ -589,7 +589,7 @@ def test_redact_path_removes_every_secret_value(path: str, params: list[tuple[st
 def test_tool_result_size_matches_what_orjson_writes(value: Any) -> None:
     encoded = dumps_or_none(value)
     assume(encoded is not None and not isinstance(value, str))
-    assert wire._compact_json_size(value) == len(encoded or b"")
+    assert json_body._compact_json_size(value) == len(encoded or b"")
 
 
 @SMALL

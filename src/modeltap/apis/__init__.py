@@ -1,31 +1,36 @@
-"""The wire APIs modeltap audits, and dispatch to their pure modules.
+"""The wire APIs modeltap audits: one registry, and dispatch to their pure modules.
 
-Each module (``openai_chat``, ``openai_responses``, ``anthropic_messages``)
-offers the same four things:
-
-- ``audit_request(body: Json) -> RequestFacts`` (raises ``Rejected``);
-- ``set_image_detail(body: Json, detail: str) -> int``: rewrite every image's
-  detail in place, return how many were rewritten;
-- ``observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts``;
-- ``StreamObserver(facts)`` with ``feed(SSEEvent) -> bool`` (True when the
-  event carried model output), ``done`` (the terminal event was seen) and
-  ``finish(error: str | None) -> ResponseFacts``.
+Each wire API is one module of this package meeting
+:class:`~modeltap.apis.contract.WireApi`: request audit and refusals, response
+and stream observation, its identity (record name, endpoint, provider), and
+what telemetry reads from its bodies (content and settings). :data:`APIS` is
+the registry: adding an API is writing its module and adding it there;
+nothing outside ``apis/`` changes. The pieces the modules share are
+:mod:`~modeltap.apis.json_body` (parsing, duplicate keys, payload eliding),
+:mod:`~modeltap.apis.fields` (field readers) and
+:mod:`~modeltap.apis.stream_observer` (the observers' common base).
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import Protocol
+from typing import Final
 
-from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES, RequestFacts, ResponseFacts
-from modeltap.routing import routed_path
-from modeltap.sse import SSEEvent
-
-_SUFFIXES = (
-    ("/chat/completions", API_CHAT),
-    ("/responses", API_RESPONSES),
-    ("/messages", API_ANTHROPIC),
+from modeltap.apis import anthropic_messages, openai_chat, openai_responses
+from modeltap.apis.contract import (
+    RequestContent,
+    RequestSettings,
+    ResponseContent,
+    StreamObserver,
+    WireApi,
 )
+from modeltap.records import RequestFacts, ResponseFacts
+from modeltap.routing import routed_path
+
+#: Every wire API, in the order endpoints are matched. Adding an API is adding
+#: its module here (mypy checks it against :class:`WireApi`).
+APIS: Final[tuple[WireApi, ...]] = (openai_chat, openai_responses, anthropic_messages)
+
+_BY_NAME: Final[dict[str, WireApi]] = {api.NAME: api for api in APIS}
 
 
 def api_for_path(method: str, path: str) -> str | None:
@@ -60,9 +65,9 @@ def endpoint_of(path: str) -> str | None:
     bare = routed_path(path).lower()
     if bare.endswith("/"):
         bare = bare[:-1]
-    for suffix, api in _SUFFIXES:
-        if bare.endswith(suffix):
-            return api
+    for api in APIS:
+        if bare.endswith(api.ENDPOINT):
+            return api.NAME
     return None
 
 
@@ -78,52 +83,33 @@ def is_models_listing(method: str, path: str) -> bool:
     return method.upper() == "GET" and ("models" in parts[-2:])
 
 
-class StreamObserver(Protocol):
-    """What every API's stream observer offers (see the module docstring)."""
-
-    def feed(self, event: SSEEvent) -> bool: ...
-
-    @property
-    def done(self) -> bool: ...
-
-    def finish(self, error: str | None = None) -> ResponseFacts: ...
-
-
-def module_for(api: str) -> ModuleType:
-    """Return the pure module implementing ``api``.
+def module_for(api: str) -> WireApi:
+    """Return the module implementing ``api`` (a record's ``api`` value).
 
     Raises:
         KeyError: for an unknown API name.
     """
-    if not _MODULES:  # imported on first use: the API modules import this one
-        from modeltap.apis import anthropic_messages, openai_chat, openai_responses
-
-        _MODULES.update(
-            {
-                API_CHAT: openai_chat,
-                API_RESPONSES: openai_responses,
-                API_ANTHROPIC: anthropic_messages,
-            }
-        )
-    return _MODULES[api]
+    return _BY_NAME[api]
 
 
-_MODULES: dict[str, ModuleType] = {}
-
-
-def provider_of(api: str) -> str:
-    """The ``gen_ai.provider.name`` of an API: ``openai`` or ``anthropic``."""
-    return "anthropic" if api == API_ANTHROPIC else "openai"
+def find(api: str | None) -> WireApi | None:
+    """Return the module implementing ``api``, or ``None`` for an unknown or absent name."""
+    return _BY_NAME.get(api) if api is not None else None
 
 
 __all__ = [
+    "APIS",
+    "RequestContent",
     "RequestFacts",
+    "RequestSettings",
+    "ResponseContent",
     "ResponseFacts",
     "StreamObserver",
+    "WireApi",
     "api_for_path",
     "api_for_ws_path",
     "endpoint_of",
+    "find",
     "is_models_listing",
     "module_for",
-    "provider_of",
 ]

@@ -12,7 +12,7 @@ Instructions are the top-level ``system`` then any ``role: system`` message.
 Images are ``image`` blocks, inside ``tool_result`` content too; Anthropic
 images carry no detail, so each is ``None`` and :func:`set_image_detail`
 changes nothing. A tool result's size is its ``content`` as sent
-(``wire.utf8_len``): a string as UTF-8, a block list as its compact JSON,
+(``json_body.utf8_len``): a string as UTF-8, a block list as its compact JSON,
 absent as 0.
 ``thinking`` keeps ``type``, ``budget_tokens`` and ``display``; any other key
 by name only (SPEC section 8). A request whose ``thread`` continues state the
@@ -31,13 +31,32 @@ is empty.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from modeltap.apis import wire
+from modeltap.apis.contract import RequestContent, RequestSettings, ResponseContent
+from modeltap.apis.fields import (
+    SettingKeys,
+    bounded,
+    instructions_sha256,
+    number,
+    optional_name,
+    optional_str,
+    output_type,
+    reject_messages_and_input,
+    require_model,
+    setting_by_name,
+    str_or_none,
+    string_list,
+    token_count,
+    whole_number,
+)
+from modeltap.apis.json_body import utf8_len
+from modeltap.apis.stream_observer import StreamObserverBase, error_type
 from modeltap.errors import Rejected
 from modeltap.records import (
+    API_ANTHROPIC,
     HostedTool,
     Json,
     RequestFacts,
@@ -48,8 +67,13 @@ from modeltap.records import (
 )
 from modeltap.sse import SSEEvent
 
+NAME: Final = API_ANTHROPIC
+ENDPOINT: Final = "/messages"
+PROVIDER: Final = "anthropic"
+OPENAI_API_TYPE: Final = None
+
 #: The keys of ``thinking`` whose values the record keeps; others by name only.
-_THINKING_KEYS: wire.SettingKeys = {"type": str, "budget_tokens": int, "display": str}
+_THINKING_KEYS: SettingKeys = {"type": str, "budget_tokens": int, "display": str}
 
 #: Delta types that carry model output (signatures and citations do not).
 _OUTPUT_DELTAS = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
@@ -75,8 +99,8 @@ def audit_request(body: Json) -> RequestFacts:
             ``malformed_image``, ``instructions_not_text`` or
             ``malformed_setting``.
     """
-    model = wire.require_model(body)
-    wire.reject_messages_and_input(body)
+    model = require_model(body)
+    reject_messages_and_input(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
         raise Rejected("malformed_messages", "messages")
@@ -84,11 +108,11 @@ def audit_request(body: Json) -> RequestFacts:
 
     # Known keys with their values, any other key by name only (SPEC section 8):
     # an extra field must not carry text into the record.
-    thinking = wire.setting_by_name(body.get("thinking"), _THINKING_KEYS, "thinking")
+    thinking = setting_by_name(body.get("thinking"), _THINKING_KEYS, "thinking")
     output_config = body.get("output_config")
     if output_config is not None and not isinstance(output_config, dict):
         raise Rejected("malformed_setting", "output_config")
-    effort = wire.optional_str(
+    effort = optional_str(
         output_config.get("effort") if output_config else None, "output_config.effort"
     )
 
@@ -115,7 +139,7 @@ def audit_request(body: Json) -> RequestFacts:
         thinking=thinking,
         image_details=tuple(images),
         instructions_sha256=(
-            None if "instructions" in omitted else wire.instructions_sha256(instructions)
+            None if "instructions" in omitted else instructions_sha256(instructions)
         ),
         stream=body.get("stream") is True,
         hosted_tools=hosted_tools,
@@ -176,12 +200,12 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
         if kind is None or kind == "custom":
             if not isinstance(name, str) or not name:
                 raise Rejected("tool_without_name", f"tools[{i}]")
-            names.append(wire.bounded(name, f"tools[{i}]"))
+            names.append(bounded(name, f"tools[{i}]"))
         elif isinstance(kind, str):
             hosted.append(
                 HostedTool(
-                    wire.bounded(kind, f"tools[{i}].type"),
-                    wire.optional_name(name, f"tools[{i}].name"),
+                    bounded(kind, f"tools[{i}].type"),
+                    optional_name(name, f"tools[{i}].name"),
                 )
             )
         else:
@@ -191,7 +215,7 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
     for i, server in enumerate(mcp_servers or ()):
         if not isinstance(server, dict):
             raise Rejected("malformed_tools", f"mcp_servers[{i}]")
-        hosted.append(HostedTool("mcp", wire.optional_name(server.get("name"), "mcp_servers")))
+        hosted.append(HostedTool("mcp", optional_name(server.get("name"), "mcp_servers")))
     return tuple(names), tuple(hosted)
 
 
@@ -229,8 +253,8 @@ def _read_blocks(
             content = block.get("content")
             tool_results.append(
                 ToolResult(
-                    wire.optional_name(block.get("tool_use_id"), f"{here}.tool_use_id"),
-                    0 if content is None else wire.utf8_len(content),
+                    optional_name(block.get("tool_use_id"), f"{here}.tool_use_id"),
+                    0 if content is None else utf8_len(content),
                 )
             )
             if isinstance(content, list):
@@ -259,7 +283,7 @@ def _merge_usage(usage: Usage, reported: Json) -> Usage:
     """Overlay the counts ``reported`` carries on ``usage``; a later count wins."""
 
     def pick(key: str, old: int | None) -> int | None:
-        new = wire.token_count(reported.get(key))
+        new = token_count(reported.get(key))
         return old if new is None else new
 
     return Usage(
@@ -308,15 +332,15 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
             elif block.get("type") == "tool_use":
                 calls.append(
                     ToolCall(
-                        wire.str_or_none(block.get("id")),
-                        wire.str_or_none(block.get("name")),
+                        str_or_none(block.get("id")),
+                        str_or_none(block.get("name")),
                         _json_text(block.get("input")),
                     )
                 )
     reason = body.get("stop_reason")
     return ResponseFacts(
-        response_id=wire.str_or_none(body.get("id")),
-        model=wire.str_or_none(body.get("model")),
+        response_id=str_or_none(body.get("id")),
+        model=str_or_none(body.get("model")),
         usage=_merge_usage(Usage(), usage) if isinstance(usage, dict) else Usage(),
         finish_reasons=(reason,) if isinstance(reason, str) else None,
         tool_calls=tuple(calls),
@@ -331,8 +355,8 @@ class _StreamedToolUse:
     __slots__ = ("call_id", "fragments", "name", "start_input")
 
     def __init__(self, block: Json) -> None:
-        self.call_id = wire.str_or_none(block.get("id"))
-        self.name = wire.str_or_none(block.get("name"))
+        self.call_id = str_or_none(block.get("id"))
+        self.name = str_or_none(block.get("name"))
         self.start_input: Any = block.get("input")
         self.fragments: list[str] = []
 
@@ -345,7 +369,7 @@ class _StreamedToolUse:
         return ToolCall(self.call_id, self.name, arguments or None)
 
 
-class StreamObserver(wire.StreamObserverBase):
+class StreamObserver(StreamObserverBase):
     """Observe a streamed Messages response, one SSE event at a time.
 
     Only facts are kept (ids, usage, stop reason, tool names and input
@@ -388,8 +412,8 @@ class StreamObserver(wire.StreamObserverBase):
         if kind == "message_start":
             message = data.get("message")
             if isinstance(message, dict):
-                self._response_id = wire.str_or_none(message.get("id"))
-                self._model = wire.str_or_none(message.get("model"))
+                self._response_id = str_or_none(message.get("id"))
+                self._model = str_or_none(message.get("model"))
                 usage = message.get("usage")
                 if isinstance(usage, dict):
                     self._usage = _merge_usage(self._usage, usage)
@@ -416,7 +440,7 @@ class StreamObserver(wire.StreamObserverBase):
             self._done = True
         elif kind == "error":
             self._status = "error"
-            self._note(f"upstream sent an error event: {wire.error_type(data.get('error'))}")
+            self._note(f"upstream sent an error event: {error_type(data.get('error'))}")
         return False
 
     def _feed_delta(self, data: Json) -> bool:
@@ -459,3 +483,32 @@ class StreamObserver(wire.StreamObserverBase):
             evidence_complete=not self._errors,
             capture_errors=tuple(self._errors),
         )
+
+
+# --------------------------------------------------------------------------
+# What telemetry reads (spans only; see modeltap.apis.contract)
+
+
+def request_content(body: Json) -> RequestContent:
+    """The ``messages`` as sent, and the top-level ``system`` beside them."""
+    return RequestContent(
+        input_messages=body.get("messages"), system_instructions=body.get("system")
+    )
+
+
+def response_content(body: Json) -> ResponseContent | None:
+    """The ``content`` blocks of a message, or ``None`` for a body without them (an error)."""
+    return ResponseContent(body["content"]) if "content" in body else None
+
+
+def request_settings(body: Json) -> RequestSettings:
+    """The generation settings sent (Anthropic has no seed, penalties or ``n``)."""
+    return RequestSettings(
+        max_tokens=whole_number(body.get("max_tokens")),
+        temperature=number(body.get("temperature")),
+        top_p=number(body.get("top_p")),
+        top_k=number(body.get("top_k")),
+        stop_sequences=string_list(body.get("stop_sequences")),
+        output_type=output_type(body.get("output_format")),
+        service_tier=str_or_none(body.get("service_tier")),
+    )

@@ -4,7 +4,7 @@ Request side (SPEC section 2): client-run tools are ``function`` tools (named by
 ``function.name``) and ``custom`` tools (named by ``custom.name``); any other
 tool type (gateways such as OpenRouter add provider-run ones) is a hosted tool.
 Images are ``image_url`` content parts of any message. A tool result's size is
-its ``content`` as sent (``wire.utf8_len``): a string as UTF-8, a list of parts
+its ``content`` as sent (``json_body.utf8_len``): a string as UTF-8, a list of parts
 as its compact JSON, so every API measures results the same way.
 
 Response side (SPEC section 4): a JSON body or a stream of ``data: {chunk}``
@@ -15,13 +15,30 @@ true exactly when ``capture_errors`` is empty.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from modeltap.apis import wire
+from modeltap.apis.contract import RequestContent, RequestSettings, ResponseContent
+from modeltap.apis.fields import (
+    bounded,
+    instructions_sha256,
+    number,
+    optional_name,
+    optional_str,
+    output_type,
+    reject_messages_and_input,
+    require_model,
+    str_or_none,
+    string_list,
+    token_count,
+    whole_number,
+)
+from modeltap.apis.json_body import utf8_len
+from modeltap.apis.stream_observer import StreamObserverBase, error_type
 from modeltap.errors import Rejected
 from modeltap.records import (
+    API_CHAT,
     HostedTool,
     Json,
     RequestFacts,
@@ -31,6 +48,11 @@ from modeltap.records import (
     Usage,
 )
 from modeltap.sse import SSEEvent
+
+NAME: Final = API_CHAT
+ENDPOINT: Final = "/chat/completions"
+PROVIDER: Final = "openai"
+OPENAI_API_TYPE: Final = "chat_completions"
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 #: Output fields of a streamed ``delta``; reasoning arrives as ``reasoning_content``
@@ -58,11 +80,11 @@ def audit_request(body: Json) -> RequestFacts:
             ``malformed_image``, ``instructions_not_text`` or
             ``malformed_setting``.
     """
-    model = wire.require_model(body)
-    wire.reject_messages_and_input(body)
+    model = require_model(body)
+    reject_messages_and_input(body)
     messages = _messages(body)
     tool_names, hosted_tools = _tools(body.get("tools"))
-    reasoning_effort = wire.optional_str(body.get("reasoning_effort"), "reasoning_effort")
+    reasoning_effort = optional_str(body.get("reasoning_effort"), "reasoning_effort")
 
     instructions: list[str] = []
     images: list[str | None] = []
@@ -77,8 +99,8 @@ def audit_request(body: Json) -> RequestFacts:
         elif role == "tool":
             tool_results.append(
                 ToolResult(
-                    wire.optional_name(message.get("tool_call_id"), f"messages[{i}].tool_call_id"),
-                    0 if content is None else wire.utf8_len(content),
+                    optional_name(message.get("tool_call_id"), f"messages[{i}].tool_call_id"),
+                    0 if content is None else utf8_len(content),
                 )
             )
         if isinstance(content, list):
@@ -91,7 +113,7 @@ def audit_request(body: Json) -> RequestFacts:
         reasoning_effort=reasoning_effort,
         thinking=None,
         image_details=tuple(images),
-        instructions_sha256=wire.instructions_sha256(instructions),
+        instructions_sha256=instructions_sha256(instructions),
         stream=body.get("stream") is True,
         hosted_tools=hosted_tools,
         tool_results=tuple(tool_results),
@@ -134,12 +156,12 @@ def _tools(tools: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
             name = spec.get("name") if isinstance(spec, dict) else None
             if not isinstance(name, str) or not name:
                 raise Rejected("tool_without_name", f"tools[{i}]")
-            names.append(wire.bounded(name, f"tools[{i}]"))
+            names.append(bounded(name, f"tools[{i}]"))
         else:
             hosted.append(
                 HostedTool(
-                    wire.bounded(kind, f"tools[{i}].type"),
-                    wire.optional_name(tool.get("name"), f"tools[{i}].name"),
+                    bounded(kind, f"tools[{i}].type"),
+                    optional_name(tool.get("name"), f"tools[{i}].name"),
                 )
             )
     return tuple(names), tuple(hosted)
@@ -177,7 +199,7 @@ def _image_details(content: list[Any], index: int) -> list[str | None]:
         detail = image.get("detail")
         if detail is not None and not isinstance(detail, str):
             raise Rejected("malformed_image", where)
-        details.append(None if detail is None else wire.bounded(detail, where))
+        details.append(None if detail is None else bounded(detail, where))
     return details
 
 
@@ -213,13 +235,13 @@ def _usage(usage: Json) -> Usage:
     prompt = usage.get("prompt_tokens_details")
     completion = usage.get("completion_tokens_details")
     return Usage(
-        input_tokens=wire.token_count(usage.get("prompt_tokens")),
-        output_tokens=wire.token_count(usage.get("completion_tokens")),
-        total_tokens=wire.token_count(usage.get("total_tokens")),
-        cache_read_tokens=wire.token_count(prompt.get("cached_tokens"))
+        input_tokens=token_count(usage.get("prompt_tokens")),
+        output_tokens=token_count(usage.get("completion_tokens")),
+        total_tokens=token_count(usage.get("total_tokens")),
+        cache_read_tokens=token_count(prompt.get("cached_tokens"))
         if isinstance(prompt, dict)
         else None,
-        reasoning_tokens=wire.token_count(completion.get("reasoning_tokens"))
+        reasoning_tokens=token_count(completion.get("reasoning_tokens"))
         if isinstance(completion, dict)
         else None,
     )
@@ -229,10 +251,10 @@ def _tool_call_parts(call: Json) -> tuple[str | None, str | None]:
     """Return a tool call's name and arguments (``custom`` calls send ``input``)."""
     function = call.get("function")
     if isinstance(function, dict):
-        return wire.str_or_none(function.get("name")), wire.str_or_none(function.get("arguments"))
+        return str_or_none(function.get("name")), str_or_none(function.get("arguments"))
     custom = call.get("custom")
     if isinstance(custom, dict):
-        return wire.str_or_none(custom.get("name")), wire.str_or_none(custom.get("input"))
+        return str_or_none(custom.get("name")), str_or_none(custom.get("input"))
     return None, None
 
 
@@ -274,14 +296,12 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
             tool_calls = message.get("tool_calls") if isinstance(message, dict) else None
             for call in tool_calls if isinstance(tool_calls, list) else ():
                 if isinstance(call, dict):
-                    calls.append(
-                        ToolCall(wire.str_or_none(call.get("id")), *_tool_call_parts(call))
-                    )
+                    calls.append(ToolCall(str_or_none(call.get("id")), *_tool_call_parts(call)))
                 else:
                     errors.append("response has a tool call that is not an object")
     return ResponseFacts(
-        response_id=wire.str_or_none(body.get("id")),
-        model=wire.str_or_none(body.get("model")),
+        response_id=str_or_none(body.get("id")),
+        model=str_or_none(body.get("model")),
         usage=_usage(usage) if isinstance(usage, dict) else Usage(),
         finish_reasons=tuple(reasons) if isinstance(choices, list) else None,
         tool_calls=tuple(calls),
@@ -301,7 +321,7 @@ class _StreamedCall:
         self.arguments: list[str] | None = None
 
 
-class StreamObserver(wire.StreamObserverBase):
+class StreamObserver(StreamObserverBase):
     """Observe a streamed chat response, one SSE event at a time.
 
     Only facts are kept (ids, usage, finish reasons, tool-call names and
@@ -349,12 +369,12 @@ class StreamObserver(wire.StreamObserverBase):
             return False
         if chunk.get("error") is not None:
             self._status = "error"
-            self._note(f"upstream sent an error chunk: {wire.error_type(chunk['error'])}")
+            self._note(f"upstream sent an error chunk: {error_type(chunk['error'])}")
             return False
         if self._response_id is None:
-            self._response_id = wire.str_or_none(chunk.get("id"))
+            self._response_id = str_or_none(chunk.get("id"))
         if self._model is None:
-            self._model = wire.str_or_none(chunk.get("model"))
+            self._model = str_or_none(chunk.get("model"))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage)
@@ -389,7 +409,7 @@ class StreamObserver(wire.StreamObserverBase):
             tool_index = call.get("index")
             key = (index, tool_index if isinstance(tool_index, int) else tool_position)
             assembled = self._calls.setdefault(key, _StreamedCall())
-            call_id = wire.str_or_none(call.get("id"))
+            call_id = str_or_none(call.get("id"))
             name, fragment = _tool_call_parts(call)
             assembled.call_id = assembled.call_id or call_id
             assembled.name = assembled.name or name
@@ -437,3 +457,38 @@ class StreamObserver(wire.StreamObserverBase):
             evidence_complete=not self._errors,
             capture_errors=tuple(self._errors),
         )
+
+
+# --------------------------------------------------------------------------
+# What telemetry reads (spans only; see modeltap.apis.contract)
+
+
+def request_content(body: Json) -> RequestContent:
+    """The ``messages`` as sent; system and developer messages stay among them.
+
+    Chat has no instructions outside the conversation, so
+    ``system_instructions`` is always ``None``.
+    """
+    return RequestContent(input_messages=body.get("messages"))
+
+
+def response_content(body: Json) -> ResponseContent | None:
+    """The ``choices`` of a completion, or ``None`` for a body without them (an error)."""
+    return ResponseContent(body["choices"]) if "choices" in body else None
+
+
+def request_settings(body: Json) -> RequestSettings:
+    """The generation settings sent (``max_completion_tokens`` before ``max_tokens``)."""
+    max_tokens = whole_number(body.get("max_completion_tokens"))
+    return RequestSettings(
+        max_tokens=max_tokens if max_tokens is not None else whole_number(body.get("max_tokens")),
+        temperature=number(body.get("temperature")),
+        top_p=number(body.get("top_p")),
+        stop_sequences=string_list(body.get("stop")),
+        seed=whole_number(body.get("seed")),
+        frequency_penalty=number(body.get("frequency_penalty")),
+        presence_penalty=number(body.get("presence_penalty")),
+        choice_count=whole_number(body.get("n")),
+        output_type=output_type(body.get("response_format")),
+        service_tier=str_or_none(body.get("service_tier")),
+    )

@@ -26,13 +26,30 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
-from modeltap.apis import wire
+from modeltap.apis.contract import RequestContent, RequestSettings, ResponseContent
+from modeltap.apis.fields import (
+    bounded,
+    instructions_sha256,
+    number,
+    optional_bool,
+    optional_name,
+    optional_str,
+    output_type,
+    reject_messages_and_input,
+    require_model,
+    str_or_none,
+    token_count,
+    whole_number,
+)
+from modeltap.apis.json_body import utf8_len
+from modeltap.apis.stream_observer import StreamObserverBase
 from modeltap.errors import Rejected
 from modeltap.records import (
+    API_RESPONSES,
     HostedTool,
     Json,
     RequestFacts,
@@ -42,6 +59,11 @@ from modeltap.records import (
     Usage,
 )
 from modeltap.sse import SSEEvent
+
+NAME: Final = API_RESPONSES
+ENDPOINT: Final = "/responses"
+PROVIDER: Final = "openai"
+OPENAI_API_TYPE: Final = "responses"
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 _CLIENT_TOOL_TYPES = frozenset({"function", "custom"})
@@ -83,8 +105,8 @@ def audit_request(body: Json) -> RequestFacts:
             ``malformed_tools``, ``tool_without_name``, ``malformed_image`` or
             ``malformed_setting``.
     """
-    model = wire.require_model(body)
-    wire.reject_messages_and_input(body)
+    model = require_model(body)
+    reject_messages_and_input(body)
     items = _input_items(body.get("input"))
     omitted = unstated_settings(body) if continues_server_state(body) else ()
 
@@ -102,7 +124,7 @@ def audit_request(body: Json) -> RequestFacts:
         kind = item.get("type")
         if _is_message(item):
             content = item.get("content")
-            if wire.str_or_none(item.get("role")) in _INSTRUCTION_ROLES:
+            if str_or_none(item.get("role")) in _INSTRUCTION_ROLES:
                 instructions.append(_instruction_text(content))
             elif isinstance(content, str | list):
                 _check_part_list(content, where)
@@ -115,8 +137,8 @@ def audit_request(body: Json) -> RequestFacts:
             _check_part_list(output, where)
             tool_results.append(
                 ToolResult(
-                    call_id=wire.optional_name(item.get("call_id"), f"{where}.call_id"),
-                    bytes=0 if output is None else wire.utf8_len(output),
+                    call_id=optional_name(item.get("call_id"), f"{where}.call_id"),
+                    bytes=0 if output is None else utf8_len(output),
                 )
             )
     image_details = tuple(_image_detail(part) for part in _image_parts(items))
@@ -128,15 +150,13 @@ def audit_request(body: Json) -> RequestFacts:
         thinking=None,
         image_details=image_details,
         instructions_sha256=(
-            None if "instructions" in omitted else wire.instructions_sha256(instructions)
+            None if "instructions" in omitted else instructions_sha256(instructions)
         ),
         stream=body.get("stream") is True,
         hosted_tools=tuple(hosted),
         tool_results=tuple(tool_results),
-        previous_response_id=wire.optional_str(
-            body.get("previous_response_id"), "previous_response_id"
-        ),
-        generate=wire.optional_bool(body.get("generate"), "generate"),
+        previous_response_id=optional_str(body.get("previous_response_id"), "previous_response_id"),
+        generate=optional_bool(body.get("generate"), "generate"),
         omitted_settings=omitted,
     )
 
@@ -176,8 +196,7 @@ def unstated_settings(body: Json) -> tuple[str, ...]:
     items = body.get("input")
     items = [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
     has_instructions = body.get("instructions") is not None or any(
-        _is_message(item) and wire.str_or_none(item.get("role")) in _INSTRUCTION_ROLES
-        for item in items
+        _is_message(item) and str_or_none(item.get("role")) in _INSTRUCTION_ROLES for item in items
     )
     has_tools = body.get("tools") is not None or any(
         item.get("type") == "additional_tools" for item in items
@@ -284,7 +303,7 @@ def _image_parts(items: Any) -> Iterator[Json]:
             continue
         if _is_message(item):
             parts = item.get("content")
-        elif wire.str_or_none(item.get("type")) in _TOOL_OUTPUT_TYPES:
+        elif str_or_none(item.get("type")) in _TOOL_OUTPUT_TYPES:
             parts = item.get("output")
         else:
             continue
@@ -300,7 +319,7 @@ def _image_detail(part: Json) -> str | None:
     if detail is not None and not isinstance(detail, str):
         raise Rejected("malformed_image", "detail")
     if detail is not None:
-        wire.bounded(detail, "detail")
+        bounded(detail, "detail")
     if not isinstance(part.get("image_url"), str) and not isinstance(part.get("file_id"), str):
         raise Rejected("malformed_image", "image_url or file_id")
     return detail
@@ -332,15 +351,15 @@ def _read_tools(
             if kind == "namespace":
                 _read_tools(tool.get("tools"), f"{here}.tools", f"{prefix}{name}.", names, hosted)
             else:
-                names.append(wire.bounded(f"{prefix}{name}", here))
+                names.append(bounded(f"{prefix}{name}", here))
         else:
             # An MCP tool is known by its server label; other hosted tools by
             # their name when they carry one.
             label = tool.get("server_label") if kind == "mcp" else tool.get("name")
             hosted.append(
                 HostedTool(
-                    type=wire.bounded(kind, f"{here}.type"),
-                    name=wire.optional_name(label, f"{here}.name"),
+                    type=bounded(kind, f"{here}.type"),
+                    name=optional_name(label, f"{here}.name"),
                 )
             )
 
@@ -351,7 +370,7 @@ def _reasoning_effort(reasoning: Any) -> str | None:
         return None
     if not isinstance(reasoning, dict):
         raise Rejected("malformed_setting", "reasoning")
-    return wire.optional_str(reasoning.get("effort"), "reasoning.effort")
+    return optional_str(reasoning.get("effort"), "reasoning.effort")
 
 
 # --------------------------------------------------------------------------
@@ -384,10 +403,10 @@ def _from_response(
     response: Json, tool_calls: tuple[ToolCall, ...], errors: tuple[str, ...]
 ) -> ResponseFacts:
     """ResponseFacts from a whole Response object's id, model, status and usage."""
-    status = wire.str_or_none(response.get("status"))
+    status = str_or_none(response.get("status"))
     return ResponseFacts(
-        response_id=wire.str_or_none(response.get("id")),
-        model=wire.str_or_none(response.get("model")),
+        response_id=str_or_none(response.get("id")),
+        model=str_or_none(response.get("model")),
         usage=_usage(response.get("usage")),
         finish_reasons=_finish_reasons(status, response.get("incomplete_details")),
         tool_calls=tool_calls,
@@ -404,14 +423,14 @@ def _usage(value: Any) -> Usage:
     inputs = value.get("input_tokens_details")
     outputs = value.get("output_tokens_details")
     return Usage(
-        input_tokens=wire.token_count(value.get("input_tokens")),
-        output_tokens=wire.token_count(value.get("output_tokens")),
-        total_tokens=wire.token_count(value.get("total_tokens")),
+        input_tokens=token_count(value.get("input_tokens")),
+        output_tokens=token_count(value.get("output_tokens")),
+        total_tokens=token_count(value.get("total_tokens")),
         cache_read_tokens=(
-            wire.token_count(inputs.get("cached_tokens")) if isinstance(inputs, dict) else None
+            token_count(inputs.get("cached_tokens")) if isinstance(inputs, dict) else None
         ),
         reasoning_tokens=(
-            wire.token_count(outputs.get("reasoning_tokens")) if isinstance(outputs, dict) else None
+            token_count(outputs.get("reasoning_tokens")) if isinstance(outputs, dict) else None
         ),
     )
 
@@ -435,10 +454,10 @@ def _tool_call(item: Json) -> ToolCall | None:
     else:
         return None
     return ToolCall(
-        call_id=wire.str_or_none(item.get("call_id")),
-        name=wire.str_or_none(item.get("name")),
-        arguments=wire.str_or_none(arguments),
-        namespace=wire.str_or_none(item.get("namespace")),
+        call_id=str_or_none(item.get("call_id")),
+        name=str_or_none(item.get("name")),
+        arguments=str_or_none(arguments),
+        namespace=str_or_none(item.get("namespace")),
     )
 
 
@@ -474,7 +493,7 @@ class _PendingCall:
         return dataclasses.replace(started, arguments=arguments)
 
 
-class StreamObserver(wire.StreamObserverBase):
+class StreamObserver(StreamObserverBase):
     """Observe one streamed Responses answer, event by event (sans-I/O).
 
     Keeps facts only (ids, usage, tool calls and their arguments), never output
@@ -567,9 +586,9 @@ class StreamObserver(wire.StreamObserverBase):
             if isinstance(delta, str):
                 self._pending(event, None).chunks.append(delta)
         elif kind == "response.function_call_arguments.done":
-            self._pending(event, None).done_arguments = wire.str_or_none(event.get("arguments"))
+            self._pending(event, None).done_arguments = str_or_none(event.get("arguments"))
         elif kind == "response.custom_tool_call_input.done":
-            self._pending(event, None).done_arguments = wire.str_or_none(event.get("input"))
+            self._pending(event, None).done_arguments = str_or_none(event.get("input"))
         return kind.startswith("response.") and kind.endswith(".delta")
 
     def finish(self, error: str | None = None) -> ResponseFacts:
@@ -640,4 +659,37 @@ def _call_key(event: Json, item: Json | None) -> object:
     if isinstance(index, int):
         return index
     item_id = item.get("id") if item is not None else event.get("item_id")
-    return wire.str_or_none(item_id)
+    return str_or_none(item_id)
+
+
+# --------------------------------------------------------------------------
+# What telemetry reads (spans only; see modeltap.apis.contract)
+
+
+def request_content(body: Json) -> RequestContent:
+    """The ``input`` as sent (a string or a list of items), and ``instructions``."""
+    return RequestContent(
+        input_messages=body.get("input"), system_instructions=body.get("instructions")
+    )
+
+
+def response_content(body: Json) -> ResponseContent | None:
+    """The ``output`` of a Response object, or of the one a WebSocket
+    ``response.*`` event carries; ``None`` for a body without it (an error)."""
+    response = body.get("response")
+    if isinstance(response, dict):
+        body = response
+    return ResponseContent(body["output"]) if "output" in body else None
+
+
+def request_settings(body: Json) -> RequestSettings:
+    """The generation settings sent (the Responses API has no stop, seed,
+    penalties or ``n``; its output format is ``text.format``)."""
+    text = body.get("text")
+    return RequestSettings(
+        max_tokens=whole_number(body.get("max_output_tokens")),
+        temperature=number(body.get("temperature")),
+        top_p=number(body.get("top_p")),
+        output_type=output_type(text.get("format") if isinstance(text, dict) else None),
+        service_tier=str_or_none(body.get("service_tier")),
+    )

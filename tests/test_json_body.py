@@ -1,4 +1,4 @@
-"""Duplicate keys in audited JSON (``wire.reject_duplicate_keys``).
+"""Duplicate keys in audited JSON (``json_body.reject_duplicate_keys``).
 
 The reference is the standard library's parser with an ``object_pairs_hook``
 that sees every member, repeated ones included: the property tests write JSON
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeltap.apis import wire
+from modeltap.apis import json_body
 from modeltap.errors import Rejected
 
 
@@ -37,7 +37,7 @@ def has_duplicates(text: bytes) -> bool:
 
 def detects(text: bytes) -> bool:
     try:
-        wire.reject_duplicate_keys(text, orjson.loads(text))
+        json_body.reject_duplicate_keys(text, orjson.loads(text))
     except Rejected as e:
         assert e.rule == "duplicate_key"
         return True
@@ -61,7 +61,7 @@ def test_duplicates_are_found(text: bytes) -> None:
     assert has_duplicates(text)
     assert detects(text)
     with pytest.raises(Rejected):
-        wire.parse_json_object(text)
+        json_body.parse_json_object(text)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_duplicates_are_found(text: bytes) -> None:
 def test_no_false_duplicates(text: bytes) -> None:
     assert not has_duplicates(text)
     assert not detects(text)
-    wire.parse_json_object(text)
+    json_body.parse_json_object(text)
 
 
 def test_deeper_than_orjson_writes_is_still_counted() -> None:

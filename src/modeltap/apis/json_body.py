@@ -1,19 +1,23 @@
-"""Small pure pieces every wire API module shares.
+"""Audited JSON bodies: parsing with the duplicate-key check, payload eliding, sizes.
 
-Nothing here knows one API; each function states its contract and raises
-:class:`~modeltap.errors.Rejected` with a rule name, never with body content.
+Every request body or WebSocket message modeltap audits is parsed here, the
+same way for every wire API: one JSON object (:func:`parse_json_object`),
+without a repeated key anywhere (:func:`reject_duplicate_keys`), optionally
+with large image and file payloads replaced by a marker first
+(:func:`elide_payloads`) so the parse never copies what the audit does not
+read. :func:`utf8_len` measures a value as it was sent, elided payloads
+included. Refusals name a rule, never body content.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
 import orjson
 
 from modeltap.errors import Rejected
-from modeltap.records import MAX_ID_CHARS, REDACTED, Json
+from modeltap.records import Json
 
 
 def parse_json_object(raw: bytes) -> Json:
@@ -101,145 +105,6 @@ def _member_count(value: Any) -> int:
             if isinstance(child, dict | list):
                 stack.append(child)
     return members
-
-
-def sha256_hex(text: str) -> str:
-    """Return the SHA-256 hex digest of ``text`` encoded as UTF-8.
-
-    Lone surrogates (possible in JSON ``\\ud800`` escapes) are encoded with
-    ``surrogatepass`` so hashing never fails on what a client really sent.
-    """
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def instructions_sha256(texts: list[str]) -> str:
-    """Hash instruction texts joined in order with two newlines (SPEC section 2)."""
-    return sha256_hex("\n\n".join(texts))
-
-
-def bounded(value: str, where: str) -> str:
-    """Return ``value``, a string the record copies, if it is short enough.
-
-    Every identifier a record copies from a request (model, effort, tool name
-    or type, call id, image detail) goes through here, so none can carry
-    prompt text at length (SPEC section 8).
-
-    Raises:
-        Rejected: ``value_too_long`` naming ``where`` (a fixed field name)
-            when ``value`` is longer than :data:`~modeltap.records.MAX_ID_CHARS`.
-    """
-    if len(value) > MAX_ID_CHARS:
-        raise Rejected("value_too_long", where)
-    return value
-
-
-def optional_name(value: Any, where: str) -> str | None:
-    """A name or id kept when it is a string (bounded), else ``None`` (unknown).
-
-    Raises:
-        Rejected: ``value_too_long`` for an overlong string.
-    """
-    return bounded(value, where) if isinstance(value, str) else None
-
-
-def require_model(body: Json) -> str:
-    """Return the body's ``model``.
-
-    Raises:
-        Rejected: ``missing_model`` if absent, not a string or empty;
-            ``value_too_long`` if longer than ``MAX_ID_CHARS``.
-    """
-    model = body.get("model")
-    if not isinstance(model, str) or not model:
-        raise Rejected("missing_model")
-    return bounded(model, "model")
-
-
-def reject_messages_and_input(body: Json) -> None:
-    """Refuse a body carrying both ``messages`` and ``input``.
-
-    Raises:
-        Rejected: ``messages_and_input``.
-    """
-    if "messages" in body and "input" in body:
-        raise Rejected("messages_and_input")
-
-
-def optional_str(value: Any, where: str) -> str | None:
-    """Return ``value`` if it is a string (bounded) or ``None``.
-
-    Raises:
-        Rejected: ``malformed_setting`` naming ``where`` (a fixed field name);
-            ``value_too_long`` for a string over ``MAX_ID_CHARS``.
-    """
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return bounded(value, where)
-    raise Rejected("malformed_setting", where)
-
-
-#: Keys of a recorded setting object whose values are kept, with their types
-#: (Anthropic ``thinking``: ``{type, budget_tokens, display}``).
-SettingKeys = dict[str, type]
-
-
-def setting_by_name(value: Any, known: SettingKeys, where: str) -> Json | None:
-    """A setting object as the record keeps it: known keys with their values,
-    unknown keys by name only (value ``REDACTED``), so an extra field cannot
-    carry prompt text into the record (SPEC section 8).
-
-    Args:
-        value: the setting as sent (``None`` when absent).
-        known: the keys whose values are kept, with the type each must have
-            (``str`` values are bounded; ``null`` is kept as sent).
-        where: the setting's name, for refusals.
-
-    Returns:
-        The object to record, or ``None`` when absent.
-
-    Raises:
-        Rejected: ``malformed_setting`` when it is not an object or a known
-            key has the wrong type; ``value_too_long`` for an overlong key or
-            string value.
-    """
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise Rejected("malformed_setting", where)
-    kept: Json = {}
-    for key, item in value.items():
-        bounded(key, where)
-        kind = known.get(key)
-        if kind is None:
-            kept[key] = REDACTED
-        elif item is None:
-            kept[key] = None
-        elif kind is int and isinstance(item, int) and not isinstance(item, bool):
-            kept[key] = item
-        elif kind is str and isinstance(item, str):
-            kept[key] = bounded(item, f"{where}.{key}")
-        else:
-            raise Rejected("malformed_setting", f"{where}.{key}")
-    return kept
-
-
-def optional_bool(value: Any, where: str) -> bool | None:
-    """Return ``value`` if it is a bool or ``None``.
-
-    Raises:
-        Rejected: ``malformed_setting`` naming ``where``.
-    """
-    if value is None or isinstance(value, bool):
-        return value
-    raise Rejected("malformed_setting", where)
-
-
-def token_count(value: Any) -> int | None:
-    """Return a reported token count, or ``None`` when it is absent or not an int."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return None
 
 
 def json_bytes(value: Any) -> bytes | None:
@@ -364,49 +229,3 @@ def _unelided_len(data: bytes) -> int:
         for m in pattern.finditer(data):
             size += int(m.group(1)) - (m.end() - m.start())
     return size
-
-
-def str_or_none(value: Any) -> str | None:
-    """``value`` if it is a string, else ``None``: a field of the wrong type is unknown."""
-    return value if isinstance(value, str) else None
-
-
-#: Provider error types are identifiers; anything else is not copied into errors.
-_ERROR_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-
-#: A broken stream can repeat the same fault many times; its error list stays short.
-MAX_CAPTURE_ERRORS = 16
-
-
-def error_type(error: Any) -> str:
-    """An error object's ``type`` if it is a plain identifier, else ``unknown``.
-
-    Only the type is ever copied into capture errors, never the provider's message.
-    """
-    kind = error.get("type") if isinstance(error, dict) else None
-    if isinstance(kind, str) and _ERROR_TYPE.fullmatch(kind):
-        return kind
-    return "unknown"
-
-
-class StreamObserverBase:
-    """What every API's stream observer shares.
-
-    The terminal flag behind :attr:`done`, and the response's capture errors:
-    deduplicated, in order, and bounded by :data:`MAX_CAPTURE_ERRORS` so a long
-    broken stream cannot grow them.
-    """
-
-    def __init__(self) -> None:
-        self._done = False
-        self._errors: dict[str, None] = {}
-
-    @property
-    def done(self) -> bool:
-        """True once the stream's terminal event was seen."""
-        return self._done
-
-    def _note(self, error: str, *, always: bool = False) -> None:
-        """Add a capture error; ``always`` keeps it past the bound (the final reason)."""
-        if always or len(self._errors) < MAX_CAPTURE_ERRORS:
-            self._errors[error] = None

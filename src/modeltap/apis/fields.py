@@ -1,0 +1,192 @@
+"""Reading fields off a parsed body: names, settings, counts and hashes.
+
+The readers every wire API module shares. Nothing here knows one API; each
+function states its contract. A reader of a request field raises
+:class:`~modeltap.errors.Rejected` with a rule name, never with body content;
+a reader of a response field never raises (a field of the wrong type is
+unknown, ``None``). Every identifier a record copies goes through
+:func:`bounded`, so none can carry prompt text at length (SPEC section 8).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from modeltap.errors import Rejected
+from modeltap.records import MAX_ID_CHARS, REDACTED, Json
+
+
+def sha256_hex(text: str) -> str:
+    """Return the SHA-256 hex digest of ``text`` encoded as UTF-8.
+
+    Lone surrogates (possible in JSON ``\\ud800`` escapes) are encoded with
+    ``surrogatepass`` so hashing never fails on what a client really sent.
+    """
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def instructions_sha256(texts: list[str]) -> str:
+    """Hash instruction texts joined in order with two newlines (SPEC section 2)."""
+    return sha256_hex("\n\n".join(texts))
+
+
+def bounded(value: str, where: str) -> str:
+    """Return ``value``, a string the record copies, if it is short enough.
+
+    Every identifier a record copies from a request (model, effort, tool name
+    or type, call id, image detail) goes through here, so none can carry
+    prompt text at length (SPEC section 8).
+
+    Raises:
+        Rejected: ``value_too_long`` naming ``where`` (a fixed field name)
+            when ``value`` is longer than :data:`~modeltap.records.MAX_ID_CHARS`.
+    """
+    if len(value) > MAX_ID_CHARS:
+        raise Rejected("value_too_long", where)
+    return value
+
+
+def optional_name(value: Any, where: str) -> str | None:
+    """A name or id kept when it is a string (bounded), else ``None`` (unknown).
+
+    Raises:
+        Rejected: ``value_too_long`` for an overlong string.
+    """
+    return bounded(value, where) if isinstance(value, str) else None
+
+
+def require_model(body: Json) -> str:
+    """Return the body's ``model``.
+
+    Raises:
+        Rejected: ``missing_model`` if absent, not a string or empty;
+            ``value_too_long`` if longer than ``MAX_ID_CHARS``.
+    """
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise Rejected("missing_model")
+    return bounded(model, "model")
+
+
+def reject_messages_and_input(body: Json) -> None:
+    """Refuse a body carrying both ``messages`` and ``input``.
+
+    Raises:
+        Rejected: ``messages_and_input``.
+    """
+    if "messages" in body and "input" in body:
+        raise Rejected("messages_and_input")
+
+
+def optional_str(value: Any, where: str) -> str | None:
+    """Return ``value`` if it is a string (bounded) or ``None``.
+
+    Raises:
+        Rejected: ``malformed_setting`` naming ``where`` (a fixed field name);
+            ``value_too_long`` for a string over ``MAX_ID_CHARS``.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return bounded(value, where)
+    raise Rejected("malformed_setting", where)
+
+
+#: Keys of a recorded setting object whose values are kept, with their types
+#: (Anthropic ``thinking``: ``{type, budget_tokens, display}``).
+SettingKeys = dict[str, type]
+
+
+def setting_by_name(value: Any, known: SettingKeys, where: str) -> Json | None:
+    """A setting object as the record keeps it: known keys with their values,
+    unknown keys by name only (value ``REDACTED``), so an extra field cannot
+    carry prompt text into the record (SPEC section 8).
+
+    Args:
+        value: the setting as sent (``None`` when absent).
+        known: the keys whose values are kept, with the type each must have
+            (``str`` values are bounded; ``null`` is kept as sent).
+        where: the setting's name, for refusals.
+
+    Returns:
+        The object to record, or ``None`` when absent.
+
+    Raises:
+        Rejected: ``malformed_setting`` when it is not an object or a known
+            key has the wrong type; ``value_too_long`` for an overlong key or
+            string value.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise Rejected("malformed_setting", where)
+    kept: Json = {}
+    for key, item in value.items():
+        bounded(key, where)
+        kind = known.get(key)
+        if kind is None:
+            kept[key] = REDACTED
+        elif item is None:
+            kept[key] = None
+        elif kind is int and isinstance(item, int) and not isinstance(item, bool):
+            kept[key] = item
+        elif kind is str and isinstance(item, str):
+            kept[key] = bounded(item, f"{where}.{key}")
+        else:
+            raise Rejected("malformed_setting", f"{where}.{key}")
+    return kept
+
+
+def optional_bool(value: Any, where: str) -> bool | None:
+    """Return ``value`` if it is a bool or ``None``.
+
+    Raises:
+        Rejected: ``malformed_setting`` naming ``where``.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    raise Rejected("malformed_setting", where)
+
+
+def token_count(value: Any) -> int | None:
+    """Return a reported token count, or ``None`` when it is absent or not an int."""
+    return whole_number(value)
+
+
+def whole_number(value: Any) -> int | None:
+    """``value`` if it is an int (a bool is not), else ``None``: unknown."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def number(value: Any) -> float | None:
+    """``value`` as a float if it is a JSON number (a bool is not), else ``None``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def string_list(value: Any) -> tuple[str, ...] | None:
+    """Stop sequences as sent: one string, or a list of strings; else ``None``."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return tuple(value)
+    return None
+
+
+#: ``gen_ai.output.type`` of the response formats the APIs name.
+_OUTPUT_TYPES = {"text": "text", "json_object": "json", "json_schema": "json"}
+
+
+def output_type(response_format: Any) -> str | None:
+    """The ``gen_ai.output.type`` a ``{"type": ...}`` format object asks for, or ``None``."""
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    return _OUTPUT_TYPES.get(kind) if isinstance(kind, str) else None
+
+
+def str_or_none(value: Any) -> str | None:
+    """``value`` if it is a string, else ``None``: a field of the wrong type is unknown."""
+    return value if isinstance(value, str) else None
