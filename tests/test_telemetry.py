@@ -326,6 +326,16 @@ def test_session_trace_id_is_deterministic() -> None:
     assert len(session_trace_id(RUN, "s1")) == 32
 
 
+def test_session_trace_id_is_pinned() -> None:
+    """The id is a promise to anyone holding an audit line: sha256(run NUL session)[:16].
+
+    A literal, so a change of the derivation (encoding, separator, byte
+    order) fails here instead of silently breaking every saved trace link.
+    """
+    assert session_trace_id("run-1", "s1") == "e6f32933d05cf71fa06a40442a583464"
+    assert session_trace_id("", "") == "6e340b9cffb37a989ca544e6bb780a2c"
+
+
 # --------------------------------------------------------------------------
 # describe() and the no-op telemetry
 
@@ -692,6 +702,34 @@ def test_content_with_capture(otlp_receiver: Receiver) -> None:
     assert orjson.loads(chat.attributes["gen_ai.output.messages"]) == [
         {"message": {"role": "assistant", "content": ANSWER}}
     ]
+
+
+def test_content_is_what_the_api_module_reads(otlp_http_receiver: HttpReceiver) -> None:
+    """Anthropic: ``system`` beside the messages, output from ``content``; an error body whole."""
+    telemetry = telemetry_for(otlp_http_receiver, capture_content=True)
+    system = [{"type": "text", "text": "be brief"}]
+    answer = [{"type": "text", "text": ANSWER}]
+    for seq, body in ((1, {"content": answer}), (2, {"type": "error", "error": {"type": "x"}})):
+        span = telemetry.start_exchange(session_id="s1", traceparent=None, start_ns=T0)
+        span.audited(
+            record(seq=seq, api=API_ANTHROPIC),
+            content=orjson.dumps({"model": "m", "system": system, "messages": [PROMPT]}),
+        )
+        span.finish(end_ns=T0 + MS, content=orjson.dumps(body))
+    spans = sorted(
+        by_name(shutdown_and_collect(telemetry, otlp_http_receiver), "chat gpt-5"),
+        key=lambda span: span.attributes["modeltap.seq"],
+    )
+    for span in spans:
+        assert span.attributes["gen_ai.provider.name"] == "anthropic"
+        assert "openai.api.type" not in span.attributes
+        assert orjson.loads(span.attributes["gen_ai.system_instructions"]) == system
+        assert orjson.loads(span.attributes["gen_ai.input.messages"]) == [PROMPT]
+    assert orjson.loads(spans[0].attributes["gen_ai.output.messages"]) == answer
+    assert orjson.loads(spans[1].attributes["gen_ai.output.messages"]) == {
+        "type": "error",
+        "error": {"type": "x"},
+    }
 
 
 def test_capture_switched_on_by_environment(otlp_http_receiver: HttpReceiver) -> None:

@@ -1,0 +1,277 @@
+"""OpenTelemetry spans: the waterfall of a run (SPEC section 5).
+
+This package is the only part of modeltap that imports OpenTelemetry. The
+addon hands it timestamps (epoch nanoseconds; converting monotonic clocks is
+the caller's job) and the records it already built; it turns them into spans
+and ships them over OTLP. Spans are for looking: nothing here is evidence, and
+nothing here may delay, fail or drop traffic.
+
+Trace layout::
+
+    session s1                      INTERNAL, trace id = session_trace_id(run, s1)
+     ├── chat gpt-5                 CLIENT, one per exchange (GenAI attributes)
+     │    ├── wait upstream         forwarded -> upstream's first byte
+     │    └── stream | receive      first byte -> end (``stream`` if it streamed)
+     └── websocket /openai/v1/responses     CLIENT, one per WebSocket connection
+          └── chat gpt-5            one per ``response.create``, phases as above
+
+The package splits along one seam::
+
+    Telemetry (this module)    the object the addon holds: configure, start spans, shut down
+     ├── targets.py            where spans go: --otlp and the OTEL_* variables (configuration)
+     ├── export.py             export plumbing: trace ids, provider, counting, bounded shutdown
+     └── span building
+          ├── tree.py          where a span hangs: session roots, traceparent, open spans
+          ├── spans.py         ExchangeSpan, ConnectionSpan and their phase spans
+          └── attributes.py    attribute names; values asked of the API modules (modeltap.apis)
+
+Telemetry reads no request or response body by key: provider, OpenAI API type
+and content come from the API's module (:class:`modeltap.apis.contract.WireApi`),
+so a new wire needs nothing here. Content (prompts, outputs) goes into spans
+only with ``capture_content``, decided once at configuration. Secrets never
+do: no headers are read here, and paths are redacted.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+
+from opentelemetry.util.re import parse_env_headers
+
+from modeltap.telemetry.export import SessionIdGenerator, SpanExport, SpanStats, session_trace_id
+from modeltap.telemetry.spans import ConnectionSpan, ExchangeSpan, open_connection, open_exchange
+from modeltap.telemetry.targets import (
+    NO_ENDPOINT,
+    ExportTarget,
+    capture_content_from_env,
+    env_value,
+    resolve_export_target,
+)
+from modeltap.telemetry.tree import SpanTree, never_raises
+
+__all__ = [
+    "ConnectionSpan",
+    "ExchangeSpan",
+    "ExportTarget",
+    "SpanStats",
+    "Telemetry",
+    "capture_content_from_env",
+    "resolve_export_target",
+    "session_trace_id",
+]
+
+
+class Telemetry:
+    """Tracer setup and span building for one modeltap run.
+
+    Build it with :meth:`configure`. It owns a private ``TracerProvider`` (the
+    global one is never set, so an embedding process keeps its own) and works
+    as a no-op when no endpoint is configured.
+    """
+
+    def __init__(
+        self,
+        *,
+        target: ExportTarget | None,
+        capture_content: bool,
+        run_id: str,
+        service_name: str = "modeltap",
+        resource_attributes: Mapping[str, str] | None = None,
+        export_timeout: float = 3.0,
+        shutdown_timeout: float = 5.0,
+        max_queue_size: int = 2048,
+    ) -> None:
+        """Prefer :meth:`configure`; this takes already resolved settings."""
+        self.target = target
+        self.capture_content = capture_content
+        self.run_id = run_id
+        self._shutdown_timeout = shutdown_timeout
+        self._summary: str | None = None
+        ids = SessionIdGenerator()
+        self._export: SpanExport | None = None
+        if target is not None:
+            self._export = SpanExport(
+                target,
+                ids=ids,
+                service_name=service_name,
+                resource_attributes=resource_attributes or {},
+                export_timeout=export_timeout,
+                max_queue_size=max_queue_size,
+            )
+        self._tree = SpanTree(
+            self._export.tracer if self._export is not None else None,
+            ids,
+            run_id=run_id,
+            capture_content=capture_content,
+        )
+
+    @classmethod
+    def configure(
+        cls,
+        *,
+        otlp: str | None,
+        capture_content: bool | None,
+        service_name: str = "modeltap",
+        environ: Mapping[str, str] | None = None,
+        run_id: str = "",
+        export_timeout: float = 3.0,
+        shutdown_timeout: float = 5.0,
+        max_queue_size: int = 2048,
+    ) -> Telemetry:
+        """Turn options and environment into a ready :class:`Telemetry`.
+
+        Args:
+            otlp: the ``--otlp`` URL, or ``None`` for the ``OTEL_EXPORTER_OTLP_*``
+                variables (see :func:`resolve_export_target` for the rule).
+            capture_content: ``--capture-content``; ``None`` reads
+                ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``.
+            service_name: ``service.name`` of the spans; ``OTEL_SERVICE_NAME``
+                wins over the default. ``OTEL_RESOURCE_ATTRIBUTES`` is added.
+            environ: the environment to read (default ``os.environ``).
+            run_id: the run's id, part of each session's trace id.
+            export_timeout: seconds one export may take (retries included).
+            shutdown_timeout: seconds :meth:`shutdown` may take in all.
+            max_queue_size: spans buffered before new ones are dropped.
+
+        Returns:
+            A :class:`Telemetry`; a no-op one when there is no endpoint.
+
+        Raises:
+            ValueError: an unusable ``--otlp`` URL or OTLP variable.
+        """
+        if environ is None:
+            environ = os.environ
+        target = resolve_export_target(otlp, environ)
+        if capture_content is None:
+            capture_content = capture_content_from_env(environ)
+        resource_attributes = parse_env_headers(
+            env_value(environ, "OTEL_RESOURCE_ATTRIBUTES") or "", liberal=True
+        )
+        if service_name == "modeltap":
+            service_name = env_value(environ, "OTEL_SERVICE_NAME") or service_name
+        return cls(
+            target=target,
+            capture_content=capture_content,
+            run_id=run_id,
+            service_name=service_name,
+            resource_attributes=resource_attributes,
+            export_timeout=export_timeout,
+            shutdown_timeout=shutdown_timeout,
+            max_queue_size=max_queue_size,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether spans are being made and exported (false without endpoint or after shutdown)."""
+        return self._tree.tracer is not None
+
+    def describe(self) -> str:
+        """One line for the start-up screen: where spans go."""
+        if self.target is None:
+            return f"spans: {NO_ENDPOINT}"
+        capture = ", prompt and output content captured" if self.capture_content else ""
+        return f"spans: {self.target.describe()}{capture}"
+
+    def stats(self) -> SpanStats:
+        """Span counts so far (exact once :meth:`shutdown` returned)."""
+        if self._export is None:
+            return SpanStats(0, 0, 0)
+        return self._export.stats()
+
+    def start_exchange(
+        self,
+        *,
+        session_id: str,
+        traceparent: str | None,
+        start_ns: int,
+        transport: str = "http",
+        parent: ConnectionSpan | None = None,
+    ) -> ExchangeSpan:
+        """Open the span of one exchange (an HTTP request or a ``response.create``).
+
+        Args:
+            session_id: the session (section 5); picks the trace.
+            traceparent: the client's ``traceparent`` header, if sent; the span
+                then joins that trace. Ignored when ``parent`` is given.
+            start_ns: when the request arrived (epoch ns).
+            transport: ``http`` or ``websocket``.
+            parent: the WebSocket connection this message came on.
+
+        Returns:
+            The exchange's span; call :meth:`ExchangeSpan.finish` exactly once.
+        """
+        return open_exchange(
+            self._tree,
+            session_id=session_id,
+            traceparent=traceparent,
+            start_ns=start_ns,
+            transport=transport,
+            parent=parent,
+        )
+
+    def start_connection(
+        self,
+        *,
+        session_id: str,
+        traceparent: str | None,
+        start_ns: int,
+        path: str,
+        upstream: str,
+    ) -> ConnectionSpan:
+        """Open the span of one WebSocket connection.
+
+        Each ``response.create`` on it gets its own exchange span through
+        ``start_exchange(parent=connection, transport="websocket")``.
+
+        Args:
+            session_id: the session the connection belongs to.
+            traceparent: the handshake's ``traceparent``, if sent.
+            start_ns: when the handshake arrived (epoch ns).
+            path: the handshake's path (query strings are left out of the name).
+            upstream: the upstream base URL, for ``server.address``/``server.port``.
+
+        Returns:
+            The connection's span; call :meth:`ConnectionSpan.finish` once.
+        """
+        return open_connection(
+            self._tree,
+            session_id=session_id,
+            traceparent=traceparent,
+            start_ns=start_ns,
+            path=path,
+            upstream=upstream,
+        )
+
+    @never_raises
+    def end_session(self, session_id: str, *, end_ns: int | None = None) -> None:
+        """End a session's root span (when the session ends, e.g. its socket closed).
+
+        Args:
+            session_id: the session.
+            end_ns: when it ended; default the end of its last finished span.
+        """
+        self._tree.end_session(session_id, end_ns)
+
+    def shutdown(self, *, end_ns: int | None = None) -> str:
+        """End open spans, flush, and stop exporting, within ``shutdown_timeout``.
+
+        Spans still open (an exchange cut short by Ctrl-C) are ended at
+        ``end_ns`` (default now) with ``error.type`` ``modeltap.interrupted``;
+        session roots are ended at their last exchange's end. Safe to call twice.
+
+        Returns:
+            One line for the exit screen, e.g.
+            ``spans: 12 exported, 0 dropped (OTLP/HTTP -> http://...)``.
+        """
+        if self._summary is not None:
+            return self._summary
+        if self._export is None:
+            self._summary = f"spans: {NO_ENDPOINT}"
+            return self._summary
+        deadline = time.monotonic() + self._shutdown_timeout
+        # From here on new exchanges get no-op spans: nothing would export them.
+        self._tree.stop(end_ns if end_ns is not None else time.time_ns())
+        self._summary = self._export.shutdown(deadline)
+        return self._summary
