@@ -7,9 +7,6 @@ also validated against the shipped JSON schemas.
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +39,18 @@ from modeltap.records import (
     WsOpenEvent,
 )
 from modeltap.sink import TORN_MARK
+from tests.factories import (
+    AUDIT_SCHEMA,
+    EVENT_SCHEMA,
+    RUN,
+    audit_record,
+    rejected_event,
+    response_event,
+    schema,
+    ts,
+    write_capture,
+)
 
-RUN = "run-1"
-T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 FULL_USAGE = Usage(
     input_tokens=100,
     output_tokens=20,
@@ -56,136 +62,21 @@ FULL_USAGE = Usage(
 TOOLS = ("get_weather", "fs.read", "lookup")
 
 
-def ts(seconds: float) -> str:
-    return (
-        (T0 + timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
+def audit(seq: int, at: float, **fields: Any) -> AuditRecord:
+    """A chat request ``at`` seconds into the run, advertising :data:`TOOLS`."""
+    return audit_record(**({"seq": seq, "ts": ts(at), "tool_names": TOOLS} | fields))
 
 
-def schema(name: str) -> dict[str, Any]:
-    text = resources.files("modeltap").joinpath("schemas", name).read_text("utf-8")
-    value: dict[str, Any] = json.loads(text)
-    return value
+def response(seq: int, at: float, **fields: Any) -> ResponseEvent:
+    """Its response: full usage, finish reason ``tool_calls`` when it made calls."""
+    calls = fields.get("tool_calls", ())
+    reasons = ("tool_calls",) if calls else ("stop",)
+    defaults = {"seq": seq, "ts": ts(at), "usage": FULL_USAGE, "finish_reasons": reasons}
+    return response_event(**(defaults | fields))
 
 
-AUDIT_SCHEMA = jsonschema.Draft202012Validator(schema("audit_record.schema.json"))
-EVENT_SCHEMA = jsonschema.Draft202012Validator(schema("event.schema.json"))
-
-
-def audit(
-    seq: int,
-    at: float,
-    *,
-    session: str = "s-1",
-    tool_names: tuple[str, ...] | None = TOOLS,
-    tool_results: tuple[ToolResult, ...] = (),
-    model: str = "gpt-5",
-    run: str = RUN,
-) -> AuditRecord:
-    return AuditRecord(
-        request_id=f"req-{seq}",
-        model=model,
-        tool_names=tool_names,
-        reasoning_effort=None,
-        thinking=None,
-        image_details=(),
-        image_count=0,
-        instructions_sha256="0" * 64,
-        seq=seq,
-        run_id=run,
-        session_id=session,
-        ts=ts(at),
-        transport="http",
-        api=records.API_CHAT,
-        route="openai",
-        upstream="https://api.openai.com",
-        path="/v1/chat/completions",
-        stream=True,
-        hosted_tools=(),
-        tool_results=tool_results,
-        previous_response_id=None,
-        generate=None,
-        omitted_settings=(),
-        body_bytes=512,
-        body_sha256="a" * 64,
-    )
-
-
-def response(
-    seq: int,
-    at: float,
-    *,
-    session: str = "s-1",
-    tool_calls: tuple[ToolCall, ...] = (),
-    usage: Usage = FULL_USAGE,
-    evidence_complete: bool = True,
-    capture_errors: tuple[str, ...] = (),
-    duration_ms: float | None = 800.0,
-    status: int | None = 200,
-    run: str = RUN,
-) -> ResponseEvent:
-    return ResponseEvent(
-        ts=ts(at),
-        run_id=run,
-        session_id=session,
-        seq=seq,
-        request_id=f"req-{seq}",
-        api=records.API_CHAT,
-        transport="http",
-        status=status,
-        stream=True,
-        response_id=f"resp-{seq}",
-        model="gpt-5-2025-08-07",
-        usage=usage,
-        finish_reasons=("tool_calls",) if tool_calls else ("stop",),
-        tool_calls=tool_calls,
-        response_status=None,
-        ttfb_ms=120.0,
-        ttft_ms=150.0,
-        duration_ms=duration_ms,
-        evidence_complete=evidence_complete,
-        capture_errors=capture_errors,
-    )
-
-
-def rejected(at: float, *, session: str = "s-1") -> RejectedEvent:
-    return RejectedEvent(
-        ts=ts(at),
-        run_id=RUN,
-        session_id=session,
-        rule="malformed_tools",
-        message="the tool list is malformed",
-        status=400,
-        transport="http",
-        method="POST",
-        path="/v1/chat/completions",
-        api=records.API_CHAT,
-    )
-
-
-def write_capture(
-    directory: Path,
-    audits: list[AuditRecord],
-    events: list[Event],
-    *,
-    sessions: list[dict[str, Any]] | None = None,
-) -> Path:
-    """Write the fixture files, validating every line against the schemas."""
-    with (directory / "audit.jsonl").open("wb") as out:
-        for record in audits:
-            line = records.to_json_line(record)
-            AUDIT_SCHEMA.validate(orjson.loads(line))
-            out.write(line)
-    with (directory / "events.jsonl").open("wb") as out:
-        for event in events:
-            line = records.to_json_line(event)
-            EVENT_SCHEMA.validate(orjson.loads(line))
-            out.write(line)
-    if sessions is not None:
-        with (directory / "sessions.jsonl").open("wb") as out:
-            for session in sessions:
-                out.write(orjson.dumps(session, option=orjson.OPT_APPEND_NEWLINE))
-    return directory
+def rejected(at: float, **fields: Any) -> RejectedEvent:
+    return rejected_event(ts=ts(at), **fields)
 
 
 def tool_loop(directory: Path) -> Path:
@@ -473,7 +364,7 @@ def test_error_event_lowers_status_and_is_a_turn_error(tmp_path: Path) -> None:
 
 
 def test_session_without_requests(tmp_path: Path) -> None:
-    write_capture(tmp_path, [], [rejected(0.0, session="only-refused")])
+    write_capture(tmp_path, [], [rejected(0.0, session_id="only-refused")])
     capture = Capture.load(tmp_path)
     session = capture.sessions["only-refused"]
 
@@ -631,11 +522,11 @@ def test_orphan_event_lowers_data(tmp_path: Path) -> None:
 def test_sessions_ordered_by_first_appearance_and_linked_by_run(tmp_path: Path) -> None:
     write_capture(
         tmp_path,
-        [audit(1, 5.0, session="late"), audit(1, 1.0, session="early", run="run-2")],
+        [audit(1, 5.0, session_id="late"), audit(1, 1.0, session_id="early", run_id="run-2")],
         [
-            response(1, 6.0, session="late", usage=Usage(1, 1, 2, 0, 0, 0)),
-            response(1, 2.0, session="early", run="run-2", usage=Usage(9, 9, 18, 0, 0, 0)),
-            rejected(0.5, session="refused-first"),
+            response(1, 6.0, session_id="late", usage=Usage(1, 1, 2, 0, 0, 0)),
+            response(1, 2.0, session_id="early", run_id="run-2", usage=Usage(9, 9, 18, 0, 0, 0)),
+            rejected(0.5, session_id="refused-first"),
         ],
     )
     capture = Capture.load(tmp_path)

@@ -7,8 +7,6 @@ records.to_json_line; every report is validated against report.schema.json.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -21,115 +19,71 @@ from modeltap.capture import MESSAGES_NOT_RECORDED, Capture
 from modeltap.records import (
     AuditRecord,
     Event,
-    RejectedEvent,
     ResponseEvent,
     ToolCall,
     ToolResult,
     Usage,
 )
 from modeltap.report import build_report, main, render_text, tool_arguments
+from tests.factories import (
+    audit_record,
+    rejected_event,
+    response_event,
+    schema,
+    ts,
+    write_capture,
+)
 
-RUN = "run-1"
-T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
 USAGE = Usage(100, 20, 120, 0, 0, 0)
+REPORT_SCHEMA = jsonschema.Draft202012Validator(schema("report.schema.json"))
 
 
-def _schema(name: str) -> dict[str, Any]:
-    text = resources.files("modeltap").joinpath("schemas", name).read_text("utf-8")
-    value: dict[str, Any] = json.loads(text)
-    return value
+#: A Claude Code request: what every turn of these reports asked for.
+CLAUDE_REQUEST: dict[str, Any] = {
+    "model": "claude-sonnet-4-5",
+    "tool_names": ("Read", "Bash", "fs.grep"),
+    "reasoning_effort": "high",
+    "thinking": {"type": "adaptive"},
+    "image_details": (None,),
+    "image_count": 1,
+    "instructions_sha256": "b" * 64,
+    "api": records.API_ANTHROPIC,
+    "route": "anthropic",
+    "upstream": "https://api.anthropic.com",
+    "path": "/v1/messages?beta=true",
+    "hosted_tools": (records.HostedTool("web_search_20250305", "web_search"),),
+    "body_bytes": 2048,
+    "body_sha256": "c" * 64,
+}
 
 
-REPORT_SCHEMA = jsonschema.Draft202012Validator(_schema("report.schema.json"))
-AUDIT_SCHEMA = jsonschema.Draft202012Validator(_schema("audit_record.schema.json"))
-EVENT_SCHEMA = jsonschema.Draft202012Validator(_schema("event.schema.json"))
+def audit(seq: int, at: float, **fields: Any) -> AuditRecord:
+    """A Claude Code request ``at`` seconds into the run."""
+    return audit_record(**(CLAUDE_REQUEST | {"seq": seq, "ts": ts(at)} | fields))
 
 
-def ts(seconds: float) -> str:
-    return (
-        (T0 + timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    )
-
-
-def audit(
-    seq: int, at: float, *, session: str = "s-1", tool_results: tuple[ToolResult, ...] = ()
-) -> AuditRecord:
-    return AuditRecord(
-        request_id=f"req-{seq}",
-        model="claude-sonnet-4-5",
-        tool_names=("Read", "Bash", "fs.grep"),
-        reasoning_effort="high",
-        thinking={"type": "adaptive"},
-        image_details=(None,),
-        image_count=1,
-        instructions_sha256="b" * 64,
-        seq=seq,
-        run_id=RUN,
-        session_id=session,
-        ts=ts(at),
-        transport="http",
-        api=records.API_ANTHROPIC,
-        route="anthropic",
-        upstream="https://api.anthropic.com",
-        path="/v1/messages?beta=true",
-        stream=True,
-        hosted_tools=(records.HostedTool("web_search_20250305", "web_search"),),
-        tool_results=tool_results,
-        previous_response_id=None,
-        generate=None,
-        omitted_settings=(),
-        body_bytes=2048,
-        body_sha256="c" * 64,
-    )
-
-
-def response(
-    seq: int,
-    at: float,
-    *,
-    session: str = "s-1",
-    calls: tuple[ToolCall, ...] = (),
-    usage: Usage = USAGE,
-    complete: bool = True,
-    errors: tuple[str, ...] = (),
-    duration_ms: float | None = 900.0,
-) -> ResponseEvent:
-    return ResponseEvent(
-        ts=ts(at),
-        run_id=RUN,
-        session_id=session,
-        seq=seq,
-        api=records.API_ANTHROPIC,
-        transport="http",
-        status=200,
-        stream=True,
-        response_id=f"msg_{seq}",
-        model="claude-sonnet-4-5-20250929",
-        usage=usage,
-        finish_reasons=("tool_use",) if calls else ("end_turn",),
-        tool_calls=calls,
-        response_status=None,
-        ttfb_ms=300.0,
-        ttft_ms=420.5,
-        duration_ms=duration_ms,
-        evidence_complete=complete,
-        capture_errors=errors,
-    )
+def response(seq: int, at: float, **fields: Any) -> ResponseEvent:
+    """Its streamed answer; finish reason ``tool_use`` when it made calls."""
+    calls = fields.get("tool_calls", ())
+    answer = {
+        "seq": seq,
+        "request_id": None,
+        "ts": ts(at),
+        "api": records.API_ANTHROPIC,
+        "response_id": f"msg_{seq}",
+        "model": "claude-sonnet-4-5-20250929",
+        "usage": USAGE,
+        "finish_reasons": ("tool_use",) if calls else ("end_turn",),
+        "ttfb_ms": 300.0,
+        "ttft_ms": 420.5,
+        "duration_ms": 900.0,
+    }
+    return response_event(**(answer | fields))
 
 
 def write(directory: Path, audits: list[AuditRecord], events: list[Event]) -> Path:
     """Write the fixture, validating each line against the shipped schemas."""
-    with (directory / "audit.jsonl").open("wb") as out:
-        for record in audits:
-            line = records.to_json_line(record)
-            AUDIT_SCHEMA.validate(orjson.loads(line))
-            out.write(line)
-    with (directory / "events.jsonl").open("wb") as out:
-        for event in events:
-            line = records.to_json_line(event)
-            EVENT_SCHEMA.validate(orjson.loads(line))
-            out.write(line)
-    return directory
+    return write_capture(directory, audits, events)
 
 
 def tool_loop(directory: Path) -> Path:
@@ -142,8 +96,10 @@ def tool_loop(directory: Path) -> Path:
             audit(3, 3.0, tool_results=(ToolResult("toolu_1", 3000), ToolResult("toolu_2", 17))),
         ],
         [
-            response(1, 1.0, calls=(ToolCall("toolu_1", "Read", '{"file_path": "README.md"}'),)),
-            response(2, 2.0, calls=(ToolCall("toolu_2", "grep", "TODO", namespace="fs"),)),
+            response(
+                1, 1.0, tool_calls=(ToolCall("toolu_1", "Read", '{"file_path": "README.md"}'),)
+            ),
+            response(2, 2.0, tool_calls=(ToolCall("toolu_2", "grep", "TODO", namespace="fs"),)),
             response(3, 4.0, duration_ms=1250.0),
         ],
     )
@@ -256,16 +212,12 @@ def test_known_zero_stays_zero_and_unknown_stays_null(tmp_path: Path) -> None:
 
 
 def test_refused_request(tmp_path: Path) -> None:
-    refusal = RejectedEvent(
+    refusal = rejected_event(
         ts=ts(2.0),
-        run_id=RUN,
-        session_id="s-1",
         rule="fail_closed",
         message="an earlier request of this session was refused and --fail-closed is set",
-        status=400,
-        transport="http",
-        method="POST",
         path="/v1/messages",
+        api=None,
     )
     write(tmp_path, [audit(1, 0.0)], [response(1, 1.0), refusal])
     report = report_of(tmp_path)
@@ -283,7 +235,7 @@ def test_tool_call_without_result(tmp_path: Path) -> None:
     write(
         tmp_path,
         [audit(1, 0.0)],
-        [response(1, 1.0, calls=(ToolCall("toolu_9", "Bash", '{"command": "ls"}'),))],
+        [response(1, 1.0, tool_calls=(ToolCall("toolu_9", "Bash", '{"command": "ls"}'),))],
     )
     session = report_of(tmp_path)["sessions"][0]
 
@@ -304,7 +256,12 @@ def test_incomplete_response_errors_are_prefixed(tmp_path: Path) -> None:
         [audit(1, 0.0), audit(2, 2.0)],
         [
             response(1, 1.0),
-            response(2, 3.0, complete=False, errors=("stream ended before message_stop",)),
+            response(
+                2,
+                3.0,
+                evidence_complete=False,
+                capture_errors=("stream ended before message_stop",),
+            ),
         ],
     )
     session = report_of(tmp_path)["sessions"][0]
@@ -396,8 +353,10 @@ def test_render_text_shows_gaps(tmp_path: Path) -> None:
         tmp_path,
         [audit(1, 0.0), audit(2, 2.0)],
         [
-            response(1, 1.0, calls=(ToolCall("toolu_9", "Bash", "{}"),), usage=Usage()),
-            response(2, 3.0, usage=Usage(), complete=False, errors=("stream cut",)),
+            response(1, 1.0, tool_calls=(ToolCall("toolu_9", "Bash", "{}"),), usage=Usage()),
+            response(
+                2, 3.0, usage=Usage(), evidence_complete=False, capture_errors=("stream cut",)
+            ),
         ],
     )
     lines = render_text(report_of(tmp_path)).splitlines()

@@ -24,6 +24,8 @@ from modeltap.telemetry import (
     resolve_export_target,
     session_trace_id,
 )
+from tests.factories import audit_record, response_event
+from tests.factories import error_event as make_error_event
 from tests.otlp_receiver import GrpcReceiver, HttpReceiver, ReceivedSpan
 
 pytest_plugins = ["tests.otlp_fixtures"]
@@ -38,106 +40,52 @@ ANSWER = "TOP-SECRET-ANSWER-TEXT"
 INSTRUCTIONS_SHA = "a" * 64
 
 
-def record(
-    *,
-    seq: int = 1,
-    session_id: str = "s1",
-    api: str = API_CHAT,
-    model: str = "gpt-5",
-    stream: bool = True,
-    transport: str = "http",
-    reasoning_effort: str | None = "high",
-    previous_response_id: str | None = None,
-    instructions_sha256: str | None = INSTRUCTIONS_SHA,
-    upstream: str = "https://api.openai.com",
-) -> AuditRecord:
-    """An audit record built by hand."""
-    return AuditRecord(
-        request_id=f"req-{seq}",
-        model=model,
-        tool_names=("shell",),
-        reasoning_effort=reasoning_effort,
-        thinking=None,
-        image_details=(),
-        image_count=0,
-        instructions_sha256=instructions_sha256,
-        seq=seq,
-        run_id=RUN,
-        session_id=session_id,
-        ts="2026-01-01T00:00:00.000Z",
-        transport=transport,
-        api=api,
-        route="openai",
-        upstream=upstream,
-        path="/v1/chat/completions",
-        stream=stream,
-        hosted_tools=(),
-        tool_results=(),
-        previous_response_id=previous_response_id,
-        generate=None,
-        omitted_settings=(),
-        body_bytes=100,
-        body_sha256="b" * 64,
-    )
+def record(**fields: Any) -> AuditRecord:
+    """An audit record built by hand: a streamed chat request with effort ``high``."""
+    request = {
+        "session_id": "s1",
+        "reasoning_effort": "high",
+        "instructions_sha256": INSTRUCTIONS_SHA,
+        "tool_names": ("shell",),
+        "ts": "2026-01-01T00:00:00.000Z",
+        "body_bytes": 100,
+        "body_sha256": "b" * 64,
+    }
+    return audit_record(**(request | fields))
 
 
-def response(
-    *,
-    seq: int = 1,
-    session_id: str = "s1",
-    api: str = API_CHAT,
-    status: int | None = 200,
-    usage: Usage | None = None,
-    finish_reasons: tuple[str, ...] | None = ("stop",),
-    response_status: str | None = None,
-    ttft_ms: float | None = None,
-) -> ResponseEvent:
+#: The usage every response reports unless a test says otherwise: each count distinct.
+USAGE = Usage(
+    input_tokens=100,
+    output_tokens=20,
+    total_tokens=120,
+    cache_read_tokens=64,
+    cache_write_tokens=8,
+    reasoning_tokens=12,
+)
+
+
+def response(**fields: Any) -> ResponseEvent:
     """A response event built by hand."""
-    return ResponseEvent(
-        ts="2026-01-01T00:00:01.000Z",
-        run_id=RUN,
-        session_id=session_id,
-        seq=seq,
-        request_id=f"req-{seq}",
-        api=api,
-        transport="http",
-        status=status,
-        stream=True,
-        response_id="chatcmpl-1",
-        model="gpt-5-2025-08-07",
-        usage=usage
-        if usage is not None
-        else Usage(
-            input_tokens=100,
-            output_tokens=20,
-            total_tokens=120,
-            cache_read_tokens=64,
-            cache_write_tokens=8,
-            reasoning_tokens=12,
-        ),
-        finish_reasons=finish_reasons,
-        tool_calls=(),
-        response_status=response_status,
-        ttfb_ms=100.0,
-        ttft_ms=ttft_ms,
-        duration_ms=500.0,
-        evidence_complete=True,
-        capture_errors=(),
-    )
+    answer = {
+        "session_id": "s1",
+        "usage": USAGE,
+        "ttft_ms": None,
+        "ts": "2026-01-01T00:00:01.000Z",
+        "response_id": "chatcmpl-1",
+        "ttfb_ms": 100.0,
+        "duration_ms": 500.0,
+    }
+    return response_event(**(answer | fields))
 
 
 def error_event(kind: str = "upstream_unreachable") -> ErrorEvent:
     """An error event built by hand; its message must never reach a span."""
-    return ErrorEvent(
+    return make_error_event(
         ts="2026-01-01T00:00:01.000Z",
-        run_id=RUN,
         session_id="s1",
-        seq=1,
         error=kind,
         message="connect to https://api.openai.com/?key=sk-LEAK failed",
-        transport="http",
-        method="POST",
-        path="/v1/chat/completions",
     )
 
 

@@ -1,0 +1,182 @@
+"""Builders for the records and events tests write or feed, and the files they go in.
+
+One place that spells out every field of :mod:`modeltap.records`' types, so a
+new field is added here once, not in every test file. Each builder takes any
+field as a keyword and fills the rest with plausible values (a chat exchange
+of run ``run-1``, session ``s-1``); a test passes what its assertions are
+about. :func:`write_capture` writes a capture directory the way the proxy
+does (``records.to_json_line``), validating every line against the shipped
+JSON Schemas.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import orjson
+
+from modeltap import records
+from modeltap.records import (
+    AuditRecord,
+    ErrorEvent,
+    Event,
+    RejectedEvent,
+    ResponseEvent,
+    Usage,
+)
+
+RUN = "run-1"
+T0 = datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def ts(seconds: float) -> str:
+    """The record timestamp ``seconds`` after :data:`T0` (milliseconds, ``Z``)."""
+    return (
+        (T0 + timedelta(seconds=seconds)).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
+
+
+def schema(name: str) -> dict[str, Any]:
+    """One of the shipped JSON Schemas (``audit_record.schema.json``, ...)."""
+    text = resources.files("modeltap").joinpath("schemas", name).read_text("utf-8")
+    value: dict[str, Any] = json.loads(text)
+    return value
+
+
+AUDIT_SCHEMA = jsonschema.Draft202012Validator(schema("audit_record.schema.json"))
+EVENT_SCHEMA = jsonschema.Draft202012Validator(schema("event.schema.json"))
+
+
+def audit_record(**fields: Any) -> AuditRecord:
+    """An audit record; ``request_id`` defaults to ``req-{seq}``."""
+    seq = fields.get("seq", 1)
+    values: dict[str, Any] = {
+        "request_id": f"req-{seq}",
+        "model": "gpt-5",
+        "tool_names": (),
+        "reasoning_effort": None,
+        "thinking": None,
+        "image_details": (),
+        "image_count": 0,
+        "instructions_sha256": "0" * 64,
+        "seq": seq,
+        "run_id": RUN,
+        "session_id": "s-1",
+        "ts": ts(0),
+        "transport": "http",
+        "api": records.API_CHAT,
+        "route": "openai",
+        "upstream": "https://api.openai.com",
+        "path": "/v1/chat/completions",
+        "stream": True,
+        "hosted_tools": (),
+        "tool_results": (),
+        "previous_response_id": None,
+        "generate": None,
+        "omitted_settings": (),
+        "body_bytes": 512,
+        "body_sha256": "a" * 64,
+    }
+    return AuditRecord(**(values | fields))
+
+
+def response_event(**fields: Any) -> ResponseEvent:
+    """A ``response`` event; ``request_id`` defaults to ``req-{seq}``, usage to unknown."""
+    seq = fields.get("seq", 1)
+    values: dict[str, Any] = {
+        "ts": ts(1),
+        "run_id": RUN,
+        "session_id": "s-1",
+        "seq": seq,
+        "request_id": f"req-{seq}",
+        "api": records.API_CHAT,
+        "transport": "http",
+        "status": 200,
+        "stream": True,
+        "response_id": f"resp-{seq}",
+        "model": "gpt-5-2025-08-07",
+        "usage": Usage(),
+        "finish_reasons": ("stop",),
+        "tool_calls": (),
+        "response_status": None,
+        "ttfb_ms": 120.0,
+        "ttft_ms": 150.0,
+        "duration_ms": 800.0,
+        "evidence_complete": True,
+        "capture_errors": (),
+    }
+    return ResponseEvent(**(values | fields))
+
+
+def rejected_event(**fields: Any) -> RejectedEvent:
+    """A ``rejected`` event (a refused request: no audit record, no ``seq``)."""
+    values: dict[str, Any] = {
+        "ts": ts(0),
+        "run_id": RUN,
+        "session_id": "s-1",
+        "rule": "malformed_tools",
+        "message": "the tool list is malformed",
+        "status": 400,
+        "transport": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "api": records.API_CHAT,
+    }
+    return RejectedEvent(**(values | fields))
+
+
+def error_event(**fields: Any) -> ErrorEvent:
+    """An ``error`` event (by default ``upstream_unreachable`` of request 1)."""
+    values: dict[str, Any] = {
+        "ts": ts(1),
+        "run_id": RUN,
+        "session_id": "s-1",
+        "seq": 1,
+        "error": "upstream_unreachable",
+        "message": "connect failed",
+        "transport": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+    }
+    return ErrorEvent(**(values | fields))
+
+
+def write_capture(
+    directory: Path,
+    audits: list[AuditRecord],
+    events: list[Event],
+    *,
+    sessions: list[dict[str, Any]] | None = None,
+) -> Path:
+    """Write a capture directory as the proxy does, validating every line against the schemas.
+
+    Args:
+        directory: where ``audit.jsonl``, ``events.jsonl`` (and, when
+            ``sessions`` is given, ``sessions.jsonl``) go.
+        audits: the audit records, in file order.
+        events: the events, in file order.
+        sessions: ``sessions.jsonl`` lines as JSON objects, written as given.
+
+    Returns:
+        ``directory``.
+    """
+    with (directory / "audit.jsonl").open("wb") as out:
+        for record in audits:
+            line = records.to_json_line(record)
+            AUDIT_SCHEMA.validate(orjson.loads(line))
+            out.write(line)
+    with (directory / "events.jsonl").open("wb") as out:
+        for event in events:
+            line = records.to_json_line(event)
+            EVENT_SCHEMA.validate(orjson.loads(line))
+            out.write(line)
+    if sessions is not None:
+        with (directory / "sessions.jsonl").open("wb") as out:
+            for session in sessions:
+                out.write(orjson.dumps(session, option=orjson.OPT_APPEND_NEWLINE))
+    return directory
