@@ -1,0 +1,309 @@
+"""Wire samples of every API, checked at the core: ``tests/data/<api module>/``.
+
+Each API module of the registry (:data:`modeltap.apis.APIS`) has a folder
+named after it. What a sample holds says what it checks:
+
+- ``*.json``: ``request`` (a body as a client sends it) and ``expected``, the
+  exact :class:`~modeltap.records.RequestFacts` it audits to;
+- ``refused/*.json``: ``request`` and ``rejected_rule``, the rule that
+  refuses it (the message names the rule and nothing from the body);
+- ``responses/*.json``: ``response`` (a JSON body) and ``expected``, the exact
+  :class:`~modeltap.records.ResponseFacts` observed;
+- ``streams/*.json``: ``events`` (SSE events; ``data`` as JSON, or a string
+  such as ``[DONE]``), optionally the ``request`` the stream answers and the
+  ``error`` it was cut by, ``outputs`` (which events carried model output)
+  and ``expected`` facts. The events go through the real SSE decoder as
+  bytes, then the API's observer.
+
+A new wire adds its module to the registry and its samples here; nothing in
+this file changes.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from modeltap import apis
+from modeltap.apis.contract import RequestContent, RequestSettings, WireApi
+from modeltap.errors import RULES, Rejected
+from modeltap.records import RequestFacts, ResponseFacts
+from modeltap.sse import SSEDecoder
+
+DATA = Path(__file__).parent / "data"
+REQUEST_FIELDS = {f.name for f in dataclasses.fields(RequestFacts)}
+RESPONSE_FIELDS = {f.name for f in dataclasses.fields(ResponseFacts)}
+
+#: Words of the wire (roles, part and block types, setting values) that a
+#: rule's fixed text may share with a refused body by chance.
+WIRE_WORDS = {
+    *("system", "developer", "user", "tool", "text", "image", "image_url", "function"),
+    *("custom", "base64", "enabled"),
+}
+
+
+#: A refusal's detail: field paths (``messages[0].content[1]``), or a fixed phrase of them.
+FIELD_PATH = re.compile(r"[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*( or [a-z_]+)?")
+
+
+def folder(api: WireApi) -> str:
+    """The samples folder of an API: its module's name (``openai_chat``)."""
+    return str(getattr(api, "__name__", "")).rsplit(".", 1)[-1]
+
+
+def samples(kind: str) -> list[Any]:
+    """``(api, path)`` of every sample of a kind (``""`` for request samples), as params."""
+    out = []
+    for api in apis.APIS:
+        for path in sorted((DATA / folder(api) / kind).glob("*.json")):
+            out.append(
+                pytest.param(api, path, id=f"{folder(api)}/{kind}{'/' * bool(kind)}{path.stem}")
+            )
+    return out
+
+
+def load(path: Path) -> dict[str, Any]:
+    sample: dict[str, Any] = orjson.loads(path.read_bytes())
+    return sample
+
+
+def as_json(value: object) -> Any:
+    return orjson.loads(orjson.dumps(value))
+
+
+def leaves(value: Any) -> list[str]:
+    """Every string value (not key) inside a JSON value."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in leaves(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in leaves(v)]
+    return []
+
+
+def test_every_api_has_samples_of_every_kind() -> None:
+    for api in apis.APIS:
+        for kind in ("", "refused", "responses", "streams"):
+            assert list((DATA / folder(api) / kind).glob("*.json")), (folder(api), kind)
+
+
+# --------------------------------------------------------------------------
+# Requests
+
+
+@pytest.mark.parametrize(("api", "path"), samples(""))
+def test_request_audits_exactly(api: WireApi, path: Path) -> None:
+    sample = load(path)
+    assert set(sample["expected"]) == REQUEST_FIELDS
+    body = sample["request"]
+    before = copy.deepcopy(body)
+    assert as_json(api.audit_request(body)) == sample["expected"]
+    assert body == before  # the audit reads; it never changes what is forwarded
+
+
+@pytest.mark.parametrize(("api", "path"), samples(""))
+def test_set_image_detail_rewrites_every_counted_image(api: WireApi, path: Path) -> None:
+    body = load(path)["request"]
+    before = copy.deepcopy(body)
+    counted = api.audit_request(body).image_details
+    rewritten = api.set_image_detail(body, "low")
+    if rewritten == 0:  # no image, or an API whose images carry no detail
+        assert body == before
+    else:
+        assert rewritten == len(counted)
+        assert api.audit_request(body).image_details == ("low",) * rewritten
+
+
+@pytest.mark.parametrize(("api", "path"), samples(""))
+def test_request_content_and_settings_never_raise(api: WireApi, path: Path) -> None:
+    body = load(path)["request"]
+    content = api.request_content(body)
+    assert content.input_messages is not None  # every sample sends a conversation
+    orjson.dumps(content.input_messages)  # JSON as it is: telemetry writes it
+    assert isinstance(api.request_settings(body), RequestSettings)
+
+
+@pytest.mark.parametrize(("api", "path"), samples("refused"))
+def test_refused_by_its_rule_without_body_content(api: WireApi, path: Path) -> None:
+    sample = load(path)
+    rule, body = sample["rejected_rule"], sample["request"]
+    with pytest.raises(Rejected) as caught:
+        api.audit_request(body)
+    refusal = caught.value
+    assert refusal.rule == rule
+    # The message is the rule's fixed text and, at most, where in the body
+    # the fault is, as a field path modeltap wrote: it has no room for content.
+    where = f" ({refusal.detail})" if refusal.detail else ""
+    assert (
+        refusal.message == f"modeltap refused the request [rule {rule}]: {RULES[rule][1]}{where}."
+    )
+    assert refusal.detail is None or FIELD_PATH.fullmatch(refusal.detail), refusal.detail
+    for leaf in leaves(body):
+        # A value shorter than a word ("m", "ok") can match a path by chance.
+        if len(leaf) >= 4 and leaf not in WIRE_WORDS:
+            assert leaf not in refusal.message, leaf
+
+
+#: Every rule an API's request audit raises has a refused sample.
+REQUEST_RULES = {
+    "missing_model",
+    "messages_and_input",
+    "malformed_messages",
+    "malformed_tools",
+    "tool_without_name",
+    "malformed_image",
+    "instructions_not_text",
+    "malformed_setting",
+    "value_too_long",
+}
+
+
+@pytest.mark.parametrize("api", apis.APIS, ids=folder)
+def test_every_rule_the_api_raises_has_a_refused_sample(api: WireApi) -> None:
+    refused = sorted((DATA / folder(api) / "refused").glob("*.json"))
+    assert {load(path)["rejected_rule"] for path in refused} == REQUEST_RULES
+
+
+# --------------------------------------------------------------------------
+# Responses and streams
+
+
+@pytest.mark.parametrize(("api", "path"), samples("responses"))
+def test_response_observed_exactly(api: WireApi, path: Path) -> None:
+    sample = load(path)
+    assert set(sample["expected"]) == RESPONSE_FIELDS
+    assert as_json(api.observe_json(sample["response"], None)) == sample["expected"]
+
+
+def sse_bytes(events: list[dict[str, Any]]) -> bytes:
+    """The events as an upstream writes them."""
+    out = bytearray()
+    for event in events:
+        if "event" in event:
+            out += b"event: " + event["event"].encode() + b"\n"
+        data = event["data"]
+        out += b"data: " + (data.encode() if isinstance(data, str) else orjson.dumps(data))
+        out += b"\n\n"
+    return bytes(out)
+
+
+@pytest.mark.parametrize(("api", "path"), samples("streams"))
+def test_stream_observed_exactly(api: WireApi, path: Path) -> None:
+    sample = load(path)
+    assert set(sample["expected"]) == RESPONSE_FIELDS
+    facts = api.audit_request(sample["request"]) if "request" in sample else None
+    observer = api.StreamObserver(facts)
+    wire = sse_bytes(sample["events"])
+    decoder = SSEDecoder()
+    # Cut anywhere: the decoder hands the observer whole events all the same.
+    events = [event for i in range(0, len(wire), 7) for event in decoder.feed(wire[i : i + 7])]
+    assert len(events) == len(sample["events"])
+    assert [observer.feed(event) for event in events] == sample["outputs"]
+    assert observer.done is (sample.get("error") is None)
+    assert as_json(observer.finish(sample.get("error"))) == sample["expected"]
+
+
+# --------------------------------------------------------------------------
+# What telemetry reads (modeltap.apis.contract)
+
+
+def api(name: str) -> WireApi:
+    return apis.module_for(name)
+
+
+CHAT = "openai.chat_completions"
+RESPONSES = "openai.responses"
+ANTHROPIC = "anthropic.messages"
+
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "content"),
+    [
+        (CHAT, {"messages": MESSAGES}, RequestContent(input_messages=MESSAGES)),
+        (CHAT, {"messages": MESSAGES, "system": "x"}, RequestContent(input_messages=MESSAGES)),
+        (ANTHROPIC, {"messages": MESSAGES[1:], "system": "s"}, RequestContent(MESSAGES[1:], "s")),
+        (ANTHROPIC, {"messages": None}, RequestContent()),
+        (RESPONSES, {"input": "hi", "instructions": ["i"]}, RequestContent("hi", ["i"])),
+        (RESPONSES, {"messages": MESSAGES, "system": "s"}, RequestContent()),
+    ],
+)
+def test_request_content(name: str, body: dict[str, Any], content: RequestContent) -> None:
+    assert api(name).request_content(body) == content
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "output"),
+    [
+        (CHAT, {"choices": [{"index": 0}]}, [{"index": 0}]),
+        (CHAT, {"choices": None}, None),  # present and null is a value
+        (CHAT, {"error": {"type": "x"}}, "absent"),
+        (ANTHROPIC, {"content": [{"type": "text"}]}, [{"type": "text"}]),
+        (ANTHROPIC, {"type": "error", "error": {}}, "absent"),
+        (RESPONSES, {"output": [1]}, [1]),
+        (RESPONSES, {"type": "response.completed", "response": {"output": [2]}}, [2]),
+        (RESPONSES, {"response": {"id": "r"}}, "absent"),
+    ],
+)
+def test_response_content(name: str, body: dict[str, Any], output: object) -> None:
+    read = api(name).response_content(body)
+    if output == "absent":
+        assert read is None
+    else:
+        assert read is not None and read.output_messages == output
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "settings"),
+    [
+        (
+            CHAT,
+            {
+                "max_tokens": 10,
+                "max_completion_tokens": 20,
+                "temperature": 1,
+                "top_p": 0.5,
+                "stop": "END",
+                "seed": 7,
+                "frequency_penalty": -0.5,
+                "presence_penalty": 0,
+                "n": 2,
+                "response_format": {"type": "json_schema", "json_schema": {}},
+                "service_tier": "flex",
+            },
+            RequestSettings(20, 1.0, 0.5, None, ("END",), 7, -0.5, 0.0, 2, "json", "flex"),
+        ),
+        (
+            CHAT,
+            {"max_tokens": 10, "stop": ["a", "b"]},
+            RequestSettings(10, stop_sequences=("a", "b")),
+        ),
+        (
+            CHAT,
+            {"temperature": True, "seed": 1.5, "n": "2", "stop": ["a", 1], "response_format": 1},
+            RequestSettings(),  # the wrong type is unknown, never a default
+        ),
+        (
+            ANTHROPIC,
+            {"max_tokens": 32000, "temperature": 0.2, "top_k": 40, "stop_sequences": ["\n\nH:"]},
+            RequestSettings(32000, 0.2, top_k=40.0, stop_sequences=("\n\nH:",)),
+        ),
+        (ANTHROPIC, {"seed": 1, "n": 2, "stop": "x"}, RequestSettings()),
+        (
+            RESPONSES,
+            {"max_output_tokens": 500, "top_p": 1, "text": {"format": {"type": "text"}}},
+            RequestSettings(500, top_p=1.0, output_type="text"),
+        ),
+        (RESPONSES, {"max_tokens": 5, "stop": "x", "text": "json"}, RequestSettings()),
+    ],
+)
+def test_request_settings(name: str, body: dict[str, Any], settings: RequestSettings) -> None:
+    assert api(name).request_settings(body) == settings
