@@ -27,6 +27,10 @@ blocks (the client runs those); server tool use runs at the provider and is
 not a call the client answers. ``total_tokens`` stays ``None``: Anthropic does
 not report one. ``evidence_complete`` is true exactly when ``capture_errors``
 is empty.
+
+One wire read whole, in the sections of :mod:`modeltap.apis.contract`
+(request side, response side, what telemetry reads); a little over 500 lines
+because threads, MCP servers and server tools each need their own reading.
 """
 
 from __future__ import annotations

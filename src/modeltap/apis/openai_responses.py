@@ -20,6 +20,13 @@ Reading rules (SPEC section 2) that need a decision beyond the SPEC's table:
   finish reason, and the incomplete reason is the one that explains a stop.
 - An HTTP error body (``{"error": {...}}``) and a stream's ``error`` event are
   whole answers: status ``"error"``, evidence complete.
+
+Why one module of ~700 lines: it is one wire, read whole. The Responses API
+has the most shapes of the three (input items of a dozen types, namespaced
+and hosted tools, server-held state, some forty stream events); split into
+request and response halves, a change to one item type would touch two files
+that must agree. Its sections (request side, response side, what telemetry
+reads) follow the order of the contract in :mod:`modeltap.apis.contract`.
 """
 
 from __future__ import annotations
