@@ -3,13 +3,21 @@
 Inner test files run with ``pytester`` against the upstream stub (the stub's
 URL reaches them through the options under test); the last tests use the
 fixture directly in this repo's own tests.
+
+The inner sessions run in a subprocess. In-process, pytester restores
+``sys.modules`` after each run and so drops every module first imported inside
+it, while modules that stay keep references into them: httpx2 caches its map
+of httpcore2 exceptions on first use, and once an inner run had built it from
+an httpcore2 that was then dropped, a later test in this process got httpcore2's
+raw ``RemoteProtocolError`` where the openai SDK expects ``httpx2``'s (so
+``tests/test_proxy_guards.py::test_cut_stream_reads_evidence_incomplete``
+failed whenever this file ran first).
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -44,22 +52,26 @@ def test_one_turn(modeltap, tmp_path):
 
 
 def run_inner(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    """Run the inner session in-process, without Hypothesis's plugin (seconds per session)."""
-    return pytester.runpytest("-p", "no:hypothesispytest", *args)
+    """Run the inner session in its own interpreter, without Hypothesis's plugin."""
+    return pytester.runpytest_subprocess("-p", "no:hypothesispytest", *args)
 
 
-def proxy_threads() -> int:
-    return sum(1 for thread in threading.enumerate() if thread.name == "modeltap-proxy")
+#: Appended to an inner file: runs after the test before it has been torn down.
+NO_PROXY_THREAD_LEFT = """
+
+def test_zz_proxy_thread_stopped():
+    import threading
+
+    assert [t.name for t in threading.enumerate() if t.name == "modeltap-proxy"] == []
+"""
 
 
 def test_command_line_upstream_and_teardown(pytester: pytest.Pytester, upstream: Upstream) -> None:
-    pytester.makepyfile(ONE_TURN_VIA_UPSTREAM)
-    before = proxy_threads()
+    # The fixture stops the proxy (and its thread) when the inner test ends.
+    pytester.makepyfile(ONE_TURN_VIA_UPSTREAM + NO_PROXY_THREAD_LEFT)
     result = run_inner(pytester, "--modeltap-upstream", upstream.url)
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
     assert [r.path for r in upstream.received] == ["/v1/chat/completions"]
-    # The fixture stopped the proxy (and its thread) when the inner test ended.
-    assert proxy_threads() == before
 
 
 def test_ini_upstream(pytester: pytest.Pytester, upstream: Upstream) -> None:
