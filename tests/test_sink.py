@@ -71,3 +71,38 @@ def test_the_sink_says_which_file_it_reopened(tmp_path: Path) -> None:
         "s",
     )
     sink.close()
+
+
+def test_the_proxy_names_the_sessions_that_lost_lines(tmp_path: Path) -> None:
+    sink = Sink(tmp_path)
+    sink.prepare()
+    asked: list[str] = []
+
+    def sessions_with_lines(file: str) -> list[str]:
+        asked.append(file)
+        return ["a", "b", "a"] if len(asked) == 1 else []
+
+    sink.sessions_with_lines = sessions_with_lines
+    event = ErrorEvent(
+        ts="2025-01-01T00:00:00.000Z", run_id="r", session_id="s", error="client_gone",
+        message="m", transport="http", method="POST", path="/v1/x",
+    )  # fmt: skip
+
+    def written() -> list[tuple[str, str, bool | None]]:
+        path = tmp_path / "events.jsonl"
+        lines = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+        path.unlink()
+        return [(line["kind"], line["session_id"], line.get("lost_lines")) for line in lines]
+
+    assert sink.write_event(event)
+    written()
+    assert sink.write_event(event)  # two sessions had lines: each is told, once
+    assert written() == [
+        ("error", "s", None),
+        ("file_reopened", "a", True),
+        ("file_reopened", "b", True),
+    ]
+    assert sink.write_event(event)  # none had: one event, nothing lost
+    assert written() == [("error", "s", None), ("file_reopened", "s", False)]
+    assert asked == ["events.jsonl", "events.jsonl"]
+    sink.close()

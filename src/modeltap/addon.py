@@ -474,6 +474,7 @@ class ModelTap:
                 raise exceptions.OptionsError(str(e)) from None
             if self.sink is not None:
                 self.sink.close()
+            sink.sessions_with_lines = self._file_reopened
             self.sink = sink
         if "modeltap_control" in updated and self.control is None:
             self._bind_control(opts.modeltap_control)
@@ -1149,6 +1150,18 @@ class ModelTap:
         )
         self._sessions[session_id] = session
         return session
+
+    def _file_reopened(self, file: str) -> list[str]:
+        """An out file was moved or deleted: the sessions that had lines before
+        (open, or a WebSocket conversation that may resume) lose evidence."""
+        held = [
+            *self._sessions.values(),
+            *(closed for closed, _status in self._closed.values()),
+        ]
+        lost = [session for session in held if not session.untouched]
+        for session in lost:
+            session.file_reopened(file)
+        return [session.session_id for session in lost]
 
     def _write_end(self, session_id: str) -> SessionStatus:
         """Write an open session's ``sessions.jsonl`` line; it is open no more."""

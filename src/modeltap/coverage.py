@@ -25,7 +25,9 @@ a session is the worst over its turns plus what happened outside them.
 * ``status``: partial when a request was refused, an ``error`` event
   happened, or a request's outcome is unknown (no response).
 * ``data``: partial when lines are missing or do not link up (the reader
-  says which).
+  says which), or when an out file was moved or deleted under the running
+  proxy while the session had lines in it (a ``file_reopened`` event with
+  ``lost_lines``: :meth:`SessionEvidence.file_reopened`).
 
 A session with no audited request has ``events``, ``actions``, ``usage`` and
 ``status`` unavailable: "No outbound model requests captured; audit
@@ -241,6 +243,21 @@ def session_capture_errors(
     return out
 
 
+def file_moved_reason(file: str) -> str:
+    """Why a session's ``data`` is partial after ``file`` was opened again at its path.
+
+    Args:
+        file: ``audit.jsonl``, ``events.jsonl`` or ``sessions.jsonl``.
+
+    Returns:
+        The reason, the same for the proxy and every reader.
+    """
+    return (
+        f"{file} was moved or deleted under the running proxy; "
+        "this session's lines written to it before are not in the out dir"
+    )
+
+
 def qualified_tool_name(call: ToolCall) -> str | None:
     """Return ``namespace.name`` for a namespaced call, else its ``name``.
 
@@ -394,6 +411,15 @@ class SessionEvidence:
     def error(self, event: ErrorEvent) -> None:
         """Take in an ``error`` event that belongs to no turn."""
         self.lower("status", "partial", f"error event: {event.error}: {event.message}")
+
+    def file_reopened(self, file: str) -> None:
+        """Take in that ``file`` was moved or deleted while it held lines of this
+        session (a ``file_reopened`` event with ``lost_lines``): ``data`` is partial.
+
+        Args:
+            file: the file's name.
+        """
+        self.lower("data", "partial", file_moved_reason(file))
 
     def lower(self, channel: str, status: CoverageStatus, reason: str) -> None:
         """Lower a channel of the session itself (outside any turn)."""

@@ -453,6 +453,11 @@ class FileReopenedEvent(Event):
     file: str
     #: ``missing`` (the path was gone) or ``replaced`` (it named another file).
     reason: str
+    #: True when this session had lines before the move, which the file may have
+    #: held: they are not in the out dir now, and its ``data`` evidence is partial.
+    #: False on the one event that names no such session (the file was moved
+    #: between sessions: nothing of an open session was lost).
+    lost_lines: bool = True
 
 
 # --------------------------------------------------------------------------

@@ -139,6 +139,11 @@ class SessionTracker:
         else:
             self.evidence.error(event)
 
+    def file_reopened(self, file: str) -> None:
+        """``file`` was moved or deleted under the proxy while it held this
+        session's lines (the proxy names the session in a ``file_reopened`` event)."""
+        self.evidence.file_reopened(file)
+
     def line_lost(self, file: str) -> None:
         """A line of this session could not be written: the files miss something."""
         self.evidence.lower("data", "partial", f"a line of {file} could not be written")

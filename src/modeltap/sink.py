@@ -22,7 +22,11 @@ Two faults need more than that (SPEC section 8):
   or none, the descriptor is closed and the path opened (created) again, so
   the line goes where readers look, never into an unlinked inode.
   :meth:`JsonlFile.append` says so and :class:`Sink` writes a
-  ``file_reopened`` event.
+  ``file_reopened`` event for each session whose earlier lines the file may
+  have held (``lost_lines``: its evidence is incomplete), as the proxy names
+  them through :attr:`Sink.sessions_with_lines`; when it names none, one
+  event for the session of the line that found the move, ``lost_lines`` false
+  (true when nothing names sessions: that session may have had lines).
 
 The cost of both, per line: a ``stat``, two ``flock`` calls, an ``lseek`` and
 a one-byte ``pread`` beside the write, about 3 µs (bench/run.py, case ``sink``).
@@ -40,6 +44,7 @@ import fcntl
 import os
 import stat
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from modeltap.errors import SinkError
@@ -175,6 +180,10 @@ class Sink:
         self.sessions = JsonlFile(out_dir / SESSIONS_FILE)
         #: Events that could not be written (reported at exit; traffic goes on).
         self.events_lost = 0
+        #: Set by the proxy: called with a file's name when it was opened again,
+        #: returns the sessions that had lines before (it marks their evidence
+        #: incomplete); each gets a ``file_reopened`` event.
+        self.sessions_with_lines: Callable[[str], Iterable[str]] | None = None
 
     def prepare(self) -> None:
         """Create the out dir if needed.
@@ -234,15 +243,25 @@ class Sink:
 
     def _reopened(self, file: JsonlFile, reason: str, run_id: str, session_id: str) -> None:
         """Say in ``events.jsonl`` that ``file`` was opened again at its path."""
-        self.write_event(
-            FileReopenedEvent(
-                ts=utc_now(),
-                run_id=run_id,
-                session_id=session_id,
-                file=file.path.name,
-                reason=reason,
+        name = file.path.name
+        if self.sessions_with_lines is None:
+            # Nobody says which sessions had lines: the one at hand may have.
+            named = [(session_id, True)]
+        else:
+            lost = dict.fromkeys(self.sessions_with_lines(name))
+            named = [(s, True) for s in lost] or [(session_id, False)]
+        ts = utc_now()
+        for session, lost_lines in named:
+            self.write_event(
+                FileReopenedEvent(
+                    ts=ts,
+                    run_id=run_id,
+                    session_id=session,
+                    file=name,
+                    reason=reason,
+                    lost_lines=lost_lines,
+                )
             )
-        )
 
     def close(self) -> None:
         """Close every file (lines are already on disk: nothing to flush)."""

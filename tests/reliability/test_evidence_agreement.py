@@ -105,6 +105,19 @@ def websocket_tool_never_answered(running: Running) -> None:
             pass
 
 
+def audit_file_moved(running: Running) -> None:
+    """A log rotation under the running proxy, mid-session: turn 0's line is gone."""
+    complete(running)
+    (running.out / "audit.jsonl").rename(running.out / "audit.jsonl.1")
+    complete(running)
+
+
+def events_file_deleted(running: Running) -> None:
+    complete(running)
+    (running.out / "events.jsonl").unlink()
+    complete(running)
+
+
 CASES: dict[str, tuple[Callable[[Running], None], bool, str]] = {
     # name: (agent, evidence complete?, a reason every reader must give)
     "complete": (complete, True, ""),
@@ -116,6 +129,16 @@ CASES: dict[str, tuple[Callable[[Running], None], bool, str]] = {
     "refused-request": (refused_request, False, "request refused (missing_model)"),
     "stream-cut": (stream_cut, False, "[turn 0] error event: upstream_"),
     "stream-without-its-end": (stream_without_its_end, False, "[turn 0] response not seen"),
+    "audit-file-moved": (
+        audit_file_moved,
+        False,
+        "audit.jsonl was moved or deleted under the running proxy; this session's lines",
+    ),
+    "events-file-deleted": (
+        events_file_deleted,
+        False,
+        "events.jsonl was moved or deleted under the running proxy; this session's lines",
+    ),
     "websocket-tool-never-answered": (
         websocket_tool_never_answered,
         False,
@@ -213,3 +236,34 @@ def test_check_fails_a_session_whose_lines_went_missing(
         "sessions.jsonl says run" in printed
         and "audited 1 requests; audit.jsonl holds 0" in printed
     )
+
+
+def test_a_file_moved_between_sessions_costs_no_session_its_evidence(
+    start_proxy: Callable[..., Running],
+) -> None:
+    """The harness rotated (or cleaned) the out dir after one session ended: the next
+    session lost nothing, and no reader says otherwise; the move is still told."""
+    running = start_proxy()
+    complete(running)
+    control.end_session(running.out, SESSION)
+    (running.out / "audit.jsonl").rename(running.out / "audit.jsonl.1")
+    (running.out / "events.jsonl").rename(running.out / "events.jsonl.1")
+    oai(running).chat.completions.create(
+        model="gpt-5", messages=CHAT, extra_headers={"x-modeltap-session": "next"}
+    )
+    control.end_session(running.out, "next")
+    running.proxy.stop()
+
+    moved = [e for e in read_jsonl(running.out / "events.jsonl") if e["kind"] == "file_reopened"]
+    assert [(e["file"], e["session_id"], e["lost_lines"]) for e in moved] == [
+        ("audit.jsonl", "next", False),
+        ("events.jsonl", "next", False),
+    ]
+    (line,) = [s for s in read_jsonl(running.out / "sessions.jsonl") if s["session_id"] == "next"]
+    session = Capture.load(running.out).sessions["next"]
+    reported = build_report(Capture.load(running.out))["sessions"]
+    assert line["evidence_complete"] is True
+    assert session.evidence_complete is True, session.capture_errors
+    assert [s["evidence_complete"] for s in reported if s["session_id"] == "next"] == [True]
+    code, printed = check_cli(running.out, "--session", "next")
+    assert code == 0, printed

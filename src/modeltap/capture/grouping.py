@@ -3,7 +3,8 @@
 Coverage is computed by :mod:`modeltap.coverage`, the one definition of
 complete evidence that the proxy's ``sessions.jsonl`` lines use too: each
 session's lines are fed, in turn order, to one
-:class:`~modeltap.coverage.SessionEvidence`. What only a reader can see is
+:class:`~modeltap.coverage.SessionEvidence` (``file_reopened`` events with
+``lost_lines`` too, as the proxy fed them). What only a reader can see is
 added here, in the ``data`` channel: a line of the files that could not be
 read (every session is lowered: the lost line may have been its own), lines
 that do not link up (an event's ``seq`` with no audit record, two responses
@@ -36,6 +37,7 @@ from modeltap.records import (
     AuditRecord,
     ErrorEvent,
     Event,
+    FileReopenedEvent,
     RejectedEvent,
     ResponseEvent,
     UnauditedEvent,
@@ -175,6 +177,9 @@ def _build_session(
             loose_errors.append(event)
     for refusal in refusals:
         evidence.refused(refusal)
+    for event in entry.events:
+        if isinstance(event, FileReopenedEvent) and event.lost_lines:
+            evidence.file_reopened(event.file)
     for error in loose_errors:
         evidence.error(error)
 
