@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+import unicodedata
 from urllib.parse import quote
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from modeltap import records
 from modeltap.records import MAX_ID_CHARS, MAX_PATH_CHARS, ResponseFacts, ToolCall, redact_path
 
 SECRET = "s3cr3t-VALUE-9f8e"
@@ -98,6 +103,19 @@ SECRET_NAMES = [
         ("/v1/x;jsessionid=abc/y?q=1", "/v1/x;jsessionid=REDACTED/y?q=REDACTED"),
         ("/v1/x?a=b=c", "/v1/x?a=REDACTED"),
         ("/v1/x?key=a+b%20c#frag", "/v1/x?key=REDACTED"),
+        # A separator in the path however spelt, for a server that decodes first.
+        ("/v1/models%3Fkey=" + SECRET, "/v1/models%3Fkey=REDACTED"),
+        ("/v1/x%3bkey=" + SECRET + "/y", "/v1/x%3bkey=REDACTED/y"),
+        ("/v1/x%253Bkey=" + SECRET + "/y", "/v1/x%253Bkey=REDACTED/y"),
+        ("/v1/x%u003Bkey=" + SECRET + "/y", "/v1/x%u003Bkey=REDACTED/y"),
+        ("/v1/x%C0%BBkey=" + SECRET + "/y", "/v1/x%C0%BBkey=REDACTED/y"),
+        ("/v1/x%EF%BC%9Bkey=" + SECRET + "/y", "/v1/x%EF%BC%9Bkey=REDACTED/y"),
+        ("/v1/x\uff1bkey=" + SECRET + "/y", "/v1/x\uff1bkey=REDACTED/y"),
+        ("/v1/x%23key=" + SECRET + "/y", "/v1/x%23key=REDACTED"),
+        ("/v1/x;a=1%3Fkey=" + SECRET + "/y", "/v1/x;a=REDACTED"),
+        # Encoded characters that separate nothing stay as sent (Bedrock model ids).
+        ("/model/arn%3Aaws%3Abedrock%2Fm/invoke", None),
+        ("/v1/projects/p/models/g%40001:predict", None),
     ],
 )
 def test_redact_path(path: str, expected: str | None) -> None:
@@ -114,6 +132,91 @@ def test_no_value_survives_whatever_its_name(name: str, encode: bool) -> None:
         redacted = redact_path(f"/v1/chat/completions?{written_name}={value}&beta=true")
         assert SECRET not in redacted
         assert redacted.endswith("=REDACTED&beta=true")
+
+
+#: Characters a path could be split on after decoding, and a few around them.
+SEPARATORS = ";?#"
+
+
+def lookalikes(char: str) -> list[str]:
+    """Every character NFKC folds into text containing ``char``."""
+    return [
+        chr(c)
+        for c in range(0x80, sys.maxunicode + 1)
+        if char in unicodedata.normalize("NFKC", chr(c))
+    ]
+
+
+LOOKALIKES = {char: lookalikes(char) for char in SEPARATORS}
+
+
+def test_the_lookalike_lists_are_complete() -> None:
+    assert {c: sorted(v) for c, v in records._LOOKALIKES.items()} == LOOKALIKES
+
+
+@st.composite
+def separator_spellings(draw: st.DrawFn) -> str:
+    """``;``, ``?`` or ``#`` as a server might come to read it: raw, NFKC look-alike,
+    UTF-8 percent-encoded (mixed case, encoded again up to twice), IIS ``%uXXXX``,
+    overlong UTF-8, and bytes above ASCII as mitmproxy hands them over."""
+    base = draw(st.sampled_from(SEPARATORS))
+    char = draw(st.sampled_from([base, *LOOKALIKES[base]]))
+    form = draw(st.sampled_from(["raw", "utf8", "iis", "overlong"]))
+    if form == "raw":
+        return char
+    depth = "25" * draw(st.integers(0, 2))
+
+    def hexed(value: str) -> str:
+        return "".join(draw(st.sampled_from([h.lower(), h.upper()])) for h in value)
+
+    if form == "iis":
+        return f"%{depth}{draw(st.sampled_from('uU'))}{hexed(f'{ord(char):04x}')}"
+    data = list(char.encode())
+    if form == "overlong" and ord(char) < 0x80:
+        length = draw(st.integers(2, 4))
+        data = [(0xC0, 0xE0, 0xF0)[length - 2], *[0x80] * (length - 2), 0x80 | ord(char)]
+    out = ""
+    for byte in data:
+        how = draw(st.sampled_from(["pct", "latin1", "surrogate"] if byte >= 0x80 else ["pct"]))
+        if how == "pct":
+            out += f"%{depth}{hexed(f'{byte:02x}')}"
+        else:
+            out += chr(byte) if how == "latin1" else chr(0xDC00 + byte)
+    return out
+
+
+segments = st.text(alphabet="abcxyz019-_.:%", min_size=1, max_size=8)
+secrets = st.text(alphabet="ABCdef0123456789-_.~%+", min_size=4, max_size=16).map(
+    lambda s: "SeCrEt" + s
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=st.lists(segments, min_size=1, max_size=3),
+    separator=separator_spellings(),
+    name=st.sampled_from(["key", "api_key", "sig", "beta", "api-version", ""]),
+    equals=st.sampled_from(["=", "%3D", "%3d", "\uff1d", ""]),
+    secret=secrets,
+    after=st.lists(segments, max_size=2),
+    query=st.sampled_from(["", "?beta=true", "?api-version=2024-10-21&x=1"]),
+)
+def test_no_secret_survives_a_separator_in_the_path(
+    before: list[str],
+    separator: str,
+    name: str,
+    equals: str,
+    secret: str,
+    after: list[str],
+    query: str,
+) -> None:
+    """Whatever spelling of ``;``, ``?`` or ``#`` a server decodes or normalises
+    into a separator, the parameters after it are written without their values."""
+    path = "/" + "/".join(before) + separator + name + equals + secret
+    path += "".join("/" + s for s in after) + query
+    written = redact_path(path)
+    assert "SeCrEt" not in written, (path, written)
+    assert redact_path(written) == written
 
 
 def test_a_long_path_is_cut_after_redaction() -> None:
