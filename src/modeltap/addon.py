@@ -33,7 +33,7 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
-from modeltap import apis, control, mitm_http1, ws_limit
+from modeltap import apis, control, mitm_http1, request_limit, ws_limit
 from modeltap.apis import json_body
 from modeltap.deadlines import Deadlines, Watch
 from modeltap.decoding import (
@@ -488,8 +488,10 @@ class ModelTap:
         # mitmproxy's HTTP/1 reader hangs on a trailer section (see mitm_http1).
         mitm_http1.install()
         # WebSocket messages are bounded by --max-body as their frames arrive,
-        # after permessage-deflate inflation (see ws_limit).
+        # after permessage-deflate inflation (see ws_limit); request bodies too,
+        # before mitmproxy has buffered them (see request_limit).
         ws_limit.install()
+        request_limit.install()
 
     def _configure_timeouts(self) -> None:
         opts = self.options
@@ -695,6 +697,14 @@ class ModelTap:
             if length.isdigit() and int(length) > self.max_body:
                 # Refuse before reading a body we would refuse anyway.
                 self._refuse(flow, ex, Rejected("body_too_large"))
+
+    def modeltap_request_too_large(self, flow: http.HTTPFlow) -> None:
+        """A request body passed --max-body while it arrived (request_limit): refuse
+        it now; the rest is not read, nothing is forwarded. Pass-through requests
+        too: modeltap buffers every request, and the bound must hold for all."""
+        ex: Exchange | None = flow.metadata.get(METADATA_KEY)
+        if ex is not None and flow.response is None and not self._stopped:
+            self._refuse(flow, ex, Rejected("body_too_large"))
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         # Regular mode: a tunnel to the control listener is refused like a request to it.
