@@ -104,8 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-body",
         default="64m",
         metavar="SIZE",
-        help="largest request body (after content decoding) or WebSocket message audited, "
-        "e.g. 64m (default); larger bodies get 413, larger messages close the WebSocket (1009)",
+        help="largest request body (as sent and after content decoding; pass-through "
+        "requests too) or WebSocket message, e.g. 64m (default); larger bodies get 413 as "
+        "soon as they pass it, larger messages close the WebSocket (1009)",
     )
     run.add_argument(
         "--session",
