@@ -1,4 +1,4 @@
-"""``modeltap run | report``: the command line."""
+"""``modeltap run | report | view | ...``: the command line."""
 
 from __future__ import annotations
 
@@ -226,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Listed for --help; main() hands their arguments to modeltap.replay.
     sub.add_parser("replay", help="answer an agent from a --record directory", add_help=False)
     sub.add_parser("demo", help="a scripted agent replayed through modeltap", add_help=False)
+    sub.add_parser("view", help="write a capture as one self-contained HTML page", add_help=False)
     return parser
 
 
@@ -372,6 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from modeltap.replay import demo_main
 
         return demo_main(argv[1:])
+    if argv[:1] == ["view"]:
+        from modeltap import view
+
+        return view.main(argv[1:])
     if argv[:1] == ["check"]:
         from modeltap import check
 

@@ -1,0 +1,291 @@
+"""Real captures for the page's tests: the proxy driven by the openai and anthropic SDKs.
+
+Each function starts the stub upstream and a proxy of its own (as the
+``start_proxy`` fixture does), runs agents through it with the official SDKs,
+stops the proxy (which writes ``sessions.jsonl``) and returns where the files
+are. Nothing is written by hand: the page is tested on what modeltap wrote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+
+from modeltap import control
+from modeltap.proxy import Proxy, ProxyConfig
+from tests.upstream import (
+    TOOL_ARGUMENTS,
+    Reply,
+    Upstream,
+    anthropic_text_sse,
+    anthropic_tool_sse,
+    chat_text_json,
+)
+
+#: Strings an agent or a model controls, each trying to run script in the page.
+#: Every one sets a different ``window.__pwned`` value, so a test names the hole.
+INJECT_SESSION = '<img src=x onerror="window.__pwned=1">'
+INJECT_MODEL = "</script><script>window.__pwned=2</script>"
+INJECT_TOOL = "<img src=x onerror=window.__pwned=3>"
+INJECT_CALLED = "<svg onload=window.__pwned=4>"
+INJECT_ARGUMENTS = '{"q": "</script><script>window.__pwned=5</script>", "n": "<!--"}'
+INJECT_CALL_ID = "call_<b onmouseover=window.__pwned=6>x</b>"
+
+#: A prompt that must never reach the page unless the recording is given.
+SECRET_PROMPT = "the-user-prompt-text-7f3a"
+
+SYSTEM_A = "You are a careful assistant."
+SYSTEM_B = "You are a careful assistant. Answer in French."
+
+
+def _function(name: str) -> Any:
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+
+def chat_tool_reply(model: str, name: str, arguments: str, call_id: str) -> Reply:
+    """A chat completion that asks for one tool call (as the API sends it)."""
+    return Reply(
+        json={
+            "id": f"chatcmpl-{call_id[:20]}",
+            "object": "chat.completion",
+            "created": 1760000000,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": call_id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": arguments},
+                            }
+                        ],
+                    },
+                    "finish_reason": "tool_calls",
+                }
+            ],
+            "usage": {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
+        }
+    )
+
+
+@contextmanager
+def running_proxy(out: Path, record: Path | None = None, **config: Any) -> Iterator[Running]:
+    """The stub upstream and a proxy routing ``/stub`` (and a dead route) to it."""
+    with Upstream() as upstream:
+        cfg = ProxyConfig(
+            listen_port=0,
+            out=str(out),
+            routes=[f"stub={upstream.url}", "dead=http://127.0.0.1:9"],
+            quiet=True,
+            record=str(record) if record is not None else None,
+            **config,
+        )
+        proxy = Proxy(cfg).start()
+        try:
+            yield Running(proxy, upstream, out)
+        finally:
+            proxy.stop()
+
+
+@dataclass
+class Running:
+    proxy: Proxy
+    upstream: Upstream
+    out: Path
+
+    def openai(self, session: str, route: str = "stub", retries: int = 2) -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=f"{self.proxy.url}/{route}/v1",
+            api_key="sk-test",
+            max_retries=retries,
+            default_headers={"x-modeltap-session": session},
+        )
+
+    def anthropic(self, session: str) -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            base_url=f"{self.proxy.url}/stub",
+            api_key="sk-ant-test",
+            max_retries=0,
+            default_headers={"x-modeltap-session": session},
+        )
+
+
+@dataclass(frozen=True)
+class Made:
+    out: Path
+    record: Path
+
+
+def make_rich_capture(root: Path) -> Made:
+    """Sessions that exercise every part of the page.
+
+    * ``agent-1`` (openai chat): turn 0 asks for ``lookup``; turn 1 adds
+      ``get_time``, changes the instructions and sets effort ``low``, and is
+      answered 429, so the SDK retries it (turn 2, the same body) and gets a
+      ``get_time`` call; turn 3 changes the model and drops ``lookup``.
+    * ``claude-1`` (anthropic, streamed, thinking): a tool call, then an answer,
+      the first byte held back so time to first chunk is visible.
+    * ``ended-1``: ended through the control API, then a request that is
+      refused (``session_ended``).
+    * ``broken-1``: a route whose upstream is down (an error event, 502).
+    * the injection session: a session id, model, tool names, call id and
+      arguments that try to run script.
+    * ``idle-1``: named with ``--session`` and never used ("audit unsupported").
+    """
+    out, record = root / "out", root / "rec"
+    with running_proxy(out, record, session="idle-1") as run:
+        up = run.upstream
+        client = run.openai("agent-1")
+        up.replies.append(chat_tool_reply("gpt-stub", "lookup", TOOL_ARGUMENTS, "call_lookup1"))
+        first = client.chat.completions.create(
+            model="gpt-stub",
+            messages=[
+                {"role": "system", "content": SYSTEM_A},
+                {"role": "user", "content": SECRET_PROMPT},
+            ],
+            tools=[_function("lookup")],
+        )
+        call = first.choices[0].message
+        up.replies.append(
+            Reply(
+                status=429,
+                json={"error": {"message": "slow down"}},
+                headers={"retry-after-ms": "5"},
+            )
+        )
+        up.replies.append(chat_tool_reply("gpt-stub", "get_time", '{"tz": "UTC"}', "call_time1"))
+        history: list[Any] = [
+            {"role": "system", "content": SYSTEM_B},
+            {"role": "user", "content": SECRET_PROMPT},
+            call.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": "call_lookup1", "content": '{"sky": "sunny"}'},
+        ]
+        second = client.chat.completions.create(
+            model="gpt-stub",
+            messages=history,
+            tools=[_function("lookup"), _function("get_time")],
+            reasoning_effort="low",
+        )
+        history += [
+            second.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": "call_time1", "content": '{"time": "14:05"}'},
+        ]
+        up.replies.append(chat_text_json("gpt-stub-mini", "It is sunny."))
+        client.chat.completions.create(
+            model="gpt-stub-mini",
+            messages=history,
+            tools=[_function("get_time")],
+            reasoning_effort="low",
+        )
+
+        claude = run.anthropic("claude-1")
+        reply = anthropic_tool_sse("claude-stub")
+        reply.pause_after = {0: 0.06}
+        up.replies.append(reply)
+        tools: Any = [{"name": "lookup", "input_schema": {"type": "object"}}]
+        with claude.messages.stream(
+            model="claude-stub",
+            max_tokens=2048,
+            system="Be brief.",
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            tools=tools,
+            messages=[{"role": "user", "content": "Weather?"}],
+        ) as stream:
+            message = stream.get_final_message()
+        use = next(b for b in message.content if b.type == "tool_use")
+        reply = anthropic_text_sse("claude-stub")
+        reply.pause_after = {0: 0.03}
+        up.replies.append(reply)
+        with claude.messages.stream(
+            model="claude-stub",
+            max_tokens=2048,
+            system="Be brief.",
+            thinking={"type": "enabled", "budget_tokens": 1024},
+            tools=tools,
+            messages=[
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": message.content},  # type: ignore[typeddict-item]
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 18 C"}
+                    ],
+                },
+            ],
+        ) as stream:
+            stream.get_final_message()
+
+        ended = run.openai("ended-1", retries=0)
+        ended.chat.completions.create(
+            model="gpt-stub", messages=[{"role": "user", "content": "hi"}]
+        )
+        control.end_session(out, "ended-1")
+        with suppress(openai.APIStatusError):
+            ended.chat.completions.create(
+                model="gpt-stub", messages=[{"role": "user", "content": "again"}]
+            )
+
+        broken = run.openai("broken-1", route="dead", retries=0)
+        with suppress(openai.APIStatusError):
+            broken.chat.completions.create(
+                model="gpt-stub", messages=[{"role": "user", "content": "hi"}]
+            )
+
+        evil = run.openai(INJECT_SESSION)
+        up.replies.append(
+            chat_tool_reply(INJECT_MODEL, INJECT_CALLED, INJECT_ARGUMENTS, INJECT_CALL_ID)
+        )
+        evil.chat.completions.create(
+            model=INJECT_MODEL,
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[_function(INJECT_TOOL)],
+        )
+    return Made(out, record)
+
+
+def make_long_capture(out: Path, turns: int) -> Path:
+    """One session of ``turns`` turns, an agent loop through the openai SDK.
+
+    Every other answer asks for a tool whose result goes back in the next
+    request, so the timeline has model calls and tool gaps all along.
+    """
+    with running_proxy(out) as run:
+        client = run.openai("long-1", retries=0)
+        messages: list[Any] = [{"role": "user", "content": "start"}]
+        for i in range(turns):
+            if i % 2 == 0:
+                run.upstream.replies.append(
+                    chat_tool_reply("gpt-stub", f"tool_{i % 7}", f'{{"i": {i}}}', f"call_{i}")
+                )
+            answer = client.chat.completions.create(
+                model="gpt-stub",
+                messages=messages,
+                tools=[_function(f"tool_{n}") for n in range(7)],
+            )
+            message = answer.choices[0].message
+            if message.tool_calls:
+                messages = [
+                    {"role": "user", "content": "go on"},
+                    message.model_dump(exclude_none=True),
+                    {"role": "tool", "tool_call_id": message.tool_calls[0].id, "content": "ok"},
+                ]
+            else:
+                messages = [{"role": "user", "content": f"next {i}"}]
+    return out
+
+
+@pytest.fixture(scope="session")
+def rich_capture(tmp_path_factory: pytest.TempPathFactory) -> Made:
+    """:func:`make_rich_capture`, made once per test session."""
+    return make_rich_capture(tmp_path_factory.mktemp("view-rich"))
