@@ -11,7 +11,6 @@ dialog or network request. Screenshots go to ``test-artifacts/view/``.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -132,7 +131,9 @@ def test_sessions_show_status_and_coverage(page: Page, rich_capture: Made) -> No
     for item in listed:
         s = capture.sessions[item["id"]]
         assert item["stop"] == (s.stop_reason or "not ended")
-        assert item["evidence"] == ("complete" if s.evidence_complete else "incomplete")
+        assert item["evidence"] == (
+            "evidence complete" if s.evidence_complete else "evidence incomplete"
+        )
         assert item["turns"] == f"{len(s.turns)} turn{'' if len(s.turns) == 1 else 's'}"
     assert page.text("#capture-evidence") == "evidence incomplete"
 
@@ -208,12 +209,21 @@ def test_tool_execution_gaps_between_model_calls(page: Page, rich_capture: Made)
     )
 
 
-def test_retries_are_grouped_in_the_timeline(page: Page) -> None:
+def test_retries_are_grouped_in_the_timeline(page: Page, rich_capture: Made) -> None:
     page.session("agent-1")
     assert page.tab.get_attribute("#rows .row[data-key=t2]", "class") == "row turn retry"
     assert page.text("#rows .row[data-key=t2] .badge.retry") == "retry"
     assert page.text("#rows .row[data-key=t1] .badge.retry") == "\u00d72"  # x2
     assert page.text("#rows .row[data-key=t1] .badge.bad") == "429"
+    # The 429 reported no usage: the total is unknown; what the others reported is
+    # shown beside it as what it is, never as the total.
+    capture = Capture.load(rich_capture.out)
+    turns = capture.sessions["agent-1"].turns
+    known = sum(t.usage.input_tokens or 0 for t in turns)
+    assert capture.sessions["agent-1"].usage.input_tokens is None
+    assert page.text("#session-usage [data-usage=input_tokens]") == (
+        f"input unknown ({known:,} in 3 of 4 turns)"
+    )
     page.row("t2")
     assert page.text("#retry-badge") == "retry of turn 1"
     assert page.text("#changes").startswith("A retry: the same request body as turn 1")
@@ -242,6 +252,25 @@ def test_refusals_and_errors_are_marked(page: Page, rich_capture: Made) -> None:
     assert page.field("#response", "status") == "no answer"
     assert page.field("#response", "evidence_complete") == "false"
     assert page.field("#response", "capture_errors") == "; ".join(turn.response.capture_errors)
+
+
+def test_websocket_session_with_a_refused_message(page: Page, rich_capture: Made) -> None:
+    capture = Capture.load(rich_capture.out)
+    s = capture.sessions["codex-ws"]
+    page.session("codex-ws")
+    # In time order: a turn, the refused continuation, the next turn.
+    assert page.tab.evaluate(
+        "() => [...document.querySelectorAll('#rows .row')].map(r => r.dataset.key)"
+    ) == ["t0", "r0", "t1"]
+    assert page.text("#rows .row[data-key=r0] .model") == "ws_implicit_continuation"
+    assert page.text("#session-head [data-role=stop-reason]") == s.stop_reason
+    page.row("t1")
+    assert page.texts("#changes li") == [
+        "effort changed: medium -> high",
+        "hosted tools removed: web_search",
+    ]
+    assert page.field("#response", "status") == "none (a WebSocket message)"
+    assert page.field("#audit", "transport") == "websocket"
 
 
 # --------------------------------------------------------------------------
@@ -370,7 +399,7 @@ def test_filter_by_model_tool_session_and_problems(page: Page) -> None:
     page.tab.fill("#q", "")
 
     page.tab.check("#filter-problems")
-    assert set(sessions()) == {"agent-1", "ended-1", "broken-1", INJECT_SESSION}
+    assert set(sessions()) == {"agent-1", "ended-1", "broken-1", "codex-ws", INJECT_SESSION}
     page.session("ended-1")
     assert rows() == ["r0"]
     page.tab.uncheck("#filter-problems")
@@ -451,6 +480,14 @@ def test_bodies_show_only_with_the_recording(
         opened.tab.click("#bodies button:has-text('response body')")
         assert opened.text("#bodies [data-role=response-body]").startswith("event: message_start")
         screenshot(opened.tab, "bodies")
+        opened.session("codex-ws")
+        opened.row("t1")
+        opened.tab.click("#bodies button:has-text('request body')")
+        request = json.loads(opened.text("#bodies [data-role=request-body]"))
+        assert request["reasoning"] == {"effort": "high"}
+        opened.tab.click("#bodies button:has-text('WebSocket messages')")
+        events = [json.loads(t)["type"] for t in opened.texts("#bodies [data-role=ws-message]")]
+        assert events == ["response.created", "response.output_text.delta", "response.completed"]
     finally:
         opened.close()
 
@@ -471,13 +508,13 @@ def test_unreadable_lines_are_shown(browser: Any, rich_capture: Made, tmp_path: 
     shutil.copytree(rich_capture.out, out)
     with (out / "audit.jsonl").open("ab") as f:
         f.write(b'{"request_id": "torn')
+    (error,) = Capture.load(out).load_errors
     path = tmp_path / "torn.html"
     path.write_text(build_page(out), encoding="utf-8")
     opened = Page(browser, path)
     try:
-        assert re.match(
-            r"1 line could not be read: audit\.jsonl line 10: ", opened.text("#load-errors")
-        )
+        assert opened.text("#load-errors") == f"1 line could not be read: {error}"
+        assert error.file == "audit.jsonl" and "torn write" in error.message
         assert opened.text("#capture-evidence") == "evidence incomplete"
     finally:
         opened.close()

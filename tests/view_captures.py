@@ -121,6 +121,41 @@ class Running:
         )
 
 
+def _ws_messages() -> list[Any]:
+    """A Responses WebSocket conversation: a turn, a continuation that does not
+    restate its instructions and tools (refused: ``--continuation explicit``),
+    and a turn that states them again without the hosted tool."""
+    tools: list[Any] = [
+        {"type": "function", "name": "shell", "parameters": {"type": "object"}},
+        {"type": "web_search"},
+    ]
+    user = [{"role": "user", "content": [{"type": "input_text", "text": "list files"}]}]
+    return [
+        {
+            "type": "response.create",
+            "model": "gpt-stub-codex",
+            "instructions": "You are a coding agent.",
+            "tools": tools,
+            "reasoning": {"effort": "medium"},
+            "input": user,
+        },
+        {
+            "type": "response.create",
+            "model": "gpt-stub-codex",
+            "previous_response_id": "resp_ws1",
+            "input": user,
+        },
+        {
+            "type": "response.create",
+            "model": "gpt-stub-codex",
+            "instructions": "You are a coding agent.",
+            "tools": tools[:1],
+            "reasoning": {"effort": "high"},
+            "input": user,
+        },
+    ]
+
+
 @dataclass(frozen=True)
 class Made:
     out: Path
@@ -141,6 +176,8 @@ def make_rich_capture(root: Path) -> Made:
     * ``broken-1``: a route whose upstream is down (an error event, 502).
     * the injection session: a session id, model, tool names, call id and
       arguments that try to run script.
+    * ``codex-ws`` (Responses over WebSocket): a turn, a refused continuation,
+      a turn that drops the hosted ``web_search`` and raises the effort.
     * ``idle-1``: named with ``--session`` and never used ("audit unsupported").
     """
     out, record = root / "out", root / "rec"
@@ -241,6 +278,14 @@ def make_rich_capture(root: Path) -> Made:
             broken.chat.completions.create(
                 model="gpt-stub", messages=[{"role": "user", "content": "hi"}]
             )
+
+        codex = run.openai("codex-ws", retries=0)
+        with codex.responses.connect() as conn:
+            for message in _ws_messages():
+                conn.send(message)
+                for event in conn:
+                    if event.type in ("response.completed", "error"):
+                        break
 
         evil = run.openai(INJECT_SESSION)
         up.replies.append(

@@ -60,6 +60,23 @@
 
   function count(v) { return v === null || v === undefined ? unknown() : Number(v).toLocaleString('en-US'); }
 
+  // A total the capture calls unknown (some turn did not report it), with what the
+  // turns that did report add up to: a lower bound, said as one, never the total.
+  function total(value, turns, field) {
+    if (value !== null && value !== undefined) return h('b', { text: Number(value).toLocaleString('en-US') });
+    var known = 0, n = 0;
+    turns.forEach(function (t) { var v = t.usage[field]; if (v !== null && v !== undefined) { known += v; n++; } });
+    return [h('b', null, unknown()), n ? h('span', { class: 'unknown', 'data-role': 'known-part',
+      title: 'some turns did not report it; the turns that did add up to this (a lower bound, not the total)',
+      text: ' (' + known.toLocaleString('en-US') + ' in ' + n + ' of ' + plural(turns.length, 'turn') + ')' }) : null];
+  }
+
+  function allTurns() {
+    var out = [];
+    DATA.sessions.forEach(function (s) { out = out.concat(s.turns); });
+    return out;
+  }
+
   function bytesText(n) {
     if (n === null || n === undefined) return null;
     if (n < 1024) return n + ' B';
@@ -275,7 +292,7 @@
     el.tlbar = h('div', { class: 'tlbar' }, el.axisBtn,
       h('span', null, h('span', { class: 'kbd', text: 'j' }), ' ', h('span', { class: 'kbd', text: 'k' }), ' move'),
       h('span', { class: 'legend' },
-        h('span', null, h('span', { class: 'sw wait' }), 'waiting (to first chunk)'),
+        h('span', null, h('span', { class: 'sw wait' }), 'waiting for the first chunk (or byte)'),
         h('span', null, h('span', { class: 'sw stream' }), 'model output'),
         h('span', null, h('span', { class: 'sw tool' }), 'tool execution (agent)'),
         h('span', null, h('span', { class: 'sw bad' }), 'error / refused')));
@@ -305,8 +322,8 @@
       h('span', null, h('b', { text: DATA.sessions.length }), ' sessions'),
       h('span', null, h('b', { text: c.turns }), ' turns'),
       c.refusals ? h('span', null, h('b', { text: c.refusals }), ' refused') : null,
-      h('span', null, 'tokens in ', h('b', null, count(c.usage.input_tokens)),
-        ' out ', h('b', null, count(c.usage.output_tokens))),
+      h('span', { 'data-usage': 'input_tokens' }, 'tokens in ', total(c.usage.input_tokens, allTurns(), 'input_tokens')),
+      h('span', { 'data-usage': 'output_tokens' }, 'out ', total(c.usage.output_tokens, allTurns(), 'output_tokens')),
       costText(c) !== undefined ? h('span', null, 'cost ', h('b', null, costNode(costText(c)))) : null,
       h('span', { title: 'when this page was made' }, 'generated ', clock(Date.parse(DATA.generated_at)) || DATA.generated_at));
     add(el.top, [
@@ -360,8 +377,8 @@
   }
 
   function evidenceBadge(ok, reasons) {
-    return ok ? h('span', { class: 'badge ok', 'data-role': 'evidence', text: 'complete' })
-      : h('span', { class: 'badge bad', 'data-role': 'evidence', text: 'incomplete', title: reasons.join('\n') });
+    return ok ? h('span', { class: 'badge ok', 'data-role': 'evidence', text: 'evidence complete' })
+      : h('span', { class: 'badge bad', 'data-role': 'evidence', text: 'evidence incomplete', title: reasons.join('\n') });
   }
 
   function drawSide() {
@@ -444,7 +461,7 @@
         h('span', { title: 'first to last thing seen' }, 'started ', clock(s.start) || unknown(), ' · span ', ms(s.stop !== null && s.start !== null ? s.stop - s.start : null)),
         h('span', null, 'model time ', h('b', null, ms(s.execution_time_ms)))),
       h('div', { class: 'line', id: 'session-usage' },
-        USAGE.map(function (u) { return h('span', { 'data-usage': u[0] }, u[1] + ' ', h('b', null, count(s.usage[u[0]]))); }),
+        USAGE.map(function (u) { return h('span', { 'data-usage': u[0] }, u[1] + ' ', total(s.usage[u[0]], s.turns, u[0])); }),
         costText(s) !== undefined ? h('span', { 'data-role': 'cost' }, 'cost ', h('b', null, costNode(costText(s)))) : null),
       h('div', { class: 'line' }, 'run ', s.run_ids.join(', ')),
       coverage(s.coverage, 'session-coverage')
@@ -792,7 +809,8 @@
     if (!resp) add(el.detail, h('p', { class: 'errs', id: 'response', text: 'No response event was recorded for this request.' }));
     else {
       add(el.detail, h('div', { id: 'response' }, facts([
-        ['HTTP status', resp.status === null ? unknown('no answer') : String(resp.status), 'status'],
+        ['HTTP status', resp.status !== null ? String(resp.status)
+          : unknown(resp.transport === 'websocket' ? 'none (a WebSocket message)' : 'no answer'), 'status'],
         ['status', value(resp.response_status), 'response_status'],
         ['response id', value(resp.response_id), 'response_id'],
         ['model', value(resp.model), 'response_model'],
