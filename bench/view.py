@@ -45,7 +45,7 @@ from modeltap.view import build_page
 SCROLL = """
 async (steps) => {
   const tl = document.getElementById('timeline');
-  if (tl.clientHeight < 300) throw new Error('the timeline is only ' + tl.clientHeight + ' px tall');
+  if (tl.clientHeight < 300) throw new Error('timeline only ' + tl.clientHeight + ' px tall');
   const total = tl.scrollHeight - tl.clientHeight;
   const frames = [];
   let maxRows = 0;

@@ -228,7 +228,7 @@ def run_agents(out: Path) -> None:
         broken = run.openai("flaky-upstream", route="dead", retries=0)
         with suppress(openai.APIStatusError):
             hello = [{"role": "user", "content": "hi"}]
-            broken.chat.completions.create(model=MODEL, messages=hello)  # type: ignore[arg-type]
+            broken.chat.completions.create(model=MODEL, messages=hello)
 
 
 def main() -> int:

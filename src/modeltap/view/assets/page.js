@@ -934,7 +934,8 @@
     var parts = [];
     if (S.sessionId !== null) parts.push('s=' + encodeURIComponent(S.sessionId));
     if (S.rowKey) parts.push('r=' + encodeURIComponent(S.rowKey));
-    try { history.replaceState(null, '', '#' + parts.join('&')); } catch (e) { /* file: URLs in some browsers */ }
+    var url = parts.length ? '#' + parts.join('&') : location.pathname + location.search;
+    try { history.replaceState(null, '', url); } catch (e) { /* file: URLs in some browsers */ }
   }
 
   function readHash() {
