@@ -196,6 +196,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"longest gap while a client sends a request body (default {Timeouts().request:g}); "
         "a client that stalls longer is disconnected (error client_timeout)",
     )
+    run.add_argument(
+        "--ui",
+        action="store_true",
+        help="serve the page of `modeltap view` live on the control listener (never on the "
+        "proxy port), updated as exchanges happen; start-up prints a one-time link",
+    )
     run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
 
     session = sub.add_parser(
@@ -260,7 +266,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     )
 
 
-def startup_screen(proxy: Proxy) -> str:
+def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
     """The one-screen summary printed at start (SPEC section 1)."""
     cfg = proxy.config
     routes = RouteTable.build(cfg.routes, cfg.upstream)
@@ -296,6 +302,8 @@ def startup_screen(proxy: Proxy) -> str:
         f"  control    {proxy.control_url}  (modeltap session end ID --out {out}; "
         "token in the out dir)"
     )
+    if ui_link is not None:
+        lines.append(f"  ui         {ui_link}  (one-time link to the live page)")
     lines.append(f"  {proxy.addon.telemetry.describe()}")
     timeouts = proxy.addon.deadlines.timeouts
     lines.append(
@@ -340,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     proxy = Proxy(config_from_args(args))
 
     def ready(p: Proxy) -> None:
-        print(startup_screen(p), file=sys.stderr, flush=True)
+        print(startup_screen(p, serve_ui(p) if args.ui else None), file=sys.stderr, flush=True)
 
     try:
         proxy.run_foreground(on_ready=ready)
@@ -356,6 +364,18 @@ def run(args: argparse.Namespace) -> int:
     if proxy.addon.telemetry_summary:
         print(f"modeltap: {proxy.addon.telemetry_summary}", file=sys.stderr)
     return 0
+
+
+def serve_ui(proxy: Proxy) -> str | None:
+    """Add the live page to the running control listener; its one-time link."""
+    from modeltap.view.live import LivePage
+
+    server = proxy.addon.control
+    if server is None:
+        return None
+    page = LivePage(Path(proxy.config.out), server.token, server.url)
+    server.routes.append(page)
+    return page.new_link()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

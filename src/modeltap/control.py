@@ -23,9 +23,9 @@ a 404 that writes nothing.
 
 The server is a few lines of asyncio around h11 (mitmproxy's own HTTP/1.1
 parser, sans-I/O like our core): bounded header and body sizes, an idle
-timeout, a cap on connections. A later page (``modeltap run --ui``) is served
-here too: a route answering HTML, or a streamed body for server-sent events
-(h11 sends a body without ``Content-Length`` chunked).
+timeout, a cap on connections. More routes can be added to a running server
+(:attr:`ControlServer.routes`, asked first): ``modeltap run --ui`` serves the
+live page of :mod:`modeltap.view.live` there, with its own authorisation.
 """
 
 from __future__ import annotations
@@ -88,6 +88,25 @@ class Reply:
     status: int
     body: bytes
     headers: tuple[tuple[str, str], ...] = ()
+
+
+class Answering(Protocol):
+    """An HTTP answer: :class:`Reply`, or one of another set of routes."""
+
+    @property
+    def status(self) -> int: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]: ...
+
+
+class Routes(Protocol):
+    """More routes on the control listener, asked first (the live page of ``run --ui``)."""
+
+    async def answer(self, method: str, target: str, headers: dict[str, str]) -> Answering | None:
+        """The answer, or ``None`` when the path is not one of these routes."""
+        ...
 
 
 def _error(status: int, code: str, message: str) -> Reply:
@@ -190,6 +209,8 @@ class ControlServer:
         self.sock = sock
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Asked before the control API; each answers its own paths only.
+        self.routes: list[Routes] = []
 
     @property
     def url(self) -> str:
@@ -239,16 +260,16 @@ class ControlServer:
                 return
             if request is None:
                 return
-            authorization = next(
-                (v.decode("latin-1") for k, v in request.headers if k == b"authorization"), None
-            )
-            reply = answer(
-                self.api,
-                self.token,
-                request.method.decode("ascii", "replace"),
-                request.target.decode("ascii", "replace"),
-                authorization,
-            )
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
+            method = request.method.decode("ascii", "replace")
+            target = request.target.decode("ascii", "replace")
+            reply: Answering | None = None
+            for routes in self.routes:
+                reply = await routes.answer(method, target, headers)
+                if reply is not None:
+                    break
+            if reply is None:
+                reply = answer(self.api, self.token, method, target, headers.get("authorization"))
             await self._send(conn, writer, reply)
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                 return
@@ -277,19 +298,21 @@ class ControlServer:
                 return None
 
     @staticmethod
-    async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, reply: Reply) -> None:
+    async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, reply: Answering) -> None:
         if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
             return
+        named = {name.lower() for name, _ in reply.headers}
         headers = [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(reply.body))),
-            ("Cache-Control", "no-store"),
+            *([] if "content-type" in named else [("Content-Type", "application/json")]),
+            *([] if reply.status == 304 else [("Content-Length", str(len(reply.body)))]),
+            *([] if "cache-control" in named else [("Cache-Control", "no-store")]),
             *reply.headers,
         ]
         if conn.their_state is not h11.DONE:
             headers.append(("Connection", "close"))
-        data = conn.send(h11.Response(status_code=reply.status, headers=headers))
-        data = (data or b"") + (conn.send(h11.Data(data=reply.body)) or b"")
+        data = conn.send(h11.Response(status_code=reply.status, headers=headers)) or b""
+        if reply.body:
+            data += conn.send(h11.Data(data=reply.body)) or b""
         data += conn.send(h11.EndOfMessage()) or b""
         writer.write(data)
         await writer.drain()
