@@ -239,6 +239,23 @@ def test_agent_strings_cannot_leave_the_data_block(rich_capture: Made) -> None:
     assert shown["turns"][0]["invocations"][0]["arguments"] == INJECT_ARGUMENTS
 
 
+def test_the_script_writes_text_only() -> None:
+    """No HTML sink in the page's script: capture strings can only become text."""
+    script = asset("page.js")
+    for sink in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+        "setAttribute('style'",
+        "'href'",
+        "'src'",
+    ):
+        assert sink not in script, sink
+
+
 @given(st.text())
 def test_json_for_script_never_closes_the_element(text: str) -> None:
     out = json_for_script({"k": text, text: [text]})
