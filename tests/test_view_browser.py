@@ -556,3 +556,22 @@ def test_two_thousand_turns_stay_virtual(browser: Any, long_page_file: Path) -> 
         screenshot(tab, "two-thousand-turns")
     finally:
         opened.close()
+
+
+@pytest.mark.parametrize("width", [1000, 640])
+def test_narrow_windows_keep_the_timeline_usable(
+    browser: Any, rich_page_file: Path, width: int
+) -> None:
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    tab = context.new_page()
+    watch = PageWatch(tab)
+    try:
+        tab.goto(rich_page_file.as_uri() + "#s=agent-1")
+        tab.wait_for_selector("html[data-ready=true]")
+        assert tab.evaluate("() => document.getElementById('timeline').clientHeight") > 300
+        tab.click("#rows .row[data-key=t3]")
+        assert tab.inner_text("#detail-title").startswith("Turn 3 ·")
+        screenshot(tab, f"narrow-{width}")
+        watch.assert_clean()
+    finally:
+        context.close()
