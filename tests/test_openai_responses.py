@@ -18,7 +18,14 @@ from modeltap.apis.openai_responses import (
     unstated_settings,
 )
 from modeltap.errors import Rejected
-from modeltap.records import HostedTool, RequestFacts, ToolCall, ToolResult, Usage
+from modeltap.records import (
+    HostedTool,
+    InstructionPart,
+    RequestFacts,
+    ToolCall,
+    ToolResult,
+    Usage,
+)
 from modeltap.sse import SSEEvent
 
 DATA = Path(__file__).parent / "data" / "openai_responses"
@@ -40,6 +47,11 @@ def facts_from_expected(expected: dict[str, Any]) -> RequestFacts:
         thinking=expected["thinking"],
         image_details=tuple(expected["image_details"]),
         instructions_sha256=expected["instructions_sha256"],
+        instructions_parts=(
+            None
+            if expected["instructions_parts"] is None
+            else tuple(InstructionPart(**part) for part in expected["instructions_parts"])
+        ),
         stream=expected["stream"],
         hosted_tools=tuple(HostedTool(**tool) for tool in expected["hosted_tools"]),
         tool_results=tuple(ToolResult(**result) for result in expected["tool_results"]),

@@ -48,6 +48,7 @@ CLAUDE_REQUEST: dict[str, Any] = {
     "image_count": 1,
     "instructions_sha256": "b" * 64,
     "api": records.API_ANTHROPIC,
+    "provider": "anthropic",
     "route": "anthropic",
     "upstream": "https://api.anthropic.com",
     "path": "/v1/messages?beta=true",
@@ -123,6 +124,7 @@ def test_turns_follow_the_turn_result_shape(tmp_path: Path) -> None:
 
     assert turn0["turn_index"] == 0
     assert turn0["model"] == "claude-sonnet-4-5"
+    assert (turn0["provider"], turn0["model_source"]) == ("anthropic", "body")
     assert turn0["tools_advertised"] == ["Read", "Bash", "fs.grep"]
     assert turn0["tool_calls"] == ["Read"]
     assert turn0["tool_invocations"] == [
@@ -327,10 +329,12 @@ def test_render_text_key_lines(tmp_path: Path) -> None:
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["turn", "model"])
     table = lines[header : header + 5]  # header, three turns, the "all" row
     assert table[0].split() == [
-        *("turn", "model", "http", "tools", "in", "out", "total", "time", "evidence", "calls")
+        *("turn", "model", "provider", "http", "tools", "in", "out", "total", "time"),
+        *("evidence", "calls"),
     ]
     assert table[1].split() == [
-        *("0", "claude-sonnet-4-5", "200", "3", "100", "20", "120", "900", "ms", "complete", "Read")
+        *("0", "claude-sonnet-4-5", "anthropic", "200", "3", "100", "20", "120", "900", "ms"),
+        *("complete", "Read"),
     ]
     assert table[-1].split() == ["all", "300", "60", "360", "3.0", "s", "complete", "2", "calls"]
     # Columns line up: every table row has the same width up to "calls".

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from modeltap.capture import Capture
 from modeltap.cli import main as cli_main
-from modeltap.records import AuditRecord, HostedTool
+from modeltap.records import AuditRecord, HostedTool, InstructionPart
 from modeltap.view import build_page, build_view_data, render_page, turn_changes
 from modeltap.view.page import asset, content_security_policy, json_for_script
 from tests.view_captures import (
@@ -127,6 +127,7 @@ def test_changes_between_turns_of_a_real_agent(rich_capture: Made) -> None:
         "tools added: get_time",
         f"instructions hash changed: {records[0]['instructions_sha256'][:12]} -> "
         f"{records[1]['instructions_sha256'][:12]}",
+        "instruction parts changed: #1 of 1",  # the one system message changed
     ]
     assert [(c["what"], c.get("kind")) for c in turns[3]["changes"]] == [
         ("model", None),
@@ -140,18 +141,21 @@ def _record(**fields: Any) -> AuditRecord:
     base: dict[str, Any] = {
         "request_id": "r",
         "model": "m",
+        "model_source": "body",
         "tool_names": ("a", "b"),
         "reasoning_effort": None,
         "thinking": None,
         "image_details": (),
         "image_count": 0,
         "instructions_sha256": "0" * 64,
+        "instructions_parts": (InstructionPart("0" * 64, 0),),
         "seq": 1,
         "run_id": "run",
         "session_id": "s",
         "ts": "2026-01-01T00:00:00.000Z",
         "transport": "http",
         "api": "openai.responses",
+        "provider": "openai",
         "route": "openai",
         "upstream": "https://api.openai.com",
         "path": "/v1/responses",
@@ -173,6 +177,7 @@ def test_changes_cover_continuations_hosted_tools_images_and_transport() -> None
     after = _record(
         tool_names=None,
         instructions_sha256=None,
+        instructions_parts=None,
         omitted_settings=("instructions", "tools"),
         hosted_tools=(HostedTool("web_search", None),),
         image_count=2,

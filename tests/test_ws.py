@@ -11,7 +11,7 @@ import pytest
 
 from modeltap.apis.openai_responses import audit_request
 from modeltap.errors import Rejected
-from modeltap.records import HostedTool, RequestFacts, ToolCall, ToolResult
+from modeltap.records import HostedTool, InstructionPart, RequestFacts, ToolCall, ToolResult
 from modeltap.ws import (
     Control,
     Create,
@@ -38,6 +38,9 @@ def assert_facts(actual: RequestFacts, expected: dict[str, Any]) -> None:
     converters: dict[str, Any] = {
         "hosted_tools": lambda tools: tuple(HostedTool(**tool) for tool in tools),
         "tool_results": lambda results: tuple(ToolResult(**result) for result in results),
+        "instructions_parts": lambda parts: (
+            None if parts is None else tuple(InstructionPart(**part) for part in parts)
+        ),
     }
     for name in compared:
         value = expected[name]

@@ -283,7 +283,7 @@ class ModelTap:
             "modeltap_routes",
             Sequence[str],
             [],
-            "Extra or replacement routes as NAME=URL, mounted at /NAME (e.g. "
+            "Extra or replacement routes as NAME=URL[,provider=P], mounted at /NAME (e.g. "
             "azure=https://x.openai.azure.com/openai). Defaults: openai=https://api.openai.com, "
             "anthropic=https://api.anthropic.com.",
         )
@@ -1421,9 +1421,11 @@ class ModelTap:
             session_id=ex.session_id,
             transport=transport,
             api=ex.api,
+            provider=apis.provider_for(ex.route, ex.api),
             route=ex.route.name if ex.route else None,
             upstream=ex.upstream,
             path=ex.path,
+            model_from_path=apis.model_from_path(ex.path),
             body_bytes=len(raw),
             body_sha256=body_sha256 or _sha256_hex(raw),
         )

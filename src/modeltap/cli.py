@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from modeltap import __version__
+from modeltap.client_env import export_lines
 from modeltap.failures import (
     DEFAULT_UPSTREAM_TIMEOUT,
     Timeouts,
@@ -77,9 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--route",
         action="append",
         default=[],
-        metavar="NAME=URL",
+        metavar="NAME=URL[,provider=P]",
         help="add or replace a route mounted at /NAME (repeatable), e.g. "
-        "--route vllm=http://127.0.0.1:8000",
+        "--route vllm=http://127.0.0.1:8000; provider=P names its gen_ai.provider.name "
+        "(default: from the upstream host, else the provider of the API it speaks)",
     )
     run.add_argument(
         "--upstream", metavar="URL", help="one upstream mounted at / (single-route shorthand)"
@@ -286,14 +288,10 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
         for i, r in enumerate(routes.routes):
             head = "  routes     " if i == 0 else "             "
             lines.append(f"{head}{r.prefix.ljust(width)}  -> {r.url}")
-        names = {r.name for r in routes.routes}
-        exports = []
-        if "openai" in names:
-            exports.append(f"OPENAI_BASE_URL={url}/openai/v1")
-        if "anthropic" in names:
-            exports.append(f"ANTHROPIC_BASE_URL={url}/anthropic")
+        found = export_lines(routes.routes, url)
+        exports = [e.text for e in found]
         for r in routes.routes:
-            if r.name not in ("openai", "anthropic"):
+            if all(e.route != r.name for e in found):
                 exports.append(f"{r.name}: {url}{'' if r.prefix == '/' else r.prefix}")
         for i, e in enumerate(exports):
             lines.append(("  export     " if i == 0 else "             ") + e)

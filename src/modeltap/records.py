@@ -209,6 +209,24 @@ class ToolResult:
 
 
 @dataclass(frozen=True, slots=True)
+class InstructionPart:
+    """One instruction text of a request, as ``instructions_parts`` lists it.
+
+    Attributes:
+        sha256: SHA-256 (hex) of the text's UTF-8.
+        bytes: the text's length in UTF-8 bytes.
+    """
+
+    sha256: str
+    bytes: int
+
+
+#: Where a record's ``model`` was read: the request path (an API that names
+#: the model there, such as Gemini or Bedrock) or the body.
+MODEL_SOURCES = ("path", "body")
+
+
+@dataclass(frozen=True, slots=True)
 class RequestFacts:
     """What an API module reads off one outgoing request body (SPEC section 2)."""
 
@@ -218,6 +236,9 @@ class RequestFacts:
     thinking: Json | None
     image_details: tuple[str | None, ...]
     instructions_sha256: str | None
+    #: One part per instruction text, in the order they are joined into
+    #: ``instructions_sha256``; ``None`` exactly when that is ``None``.
+    instructions_parts: tuple[InstructionPart, ...] | None
     stream: bool
     hosted_tools: tuple[HostedTool, ...]
     tool_results: tuple[ToolResult, ...]
@@ -235,18 +256,25 @@ class AuditRecord:
 
     request_id: str
     model: str
+    #: ``"path"`` or ``"body"`` (:data:`MODEL_SOURCES`). ``None`` only in a line an
+    #: older modeltap wrote (read back by :mod:`modeltap.capture`): unknown.
+    model_source: str | None
     tool_names: tuple[str, ...] | None
     reasoning_effort: str | None
     thinking: Json | None
     image_details: tuple[str | None, ...]
     image_count: int
     instructions_sha256: str | None
+    instructions_parts: tuple[InstructionPart, ...] | None
     seq: int
     run_id: str
     session_id: str
     ts: str
     transport: str
     api: str
+    #: The route's real provider, in ``gen_ai.provider.name`` terms. ``None``
+    #: only in a line an older modeltap wrote: unknown.
+    provider: str | None
     route: str | None
     upstream: str
     path: str
@@ -270,29 +298,48 @@ class AuditRecord:
         session_id: str,
         transport: str,
         api: str,
+        provider: str,
         route: str | None,
         upstream: str,
         path: str,
         body_bytes: int,
         body_sha256: str,
+        model_from_path: str | None = None,
         ts: str | None = None,
     ) -> AuditRecord:
-        """Combine request facts with where and when the request went."""
+        """Combine request facts with where and when the request went.
+
+        Args:
+            facts: what the API module read off the body.
+            provider: the route's real provider (``gen_ai.provider.name``).
+            model_from_path: the model the request path names (decoded), for an
+                API that puts it there; it decides over the body's, since it
+                is what the upstream serves (``model_source`` says which).
+            request_id, seq, run_id, session_id, transport, api, route,
+                upstream, path, body_bytes, body_sha256, ts: as recorded
+                (``path`` is redacted here; ``ts`` defaults to now).
+
+        Returns:
+            The record to write.
+        """
         return cls(
             request_id=request_id,
-            model=facts.model,
+            model=facts.model if model_from_path is None else model_from_path,
+            model_source="body" if model_from_path is None else "path",
             tool_names=facts.tool_names,
             reasoning_effort=facts.reasoning_effort,
             thinking=facts.thinking,
             image_details=facts.image_details,
             image_count=len(facts.image_details),
             instructions_sha256=facts.instructions_sha256,
+            instructions_parts=facts.instructions_parts,
             seq=seq,
             run_id=run_id,
             session_id=session_id,
             ts=ts or utc_now(),
             transport=transport,
             api=api,
+            provider=provider,
             route=route,
             upstream=upstream,
             path=redact_path(path),

@@ -162,8 +162,10 @@ def _turn_json(turn: Turn) -> Json:
         "request_id": record.request_id,
         "ts": record.ts,
         "api": record.api,
+        "provider": record.provider,
         "transport": record.transport,
         "model": record.model,
+        "model_source": record.model_source,
         "response_model": response.model if response else None,
         "http_status": response.status if response else None,
         "response_status": response.response_status if response else None,
@@ -337,6 +339,7 @@ def _turn_row(turn: Json) -> list[str]:
     return [
         str(turn["turn_index"]),
         turn["model"],
+        turn["provider"] or UNKNOWN,
         "-" if status is None else str(status),
         UNKNOWN if tools is None else str(len(tools)),
         _count(usage["prompt_tokens"]),
@@ -356,7 +359,8 @@ def _session_lines(session: Json) -> list[str]:
     if tools:
         lines.append(f"  tools advertised ({len(tools)}): {', '.join(tools)}")
     if session["turns"]:
-        header = ["turn", "model", "http", "tools", "in", "out", "total", "time", "evidence"]
+        header = ["turn", "model", "provider", "http", "tools"]
+        header += ["in", "out", "total", "time", "evidence"]
         rows = [[*header, "calls"]]
         rows.extend(_turn_row(turn) for turn in session["turns"])
         usage = session["token_usage"]
@@ -364,6 +368,7 @@ def _session_lines(session: Json) -> list[str]:
         rows.append(
             [
                 "all",
+                "",
                 "",
                 "",
                 "",
@@ -376,7 +381,7 @@ def _session_lines(session: Json) -> list[str]:
             ]
         )
         lines.append("")
-        lines.extend(_table(rows, right={0, 2, 3, 4, 5, 6, 7}))
+        lines.extend(_table(rows, right={0, 3, 4, 5, 6, 7, 8}))
     invocations = session["tool_invocations"]
     if invocations:
         lines += ["", "  tool results"]

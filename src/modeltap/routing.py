@@ -4,6 +4,11 @@ In reverse mode a route is a path prefix (``/openai``) mounted on an upstream
 URL (``https://api.openai.com``); the prefix is stripped and the upstream's own
 base path is put in front. In regular (forward proxy) mode the request already
 names its host; a route then only tells that the host is a model provider.
+
+Each route has a provider, the ``gen_ai.provider.name`` records and spans
+carry: said with ``--route NAME=URL,provider=P``, else found from the upstream
+host (:data:`PROVIDER_HOSTS`, :func:`provider_of_host`), else unknown here
+(``None``: the wire's own provider is used, :func:`modeltap.apis.provider_for`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,72 @@ DEFAULT_ROUTES: dict[str, str] = {
 #: The route name used by ``--upstream URL`` (mounted at ``/``).
 UPSTREAM_ROUTE = "upstream"
 
+#: The providers' hosts, in one table: ``(host pattern, gen_ai.provider.name)``.
+#: A ``*`` stands for any run of letters, digits and ``-`` inside one DNS label
+#: (a resource, a region, a ``us-central1-`` prefix). Used to name a route's
+#: provider, and the one place regular mode learns which hosts are providers.
+PROVIDER_HOSTS: Final[tuple[tuple[str, str], ...]] = (
+    ("api.openai.com", "openai"),
+    ("api.anthropic.com", "anthropic"),
+    ("*.openai.azure.com", "azure.ai.openai"),
+    ("*.services.ai.azure.com", "azure.ai.openai"),
+    ("bedrock-runtime.*.amazonaws.com", "aws.bedrock"),
+    ("*aiplatform.googleapis.com", "gcp.vertex_ai"),
+    ("generativelanguage.googleapis.com", "gcp.gemini"),
+    ("cloudcode-pa.googleapis.com", "gcp.gemini"),
+)
+
+_HOST_PATTERNS: Final = tuple(
+    (re.compile(r"[a-z0-9-]*".join(re.escape(part) for part in pattern.split("*"))), provider)
+    for pattern, provider in PROVIDER_HOSTS
+)
+
+#: A provider name: lower-case dotted words, as the GenAI semantic conventions
+#: write ``gen_ai.provider.name`` (``openai``, ``azure.ai.openai``,
+#: ``gcp.vertex_ai``, ``mistral_ai``). The convention's list is open, so any
+#: name of this shape is accepted; nothing else (it goes into records and spans).
+PROVIDER_NAME: Final = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*")
+MAX_PROVIDER_CHARS: Final = 64
+
+
+def provider_of_host(host: str) -> str | None:
+    """The provider serving a host, from :data:`PROVIDER_HOSTS`.
+
+    Args:
+        host: a host name, any case, with or without a trailing dot.
+
+    Returns:
+        Its ``gen_ai.provider.name``, or ``None`` for a host not in the table.
+    """
+    name = host.lower().removesuffix(".")
+    for pattern, provider in _HOST_PATTERNS:
+        if pattern.fullmatch(name):
+            return provider
+    return None
+
+
+def parse_provider(value: str, route: str) -> str:
+    """Check a provider name given on the command line (``provider=P``).
+
+    Args:
+        value: the name as given.
+        route: the route's name, for the error.
+
+    Returns:
+        The name.
+
+    Raises:
+        RouteError: when it is not lower-case dotted words (:data:`PROVIDER_NAME`)
+            of at most :data:`MAX_PROVIDER_CHARS` characters.
+    """
+    if len(value) > MAX_PROVIDER_CHARS or not PROVIDER_NAME.fullmatch(value):
+        raise RouteError(
+            f"route {route}: provider must be a gen_ai.provider.name, lower-case dotted "
+            "words such as "
+            "openai, anthropic, azure.ai.openai, gcp.gemini, gcp.vertex_ai, aws.bedrock"
+        )
+    return value
+
 
 class RouteError(ValueError):
     """A ``--route`` or ``--upstream`` value is not usable."""
@@ -40,6 +111,9 @@ class Route:
     host: str
     port: int
     base_path: str
+    #: Its ``gen_ai.provider.name``: as said (``provider=P``), else from its
+    #: host (:func:`provider_of_host`), else ``None`` (the wire's own is used).
+    provider: str | None = None
 
     @property
     def url(self) -> str:
@@ -64,13 +138,17 @@ class Route:
         return path == self.prefix or path.startswith((self.prefix + "/", self.prefix + "?"))
 
 
-def parse_upstream_url(name: str, url: str, prefix: str | None = None) -> Route:
+def parse_upstream_url(
+    name: str, url: str, prefix: str | None = None, provider: str | None = None
+) -> Route:
     """Build a route from an upstream URL.
 
     Args:
         name: the route name (letters, digits, ``-``, ``_``, ``.``).
         url: ``http(s)://host[:port][/base]``.
         prefix: the mount point; ``/{name}`` when omitted.
+        provider: its provider, checked by :func:`parse_provider`; when
+            omitted, the provider of the host (:func:`provider_of_host`), if any.
 
     Raises:
         RouteError: for a bad name or URL.
@@ -102,19 +180,37 @@ def parse_upstream_url(name: str, url: str, prefix: str | None = None) -> Route:
         host=hostname,
         port=port,
         base_path=parts.path.rstrip("/"),
+        provider=provider_of_host(hostname) if provider is None else parse_provider(provider, name),
     )
 
 
+#: ``,key=value`` options after a route's URL (only ``provider`` today).
+_ROUTE_OPTIONS: Final = re.compile(r"(?P<url>.*?)(?P<options>(?:,[a-z_]+=[^,]*)*)")
+
+
 def parse_route_spec(spec: str) -> Route:
-    """Parse ``NAME=URL`` (the ``--route`` option).
+    """Parse ``NAME=URL[,provider=P]`` (the ``--route`` option).
+
+    Options follow the URL as ``,key=value``; ``provider`` names the route's
+    ``gen_ai.provider.name`` (:func:`parse_provider`) when its host does not
+    tell it (a gateway, a local stub speaking for Azure).
 
     Raises:
-        RouteError: if the spec has no ``=`` or a bad name or URL.
+        RouteError: if the spec has no ``=``, a bad name, URL or provider, or
+            an unknown or repeated option.
     """
-    name, sep, url = spec.partition("=")
+    name, sep, rest = spec.partition("=")
     if not sep:
-        raise RouteError(f"--route takes NAME=URL, got {spec!r}")
-    return parse_upstream_url(name.strip(), url.strip())
+        raise RouteError(f"--route takes NAME=URL[,provider=P], got {spec!r}")
+    found = _ROUTE_OPTIONS.fullmatch(rest.strip())
+    assert found is not None  # (the pattern matches any string)
+    options: dict[str, str] = {}
+    for option in found["options"].split(",")[1:]:
+        key, _, value = option.partition("=")
+        if key != "provider" or key in options:
+            raise RouteError(f"route {name.strip()}: unknown or repeated option {key!r}")
+        options[key] = value.strip()
+    return parse_upstream_url(name.strip(), found["url"], provider=options.get("provider"))
 
 
 class RouteTable:

@@ -17,14 +17,16 @@ from typing import Final
 
 from modeltap.apis import anthropic_messages, openai_chat, openai_responses
 from modeltap.apis.contract import (
+    EndpointMatch,
     RequestContent,
     RequestSettings,
     ResponseContent,
     StreamObserver,
     WireApi,
 )
-from modeltap.records import RequestFacts, ResponseFacts
-from modeltap.routing import routed_path
+from modeltap.errors import Rejected
+from modeltap.records import MAX_ID_CHARS, RequestFacts, ResponseFacts
+from modeltap.routing import Route, routed_path
 
 #: Every wire API, in the order endpoints are matched. Adding an API is adding
 #: its module here (mypy checks it against :class:`WireApi`).
@@ -53,22 +55,91 @@ def api_for_path(method: str, path: str) -> str | None:
 def endpoint_of(path: str) -> str | None:
     """Return the API whose endpoint a path names, whatever the method.
 
-    Decided on the percent-decoded path without ``;params``
-    (:func:`~modeltap.routing.routed_path`: ``/v1/chat%2Fcompletions``,
-    ``/v1/respons%65s`` and ``/v1/chat;x/completions`` name endpoints),
-    compared without regard to case (some servers route case-insensitively),
-    ignoring the query string and one trailing slash.
+    The API of :func:`match_endpoint`, or ``None``.
 
     Args:
         path: the request target as sent.
+
+    Raises:
+        Rejected: as :func:`match_endpoint`.
     """
-    bare = routed_path(path).lower()
+    found = match_endpoint(path)
+    return None if found is None else found.api
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Return the API whose endpoint a path names, and the model the path names.
+
+    Decided on the percent-decoded path without ``;params``
+    (:func:`~modeltap.routing.routed_path`: ``/v1/chat%2Fcompletions``,
+    ``/v1/respons%65s`` and ``/v1/chat;x/completions`` name endpoints),
+    ignoring the query string and one trailing slash; each module of
+    :data:`APIS` is asked in turn (:meth:`WireApi.match_endpoint`), and
+    compares without regard to case (some servers route case-insensitively).
+
+    Args:
+        path: the request target as sent.
+
+    Returns:
+        The first module's match, or ``None`` when no API's endpoint is named.
+
+    Raises:
+        Rejected: ``missing_model`` when the path names an empty model;
+            ``value_too_long`` (``model``) when it names one longer than
+            :data:`~modeltap.records.MAX_ID_CHARS`.
+    """
+    bare = routed_path(path)
     if bare.endswith("/"):
         bare = bare[:-1]
     for api in APIS:
-        if bare.endswith(api.ENDPOINT):
-            return api.NAME
+        found = api.match_endpoint(bare)
+        if found is not None:
+            model = found.model_from_path
+            if model is not None and not model:
+                raise Rejected("missing_model")
+            if model is not None and len(model) > MAX_ID_CHARS:
+                raise Rejected("value_too_long", "model")
+            return found
     return None
+
+
+def model_from_path(path: str) -> str | None:
+    """The model a request path names (decoded), for an API that puts it there.
+
+    Args:
+        path: the request target as it goes upstream.
+
+    Returns:
+        :attr:`EndpointMatch.model_from_path`, or ``None`` (no model in the
+        path, or no endpoint).
+
+    Raises:
+        Rejected: as :func:`match_endpoint`.
+    """
+    found = match_endpoint(path)
+    return None if found is None else found.model_from_path
+
+
+def provider_for(route: Route | None, api: str) -> str:
+    """The record's ``provider``: the route's real provider, else the wire's.
+
+    Args:
+        route: the route the request went through (its ``provider`` was said
+            with ``--route NAME=URL,provider=P`` or found from its host), or
+            ``None``.
+        api: the record's ``api`` value.
+
+    Returns:
+        A ``gen_ai.provider.name`` value: the route's provider, else the
+        :attr:`WireApi.PROVIDER` of the API (a local stub speaking chat is
+        ``openai``).
+
+    Raises:
+        KeyError: for an unknown API name.
+    """
+    if route is not None and route.provider is not None:
+        return route.provider
+    return module_for(api).PROVIDER
 
 
 def api_for_ws_path(path: str) -> str | None:
@@ -99,6 +170,7 @@ def find(api: str | None) -> WireApi | None:
 
 __all__ = [
     "APIS",
+    "EndpointMatch",
     "RequestContent",
     "RequestFacts",
     "RequestSettings",
@@ -111,5 +183,8 @@ __all__ = [
     "endpoint_of",
     "find",
     "is_models_listing",
+    "match_endpoint",
+    "model_from_path",
     "module_for",
+    "provider_for",
 ]

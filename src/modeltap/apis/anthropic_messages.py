@@ -39,11 +39,17 @@ from typing import Any, Final
 
 import orjson
 
-from modeltap.apis.contract import RequestContent, RequestSettings, ResponseContent
+from modeltap.apis.contract import (
+    EndpointMatch,
+    RequestContent,
+    RequestSettings,
+    ResponseContent,
+    match_suffix,
+)
 from modeltap.apis.fields import (
     SettingKeys,
     bounded,
-    instructions_sha256,
+    instructions_digest,
     number,
     optional_name,
     optional_str,
@@ -75,6 +81,12 @@ NAME: Final = API_ANTHROPIC
 ENDPOINT: Final = "/messages"
 PROVIDER: Final = "anthropic"
 OPENAI_API_TYPE: Final = None
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`)."""
+    return match_suffix(path, ENDPOINT, NAME)
+
 
 #: The keys of ``thinking`` whose values the record keeps; others by name only.
 _THINKING_KEYS: SettingKeys = {"type": str, "budget_tokens": int, "display": str}
@@ -124,7 +136,7 @@ def audit_request(body: Json) -> RequestFacts:
     instructions: list[str] = []
     system = body.get("system")
     if system is not None:
-        instructions.append(_instruction_text(system, "system"))
+        instructions.extend(_instruction_texts(system, "system"))
     images: list[str | None] = []
     tool_results: list[ToolResult] = []
     for i, message in enumerate(messages):
@@ -132,19 +144,21 @@ def audit_request(body: Json) -> RequestFacts:
             raise Rejected("malformed_messages", f"messages[{i}]")
         content = message.get("content")
         if message.get("role") == "system":
-            instructions.append(_instruction_text(content, f"messages[{i}]"))
+            instructions.extend(_instruction_texts(content, f"messages[{i}]"))
         elif isinstance(content, list):
             _read_blocks(content, f"messages[{i}]", images, tool_results)
 
+    instructions_sha256, instructions_parts = instructions_digest(
+        None if "instructions" in omitted else instructions
+    )
     return RequestFacts(
         model=model,
         tool_names=None if "tools" in omitted else tool_names,
         reasoning_effort=effort,
         thinking=thinking,
         image_details=tuple(images),
-        instructions_sha256=(
-            None if "instructions" in omitted else instructions_sha256(instructions)
-        ),
+        instructions_sha256=instructions_sha256,
+        instructions_parts=instructions_parts,
         stream=body.get("stream") is True,
         hosted_tools=hosted_tools,
         tool_results=tuple(tool_results),
@@ -223,10 +237,11 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
     return tuple(names), tuple(hosted)
 
 
-def _instruction_text(content: Any, where: str) -> str:
-    """Return ``system`` (or a system message's) text: a string, or text blocks joined."""
+def _instruction_texts(content: Any, where: str) -> list[str]:
+    """Return ``system`` (or a system message's) texts: a string, or each text
+    block (no blocks: one empty text, as it joins)."""
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
         texts = []
         for block in content:
@@ -236,7 +251,7 @@ def _instruction_text(content: Any, where: str) -> str:
             if not isinstance(text, str):
                 raise Rejected("instructions_not_text", where)
             texts.append(text)
-        return "\n\n".join(texts)
+        return texts or [""]
     raise Rejected("instructions_not_text", where)
 
 

@@ -13,8 +13,9 @@ What a module offers, in three groups:
 - **Facts for the evidence files** (``audit.jsonl``, ``events.jsonl``):
   :meth:`WireApi.audit_request`, :meth:`WireApi.set_image_detail`,
   :meth:`WireApi.observe_json` and the sans-I/O :class:`StreamObserver`.
-- **Its identity**: the record's ``api`` name, the endpoint it is reached at,
-  the GenAI provider it speaks for.
+- **Its identity**: the record's ``api`` name, how its endpoint is matched
+  (:meth:`WireApi.match_endpoint`, which also reads a model the path names),
+  the GenAI provider whose wire it is.
 - **What telemetry needs from its bodies** (spans only; never evidence):
   :meth:`WireApi.request_content`, :meth:`WireApi.response_content` and
   :meth:`WireApi.request_settings`. These read a body the audit already
@@ -55,6 +56,37 @@ class StreamObserver(Protocol):
     def finish(self, error: str | None = None) -> ResponseFacts:
         """Return what the stream showed; ``error`` says why it ended early, if it did."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointMatch:
+    """A path names one API's endpoint (:meth:`WireApi.match_endpoint`).
+
+    Attributes:
+        api: the record's ``api`` value.
+        model_from_path: the model the path names, decoded, for an API that
+            puts it there (Gemini's ``models/{model}:generateContent``,
+            Bedrock's ``/model/{modelId}/converse``); ``None`` when the path
+            names none. It becomes the record's ``model`` (``model_source``
+            ``"path"``): it is what the upstream serves.
+    """
+
+    api: str
+    model_from_path: str | None = None
+
+
+def match_suffix(path: str, suffix: str, api: str) -> EndpointMatch | None:
+    """Match an endpoint that is a fixed path suffix, in any case (no model in the path).
+
+    Args:
+        path: the routed path (see :meth:`WireApi.match_endpoint`).
+        suffix: the endpoint's suffix, lower case (``/chat/completions``).
+        api: the API's record name.
+
+    Returns:
+        The match, or ``None``.
+    """
+    return EndpointMatch(api) if path.lower().endswith(suffix) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +160,19 @@ class WireApi(Protocol):
         """The record's ``api`` value (``openai.chat_completions``)."""
         ...
 
-    @property
-    def ENDPOINT(self) -> str:
-        """The path suffix of its endpoint (``/chat/completions``), lower case."""
+    def match_endpoint(self, path: str) -> EndpointMatch | None:
+        """Whether a path names this API's endpoint, and the model it names if any.
+
+        Args:
+            path: the routed path: percent-decoded once, each segment's
+                ``;params`` dropped, no query string, one trailing slash
+                removed, case kept (:func:`modeltap.apis.match_endpoint`).
+                Compare without regard to case (some servers route so); keep
+                a model's own case.
+
+        Returns:
+            The match, or ``None``. Never raises: the registry checks the model.
+        """
         ...
 
     @property

@@ -14,7 +14,7 @@ import hashlib
 from typing import Any
 
 from modeltap.errors import Rejected
-from modeltap.records import MAX_ID_CHARS, REDACTED, Json
+from modeltap.records import MAX_ID_CHARS, REDACTED, InstructionPart, Json
 
 
 def sha256_hex(text: str) -> str:
@@ -26,9 +26,33 @@ def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def instructions_sha256(texts: list[str]) -> str:
-    """Hash instruction texts joined in order with two newlines (SPEC section 2)."""
-    return sha256_hex("\n\n".join(texts))
+def instructions_digest(
+    texts: list[str] | None,
+) -> tuple[str | None, tuple[InstructionPart, ...] | None]:
+    """Hash instruction texts joined in order with two newlines, and each on its own.
+
+    One helper for both record fields (SPEC section 2), so they always agree:
+    ``instructions_sha256`` is the hash of ``"\n\n".join(texts)`` and
+    ``instructions_parts`` holds one ``{sha256, bytes}`` per text, in that
+    order. A module passes the finest texts it joins (each text block of a
+    message, not the message), so a block that changes on every prompt does
+    not hide that the others are stable; a message of no blocks is one empty
+    text (it joins as one).
+
+    Args:
+        texts: the instruction texts in join order (``[]``: none were sent,
+            which hashes the empty string); ``None`` when the request leaves
+            its instructions to server-held state (they are not recorded).
+
+    Returns:
+        ``(instructions_sha256, instructions_parts)``; both ``None`` exactly
+        when ``texts`` is ``None``.
+    """
+    if texts is None:
+        return None, None
+    encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
+    parts = tuple(InstructionPart(hashlib.sha256(e).hexdigest(), len(e)) for e in encoded)
+    return hashlib.sha256(b"\n\n".join(encoded)).hexdigest(), parts
 
 
 def bounded(value: str, where: str) -> str:

@@ -19,10 +19,16 @@ from typing import Any, Final
 
 import orjson
 
-from modeltap.apis.contract import RequestContent, RequestSettings, ResponseContent
+from modeltap.apis.contract import (
+    EndpointMatch,
+    RequestContent,
+    RequestSettings,
+    ResponseContent,
+    match_suffix,
+)
 from modeltap.apis.fields import (
     bounded,
-    instructions_sha256,
+    instructions_digest,
     number,
     optional_name,
     optional_str,
@@ -53,6 +59,12 @@ NAME: Final = API_CHAT
 ENDPOINT: Final = "/chat/completions"
 PROVIDER: Final = "openai"
 OPENAI_API_TYPE: Final = "chat_completions"
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`)."""
+    return match_suffix(path, ENDPOINT, NAME)
+
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 #: Output fields of a streamed ``delta``; reasoning arrives as ``reasoning_content``
@@ -95,7 +107,7 @@ def audit_request(body: Json) -> RequestFacts:
             raise Rejected("malformed_messages", f"messages[{i}].role")
         content = message.get("content")
         if role in _INSTRUCTION_ROLES:
-            instructions.append(_instruction_text(content, f"messages[{i}]"))
+            instructions.extend(_instruction_texts(content, f"messages[{i}]"))
         elif role == "tool":
             tool_results.append(
                 ToolResult(
@@ -107,13 +119,15 @@ def audit_request(body: Json) -> RequestFacts:
             images.extend(_image_details(content, i))
 
     stream_options = body.get("stream_options")
+    instructions_sha256, instructions_parts = instructions_digest(instructions)
     return RequestFacts(
         model=model,
         tool_names=tool_names,
         reasoning_effort=reasoning_effort,
         thinking=None,
         image_details=tuple(images),
-        instructions_sha256=instructions_sha256(instructions),
+        instructions_sha256=instructions_sha256,
+        instructions_parts=instructions_parts,
         stream=body.get("stream") is True,
         hosted_tools=hosted_tools,
         tool_results=tuple(tool_results),
@@ -167,10 +181,11 @@ def _tools(tools: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
     return tuple(names), tuple(hosted)
 
 
-def _instruction_text(content: Any, where: str) -> str:
-    """Return a system/developer message's text: a string, or text parts joined."""
+def _instruction_texts(content: Any, where: str) -> list[str]:
+    """Return a system/developer message's texts: a string, or each text part
+    (no parts: one empty text, as it joins)."""
     if isinstance(content, str):
-        return content
+        return [content]
     if isinstance(content, list):
         texts = []
         for part in content:
@@ -180,7 +195,7 @@ def _instruction_text(content: Any, where: str) -> str:
             if not isinstance(text, str):
                 raise Rejected("instructions_not_text", where)
             texts.append(text)
-        return "\n\n".join(texts)
+        return texts or [""]
     raise Rejected("instructions_not_text", where)
 
 

@@ -37,10 +37,16 @@ from typing import Any, Final
 
 import orjson
 
-from modeltap.apis.contract import RequestContent, RequestSettings, ResponseContent
+from modeltap.apis.contract import (
+    EndpointMatch,
+    RequestContent,
+    RequestSettings,
+    ResponseContent,
+    match_suffix,
+)
 from modeltap.apis.fields import (
     bounded,
-    instructions_sha256,
+    instructions_digest,
     number,
     optional_bool,
     optional_name,
@@ -71,6 +77,12 @@ NAME: Final = API_RESPONSES
 ENDPOINT: Final = "/responses"
 PROVIDER: Final = "openai"
 OPENAI_API_TYPE: Final = "responses"
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`)."""
+    return match_suffix(path, ENDPOINT, NAME)
+
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 _CLIENT_TOOL_TYPES = frozenset({"function", "custom"})
@@ -132,7 +144,7 @@ def audit_request(body: Json) -> RequestFacts:
         if _is_message(item):
             content = item.get("content")
             if str_or_none(item.get("role")) in _INSTRUCTION_ROLES:
-                instructions.append(_instruction_text(content))
+                instructions.extend(_instruction_texts(content))
             elif isinstance(content, str | list):
                 _check_part_list(content, where)
             else:
@@ -149,6 +161,9 @@ def audit_request(body: Json) -> RequestFacts:
                 )
             )
     image_details = tuple(_image_detail(part) for part in _image_parts(items))
+    instructions_sha256, instructions_parts = instructions_digest(
+        None if "instructions" in omitted else instructions
+    )
 
     return RequestFacts(
         model=model,
@@ -156,9 +171,8 @@ def audit_request(body: Json) -> RequestFacts:
         reasoning_effort=_reasoning_effort(body.get("reasoning")),
         thinking=None,
         image_details=image_details,
-        instructions_sha256=(
-            None if "instructions" in omitted else instructions_sha256(instructions)
-        ),
+        instructions_sha256=instructions_sha256,
+        instructions_parts=instructions_parts,
         stream=body.get("stream") is True,
         hosted_tools=tuple(hosted),
         tool_results=tuple(tool_results),
@@ -265,14 +279,15 @@ def _top_level_instructions(value: Any) -> list[str]:
     for item in value:
         if not isinstance(item, dict) or not _is_message(item):
             raise Rejected("instructions_not_text", "instructions")
-        texts.append(_instruction_text(item.get("content")))
+        texts.extend(_instruction_texts(item.get("content")))
     return texts
 
 
-def _instruction_text(content: Any) -> str:
-    """The text of a system/developer message: a string or ``input_text`` parts."""
+def _instruction_texts(content: Any) -> list[str]:
+    """The texts of a system/developer message: a string, or each ``input_text``
+    part (no parts: one empty text, as it joins)."""
     if isinstance(content, str):
-        return content
+        return [content]
     if not isinstance(content, list):
         raise Rejected("instructions_not_text")
     texts = []
@@ -284,7 +299,7 @@ def _instruction_text(content: Any) -> str:
         ):
             raise Rejected("instructions_not_text")
         texts.append(part["text"])
-    return "\n\n".join(texts)
+    return texts or [""]
 
 
 def _check_part_list(value: Any, where: str) -> None:

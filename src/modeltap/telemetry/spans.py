@@ -189,7 +189,7 @@ class ExchangeSpan:
         address, port = server_address(record.upstream)
         provider, openai_api_type = api_identity(record.api)
         attributes: dict[str, str | int | bool | None] = {
-            PROVIDER_NAME: provider,
+            PROVIDER_NAME: record.provider or provider,  # the route's real provider
             REQUEST_MODEL: record.model,
             REQUEST_STREAM: record.stream,
             REQUEST_REASONING_LEVEL: record.reasoning_effort,

@@ -1,0 +1,107 @@
+"""What to tell clients: the environment that points an SDK at a route (pure).
+
+The start-up screen prints, for each route in effect, the ``export`` lines that
+are true for it: the variable the provider's own SDKs and agents read, set to
+the URL that reaches that route through the proxy. One table
+(:data:`EXPORTS`) maps a provider to its rules; a route whose provider is not
+known (a local stub, a gateway: ``Route.provider`` is ``None``) may speak any
+wire, so every rule of :data:`ANY_WIRE` applies to it, each saying which wire
+it assumes. A route whose provider has no rules gets no line (the screen then
+shows its URL). A new wire adds its provider's rules here and nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from modeltap.routing import Route
+
+
+@dataclass(frozen=True, slots=True)
+class ExportLine:
+    """One ``export`` line for one route.
+
+    Attributes:
+        route: the route's name.
+        variable: the environment variable (``OPENAI_BASE_URL``).
+        value: what to set it to.
+        note: when the line holds only on a condition (the wire the route's
+            upstream speaks), that condition in words; else ``None``.
+        labelled: whether the screen names the route: always but for a route
+            named after its provider (the default ``openai`` and ``anthropic``).
+    """
+
+    route: str
+    variable: str
+    value: str
+    note: str | None = None
+    labelled: bool = True
+
+    @property
+    def text(self) -> str:
+        """The line as the screen shows it: ``VAR=value``, then the route and
+        the note in parentheses when labelled."""
+        line = f"{self.variable}={self.value}"
+        if self.labelled:
+            line += f"  (route {self.route}{', ' + self.note if self.note else ''})"
+        return line
+
+
+#: A rule: from a route and the URL that reaches it through the proxy (the
+#: proxy's address and the route's prefix), the variable and value, or ``None``
+#: when no value is true for that route.
+Rule = Callable[[Route, str], tuple[str, str] | None]
+
+
+def _openai_base_url(route: Route, base: str) -> tuple[str, str] | None:
+    # The OpenAI SDKs append /chat/completions (/responses) to a base that
+    # ends in the API version; add it unless the upstream's own base has it.
+    return "OPENAI_BASE_URL", base if route.base_path.endswith("/v1") else f"{base}/v1"
+
+
+def _anthropic_base_url(route: Route, base: str) -> tuple[str, str] | None:
+    # The Anthropic SDKs and Claude Code append /v1/messages themselves: no
+    # value is true for an upstream whose base already ends in /v1.
+    return None if route.base_path.endswith("/v1") else ("ANTHROPIC_BASE_URL", base)
+
+
+#: Each provider's rules, by ``gen_ai.provider.name``.
+EXPORTS: Final[dict[str, tuple[Rule, ...]]] = {
+    "openai": (_openai_base_url,),
+    "anthropic": (_anthropic_base_url,),
+}
+
+#: For a route of unknown provider: each rule with the wire it assumes.
+ANY_WIRE: Final[tuple[tuple[Rule, str], ...]] = (
+    (_openai_base_url, "if it speaks the OpenAI API"),
+    (_anthropic_base_url, "if it speaks the Anthropic API"),
+)
+
+
+def export_lines(routes: Iterable[Route], proxy_url: str) -> list[ExportLine]:
+    """The true ``export`` lines for each route, in route order.
+
+    Args:
+        routes: the routes in effect (reverse mode).
+        proxy_url: the proxy's own URL (``http://127.0.0.1:8787``).
+
+    Returns:
+        The lines; none for a route whose provider has no rules in
+        :data:`EXPORTS`.
+    """
+    out: list[ExportLine] = []
+    for route in routes:
+        base = proxy_url.rstrip("/") + ("" if route.prefix == "/" else route.prefix)
+        rules: list[tuple[Rule, str | None]]
+        if route.provider is None:
+            rules = list(ANY_WIRE)
+        else:
+            rules = [(rule, None) for rule in EXPORTS.get(route.provider, ())]
+        for rule, note in rules:
+            found = rule(route, base)
+            if found is not None:
+                labelled = route.name != route.provider
+                out.append(ExportLine(route.name, found[0], found[1], note, labelled))
+    return out
