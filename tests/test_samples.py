@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
+from hashlib import sha256
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,14 @@ def test_request_audits_exactly(api: WireApi, path: Path) -> None:
     before = copy.deepcopy(body)
     assert as_json(api.audit_request(body)) == sample["expected"]
     assert body == before  # the audit reads; it never changes what is forwarded
+
+
+@pytest.mark.parametrize(("api", "path"), samples(""))
+def test_instruction_parts_are_null_exactly_when_the_hash_is(api: WireApi, path: Path) -> None:
+    facts = api.audit_request(load(path)["request"])
+    assert (facts.instructions_parts is None) == (facts.instructions_sha256 is None)
+    if facts.instructions_parts == ():
+        assert facts.instructions_sha256 == sha256(b"").hexdigest()  # none sent: ""
 
 
 @pytest.mark.parametrize(("api", "path"), samples(""))

@@ -75,8 +75,8 @@ EXPORTS: Final[dict[str, tuple[Rule, ...]]] = {
 
 #: For a route of unknown provider: each rule with the wire it assumes.
 ANY_WIRE: Final[tuple[tuple[Rule, str], ...]] = (
-    (_openai_base_url, "if it speaks the OpenAI API"),
-    (_anthropic_base_url, "if it speaks the Anthropic API"),
+    (_openai_base_url, "if it speaks OpenAI"),
+    (_anthropic_base_url, "if it speaks Anthropic"),
 )
 
 
