@@ -20,7 +20,7 @@ from typing import Any
 import jsonschema
 import orjson
 
-from modeltap import records
+from modeltap import apis, records
 from modeltap.records import (
     AuditRecord,
     ErrorEvent,
@@ -72,7 +72,6 @@ def audit_record(**fields: Any) -> AuditRecord:
         "ts": ts(0),
         "transport": "http",
         "api": records.API_CHAT,
-        "provider": "openai",
         "route": "openai",
         "upstream": "https://api.openai.com",
         "path": "/v1/chat/completions",
@@ -85,7 +84,11 @@ def audit_record(**fields: Any) -> AuditRecord:
         "body_bytes": 512,
         "body_sha256": "a" * 64,
     }
-    return AuditRecord(**(values | fields))
+    values = values | fields
+    # Unless the test names one: the wire's provider, as a route of unknown
+    # provider records it.
+    values.setdefault("provider", apis.module_for(values["api"]).PROVIDER)
+    return AuditRecord(**values)
 
 
 def response_event(**fields: Any) -> ResponseEvent:

@@ -178,7 +178,8 @@ def test_bad_configuration_is_a_setup_error(pytester: pytest.Pytester) -> None:
         [
             "*modeltap: unknown option(s) colour; use fields of ProxyConfig:*",
             "*@pytest.mark.modeltap takes keyword arguments only*",
-            "*modeltap did not start: --route takes NAME=URL, got 'no-equals-sign'*",
+            "*modeltap did not start: --route takes NAME=URL (or NAME=URL,provider=P), "
+            "got 'no-equals-sign'*",
         ]
     )
 

@@ -299,6 +299,7 @@ def test_what_changed_from_the_previous_turn(page: Page, rich_capture: Made) -> 
                 f"instructions hash changed: {records[0].instructions_sha256[:12]} -> "  # type: ignore[index]
                 f"{records[1].instructions_sha256[:12]}",  # type: ignore[index]
             ],
+            ["instructions_parts", "changed", "instruction parts changed: #1 of 1"],
         ]
     )
     assert page.tab.locator("#rows .row[data-key=t1] .badge.change").count() == 1

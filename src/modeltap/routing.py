@@ -201,7 +201,7 @@ def parse_route_spec(spec: str) -> Route:
     """
     name, sep, rest = spec.partition("=")
     if not sep:
-        raise RouteError(f"--route takes NAME=URL[,provider=P], got {spec!r}")
+        raise RouteError(f"--route takes NAME=URL (or NAME=URL,provider=P), got {spec!r}")
     found = _ROUTE_OPTIONS.fullmatch(rest.strip())
     assert found is not None  # (the pattern matches any string)
     options: dict[str, str] = {}

@@ -79,6 +79,7 @@ def record_line(facts: Any, raw: bytes, api: str = "x") -> dict[str, Any]:
         session_id="s",
         transport="http",
         api=api,
+        provider="openai",
         route="stub",
         upstream="http://127.0.0.1:1",
         path="/v1/x",
