@@ -103,6 +103,23 @@ _FIXED_SIZE: Final[dict[int, int]] = {
 }
 
 
+def _utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8; ``ValueError`` for a lone surrogate."""
+    # isascii() reads a flag of the string: Bedrock's names and values never
+    # pay for an encode.
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+#: The header types by wire code, for the parser (an enum call costs more),
+#: and the codes it tests as plain ints (comparing with enum members costs more).
+_TYPES: Final = tuple(HeaderType)
+_BOOL_TRUE: Final = int(HeaderType.BOOL_TRUE)
+_BOOL_FALSE: Final = int(HeaderType.BOOL_FALSE)
+_BYTE_ARRAY: Final = int(HeaderType.BYTE_ARRAY)
+_STRING: Final = int(HeaderType.STRING)
+_UUID: Final = int(HeaderType.UUID)
+
+
 @dataclass(frozen=True, slots=True)
 class Header:
     """One typed header of a message.
@@ -130,9 +147,11 @@ class Header:
     value: HeaderValue
 
     def __post_init__(self) -> None:
-        if len(self.name.encode("utf-8")) > 255:
+        if _utf8_length(self.name) > 255:
             raise ValueError("an event stream header name is longer than 255 bytes")
         kind, value = HeaderType(self.type), self.value
+        if kind is not self.type:  # a plain int given for the type
+            object.__setattr__(self, "type", kind)
         if kind <= HeaderType.BOOL_FALSE:
             if value is not (kind == HeaderType.BOOL_TRUE):
                 raise TypeError("a boolean header's value must match its type")
@@ -150,7 +169,7 @@ class Header:
         elif kind == HeaderType.STRING:
             if not isinstance(value, str):
                 raise TypeError("a string header's value must be a str")
-            if len(value.encode("utf-8")) > 0xFFFF:
+            if _utf8_length(value) > 0xFFFF:
                 raise ValueError("a string header's value is longer than 65535 bytes")
         elif not isinstance(value, uuid.UUID):
             raise TypeError("a UUID header's value must be a uuid.UUID")
@@ -419,32 +438,28 @@ def _parse_headers(block: bytes) -> tuple[Header, ...]:
             code = block[name_end]
             pos = name_end + 1
             value: HeaderValue
-            if code <= HeaderType.BOOL_FALSE:
-                value = code == HeaderType.BOOL_TRUE
-            elif code == HeaderType.STRING or code == HeaderType.BYTE_ARRAY:
+            if code in (_STRING, _BYTE_ARRAY):  # Bedrock sends only strings
                 value_end = pos + 2 + int.from_bytes(block[pos : pos + 2])
                 if pos + 2 > end or value_end > end:
                     raise UpstreamProtocolError(_MALFORMED_HEADER)
                 raw = block[pos + 2 : value_end]
-                value = raw.decode("utf-8") if code == HeaderType.STRING else raw
+                value = raw.decode("utf-8") if code == _STRING else raw
                 pos = value_end
+            elif code <= _BOOL_FALSE:
+                value = code == _BOOL_TRUE
             elif code in _FIXED_SIZE:
                 value_end = pos + _FIXED_SIZE[code]
                 if value_end > end:
                     raise UpstreamProtocolError(_MALFORMED_HEADER)
                 raw = block[pos:value_end]
-                value = (
-                    uuid.UUID(bytes=raw)
-                    if code == HeaderType.UUID
-                    else int.from_bytes(raw, signed=True)
-                )
+                value = uuid.UUID(bytes=raw) if code == _UUID else int.from_bytes(raw, signed=True)
                 pos = value_end
             else:
                 raise UpstreamProtocolError(_UNKNOWN_TYPE)
             if name in names:
                 raise UpstreamProtocolError(_DUPLICATE)
             names.add(name)
-            headers.append(Header(name, HeaderType(code), value))
+            headers.append(Header(name, _TYPES[code], value))
     except UnicodeDecodeError:
         raise UpstreamProtocolError(_NOT_UTF8) from None
     return tuple(headers)
