@@ -655,6 +655,7 @@ def test_header_name_and_type_validated() -> None:
     with pytest.raises(ValueError):
         Header("n", 10, True)  # type: ignore[arg-type]
     Header("\u00e9" * 127, HeaderType.BOOL_TRUE, True)  # 254 bytes
+    assert Header("n", 7, "v").type is HeaderType.STRING  # type: ignore[arg-type]
 
 
 def test_message_refuses_repeated_names() -> None:

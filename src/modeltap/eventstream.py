@@ -128,7 +128,7 @@ class Header:
     cannot exist.
 
     Args:
-        name: 1 to 255 bytes of UTF-8 (an empty name is accepted, as every AWS
+        name: at most 255 bytes of UTF-8 (empty is accepted, as every AWS
             decoder does).
         type: the wire type.
         value: a value of the Python type :data:`HeaderValue` gives for
@@ -471,8 +471,9 @@ def _parse_headers(block: bytes) -> tuple[Header, ...]:
 
 #: Bound on the JSON payload of one Bedrock message. Bedrock's events are a
 #: few hundred bytes (a delta, a stop reason, usage), the largest real ones
-#: tens of KiB; once parsed, JSON can take some twenty times its size in
-#: Python objects, so one event is kept well below the 16 MiB frame bound.
+#: tens of KiB; once parsed, JSON can take over twenty times its size in
+#: Python objects (``[{},{},...]``), so one event is kept well below the
+#: 16 MiB frame bound.
 MAX_JSON_BYTES: Final = 1024 * 1024
 
 
