@@ -7,7 +7,8 @@ invalid UTF-8, lone surrogates). The contract checked everywhere:
 - request side: a result, or :class:`Rejected` with a rule of ``RULES`` and a
   message built from fixed text only;
 - response side: never raises (bad input becomes ``capture_errors``), except
-  :class:`UpstreamProtocolError` where documented (SSE bound, decompression);
+  :class:`UpstreamProtocolError` where documented (SSE bound, decompression,
+  AWS event stream framing and Bedrock's messages in it);
 - whatever is accepted can be written: its JSONL line serialises and reads back.
 
 Budgets (``max_examples``) keep the file under a minute on two cores; the
@@ -16,6 +17,7 @@ numbers tried are in docs/RELIABILITY.md.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import gzip
 import itertools
@@ -34,10 +36,22 @@ from modeltap.apis import anthropic_messages, json_body, openai_chat, openai_res
 from modeltap.capture import Capture, decode_event, decode_record, decode_session_end
 from modeltap.decoding import StreamDecompressor, decode_body
 from modeltap.errors import RULES, Rejected, UpstreamProtocolError
+from modeltap.eventstream import (
+    BedrockChunk,
+    BedrockError,
+    BedrockEvent,
+    BedrockException,
+    EventStreamDecoder,
+    EventStreamMessage,
+    Header,
+    HeaderType,
+    read_bedrock_message,
+)
 from modeltap.records import AuditRecord, ResponseEvent, ResponseFacts, redact_path, to_json_line
 from modeltap.routing import Route, RouteError, parse_route_spec
 from modeltap.sse import SSEDecoder, SSEEvent
 from modeltap.ws import Control, Create, ServerEventObserver, WsPolicy, classify_client_message
+from tests.eventstream_frames import encode_message, encode_raw
 from tests.reliability.strategies import (
     KEYS,
     WORDS,
@@ -450,6 +464,188 @@ def test_stream_decompressor_on_garbage(coding: str, data: bytes, step: int) -> 
         decoder.flush()
     except UpstreamProtocolError as exc:
         assert len(str(exc)) < 200  # names the coding (shortened), never the data
+
+
+# ---------------------------------------------------------------- AWS event streams
+
+#: Every text the event stream decoder raises: fixed, so no byte of the stream
+#: can reach a record through one (the size bound is the decoder's own number).
+EVENTSTREAM_ERRORS = {
+    "the event stream is corrupt: a message's prelude fails its checksum",
+    "the event stream is corrupt: a message fails its checksum",
+    "the event stream is corrupt: a message is shorter than its prelude and checksum",
+    "the event stream is corrupt: a message's headers are longer than the message",
+    "the event stream has a message whose headers are longer than 131072 bytes",
+    "the event stream has a malformed message header",
+    "the event stream has a message header of an unknown type",
+    "the event stream has a message header that is not valid UTF-8",
+    "the event stream has a message that repeats a header name",
+    "the event stream ended in the middle of a message",
+    "the event stream has a message longer than 2048 bytes",
+}
+BEDROCK_ERRORS = {
+    "the Bedrock event stream has a message without a type",
+    "the Bedrock event stream has a message of an unknown type",
+    "the Bedrock event stream has a payload that is not a JSON object",
+    "the Bedrock event stream has a payload longer than 1048576 bytes",
+    "the Bedrock event stream has a chunk without a 'bytes' text",
+    "the Bedrock event stream has a chunk whose 'bytes' is not base64 of UTF-8 text",
+    *(
+        f"the Bedrock event stream has a {name} header that is not text"
+        for name in (":message-type", ":event-type", ":exception-type", ":error-code",
+                     ":error-message")
+    ),
+    *(
+        f"the Bedrock event stream has a message without {name}"
+        for name in (":event-type", ":exception-type", ":error-code")
+    ),
+}  # fmt: skip
+
+BEDROCK_EXTRA_HEADERS = [":error-message", ":content-type", "x-amzn-requestid"]
+BEDROCK_WORDS = ["event", "exception", "error", "chunk", "messageStart", "contentBlockDelta",
+                 "metadata", "throttlingException", "application/json", ""]  # fmt: skip
+
+
+#: The header each message type requires.
+BEDROCK_REQUIRED = {"event": ":event-type", "exception": ":exception-type", "error": ":error-code"}
+
+
+@st.composite
+def bedrock_headers(draw: st.DrawFn) -> tuple[Header, ...]:
+    """Bedrock's string headers, mostly as it sends them; now and then missing, of
+    another type, or with values from elsewhere."""
+
+    def usually(common: list[str]) -> str:
+        return draw(st.sampled_from(common) if draw(st.integers(0, 7)) else wire_text)
+
+    kind = usually(["event", "event", "event", "exception", "error"])
+    pairs = [(":message-type", kind)] if draw(st.integers(0, 9)) else []
+    if draw(st.integers(0, 9)):
+        name = BEDROCK_REQUIRED.get(kind, ":event-type")
+        pairs.append((name, usually(["chunk", "chunk", *BEDROCK_WORDS])))
+    for name in draw(st.lists(st.sampled_from(BEDROCK_EXTRA_HEADERS), max_size=2)):
+        pairs.append((name, draw(st.sampled_from(BEDROCK_WORDS))))
+    headers: dict[str, Header] = {}
+    for name, value in pairs:
+        headers[name] = draw(
+            st.sampled_from(
+                [
+                    *[Header(name, HeaderType.STRING, value)] * 12,
+                    Header(name, HeaderType.BOOL_TRUE, True),
+                    Header(name, HeaderType.INTEGER, 7),
+                    Header(name, HeaderType.BYTE_ARRAY, value.encode("utf-8", "replace")),
+                ]
+            )
+        )
+    return tuple(headers.values())
+
+
+def json_bytes(value: Any) -> bytes:
+    return dumps_or_none(value) or b"{}"
+
+
+bedrock_payloads = st.one_of(
+    json_values(max_leaves=8).map(json_bytes),
+    st.fixed_dictionaries(
+        {
+            "bytes": json_values(max_leaves=8).map(
+                lambda v: base64.b64encode(json_bytes(v)).decode()
+            )
+        },
+        optional={"p": st.just("abcdef")},
+    ).map(json_bytes),
+    st.fixed_dictionaries({"bytes": st.one_of(wire_text, st.integers())}).map(json_bytes),
+    st.binary(max_size=60),
+)
+bedrock_messages = st.builds(
+    EventStreamMessage, headers=bedrock_headers(), payload=bedrock_payloads
+)
+
+
+HEADER_PIECES = st.sampled_from(
+    [b"\x01a\x00", b"\x01a\x01", b"\x01b\x04\x00\x00\x00\x07", b"\x01c\x07\x00\x02ok",
+     b"\x01d\x06\x00\x01\xff", b"\x01e\x09" + b"\x00" * 16, b"\x01f\x05" + b"\x00" * 8,
+     b"\x01g\x07\x00\x02\xc3\x28", b"\x01h\x0a", b"\x00\x00", b"\x01\xff\x00"]
+)  # fmt: skip
+
+
+@st.composite
+def eventstream_bytes(draw: st.DrawFn) -> bytes:
+    """Bedrock-shaped frames, then damaged (a bit, a cut, bytes in or out), or raw bytes."""
+    choice = draw(st.integers(0, 5))
+    if choice == 0:
+        return draw(st.binary(max_size=200))
+    frames = draw(st.lists(bedrock_messages, max_size=4))
+    encoded = [encode_message(m.headers, m.payload) for m in frames]
+    if choice == 1:
+        # A headers block of valid headers and stray bytes, under correct CRCs:
+        # only the header parser can catch it.
+        block = draw(st.lists(st.one_of(HEADER_PIECES, st.binary(min_size=1, max_size=4))))
+        encoded.insert(draw(st.integers(0, len(encoded))), encode_raw(b"".join(block), b"{}"))
+    wire = bytearray(b"".join(encoded))
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(wire)))
+        how = draw(st.integers(0, 3))
+        if how == 0 and at < len(wire):
+            wire[at] ^= 1 << draw(st.integers(0, 7))
+        elif how == 1:
+            del wire[at:]
+        elif how == 2:
+            wire[at:at] = draw(st.binary(min_size=1, max_size=12))
+        else:
+            del wire[at : at + draw(st.integers(1, 12))]
+    return bytes(wire)
+
+
+def eventstream_outcome(parts: list[bytes]) -> tuple[list[EventStreamMessage], str | None]:
+    """The messages, then the error text (if any), and the decoder refuses more after it."""
+    decoder = EventStreamDecoder(max_message_bytes=2048)
+    got: list[EventStreamMessage] = []
+    try:
+        for part in parts:
+            got += decoder.feed(part)
+        got += decoder.close()
+    except UpstreamProtocolError as exc:
+        assert decoder.closed
+        with pytest.raises(RuntimeError):
+            decoder.feed(b"\x00")
+        return got, str(exc)
+    return got, None
+
+
+@FUZZ
+@given(data=eventstream_bytes(), cuts=st.lists(st.integers(0, 400), max_size=12))
+def test_eventstream_decoder_fixed_errors_and_same_outcome_however_split(
+    data: bytes, cuts: list[int]
+) -> None:
+    whole = eventstream_outcome([data])
+    assert whole[1] is None or whole[1] in EVENTSTREAM_ERRORS
+    points = sorted({min(c, len(data)) for c in cuts})
+    parts = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    assert eventstream_outcome(parts) == whole
+    assert eventstream_outcome([data[i : i + 1] for i in range(len(data))]) == whole
+
+
+@FUZZ
+@given(message=bedrock_messages)
+def test_read_bedrock_message_only_raises_fixed_upstream_errors(
+    message: EventStreamMessage,
+) -> None:
+    try:
+        meaning = read_bedrock_message(message)
+    except UpstreamProtocolError as exc:
+        assert str(exc) in BEDROCK_ERRORS
+        return
+    kind = message.get(":message-type")
+    if isinstance(meaning, BedrockChunk):
+        assert message.get(":event-type") == "chunk" and isinstance(meaning.event, dict)
+        assert orjson.loads(meaning.data) == meaning.event
+    elif isinstance(meaning, BedrockEvent):
+        assert kind == "event" and isinstance(meaning.body, dict)
+    elif isinstance(meaning, BedrockException):
+        assert kind == "exception" and meaning.exception_type
+    else:
+        assert isinstance(meaning, BedrockError) and kind == "error" and meaning.error_code
 
 
 # ---------------------------------------------------------------- WebSocket
