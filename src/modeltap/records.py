@@ -536,6 +536,27 @@ class UnauditedEvent(Event):
     status: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """The estimated price of an exchange (SPEC section 5): an estimate, never a bill.
+
+    Attributes:
+        estimate_usd: the price in US dollars by the price table, or ``None``
+            when it cannot be estimated (unknown model, a count the table
+            prices not reported): never ``0`` for unknown.
+        source: the price table it comes from, with its version
+            (``genai-prices 0.2.3``).
+        priced_as: the table's provider and model the exchange was priced as
+            (``anthropic/claude-sonnet-4-5``); ``None`` when not found.
+        note: why there is no estimate, when there is none.
+    """
+
+    estimate_usd: float | None
+    source: str
+    priced_as: str | None = None
+    note: str | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseEvent(Event):
     """What came back for one audited request (SPEC section 4)."""
@@ -556,6 +577,8 @@ class ResponseEvent(Event):
     duration_ms: float | None
     evidence_complete: bool
     capture_errors: tuple[str, ...]
+    #: The estimated price (``None`` on lines written before estimates existed).
+    cost: Cost | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
