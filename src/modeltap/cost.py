@@ -40,9 +40,9 @@ from genai_prices.data_snapshot import get_snapshot
 from genai_prices.types import ModelInfo, Provider
 
 from modeltap import apis
-from modeltap.records import Cost, Usage
+from modeltap.records import Cost, ResponseFacts, Usage
 
-__all__ = ["PROVIDER_IDS", "SOURCE", "estimate_cost"]
+__all__ = ["PROVIDER_IDS", "SOURCE", "estimate_cost", "response_cost"]
 
 #: What every estimate says it comes from.
 SOURCE: Final = f"genai-prices {genai_prices_version}"
@@ -158,3 +158,39 @@ def request_time(ts: str) -> datetime:
         return datetime.fromisoformat(ts)
     except ValueError:
         return datetime.now(UTC)
+
+
+def response_cost(
+    *,
+    api: str,
+    upstream: str,
+    request_model: str | None,
+    facts: ResponseFacts,
+    provider: str | None = None,
+    at: datetime | None = None,
+) -> Cost:
+    """The estimate of one observed response (what the glue puts in its event).
+
+    Args:
+        api: the record's ``api``.
+        upstream: the upstream URL.
+        request_model: the model the request asked for (used when the
+            response names none).
+        facts: what the observer read off the response.
+        provider: the route's real provider when it names one; default the
+            wire's (the API module's ``PROVIDER``).
+        at: when the request was made; default now.
+
+    Returns:
+        The estimate (see :func:`estimate_cost`). Never raises.
+    """
+    module = apis.find(api)
+    return estimate_cost(
+        api=api,
+        provider=provider or (module.PROVIDER if module is not None else None),
+        upstream=upstream,
+        model=facts.model or request_model,
+        usage=facts.usage,
+        service_tier=facts.service_tier,
+        at=at or datetime.now(UTC),
+    )
