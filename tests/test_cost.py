@@ -118,3 +118,12 @@ def test_prices_in_force_when_the_request_was_made() -> None:
 def test_request_time() -> None:
     assert request_time("2026-11-01T10:00:00.000Z") == AT
     assert request_time("garbage").tzinfo is not None
+
+
+def test_new_model_names_do_not_grow_the_tables_memos() -> None:
+    from modeltap import cost
+
+    for index in range(3 * cost._MAX_MEMOS):
+        estimate(model=f"made-up-{index}", usage=Usage(1, 1, 2, cache_read_tokens=0))
+    memos = ("_lookup_cache", "_provider_cache", "_provider_misses")
+    assert sum(len(getattr(cost._SNAPSHOT, name)) for name in memos) <= cost._MAX_MEMOS + 2

@@ -75,10 +75,26 @@ _PRICED_APART: Final = (
 
 # Load the bundled table now (a fraction of a second), not on the first response.
 _SNAPSHOT = get_snapshot()
+#: The table memoises every lookup, misses included, keyed by model name: a
+#: client sending ever new model names would grow it without end. Past this
+#: many entries the memos are dropped (they rebuild in microseconds).
+_MAX_MEMOS = 4096
+
+
+def _bound_memos() -> None:
+    memos = [
+        getattr(_SNAPSHOT, name, None)
+        for name in ("_lookup_cache", "_provider_cache", "_provider_misses")
+    ]
+    if sum(len(memo) for memo in memos if memo is not None) > _MAX_MEMOS:
+        for memo in memos:
+            if memo is not None:
+                memo.clear()
 
 
 def _find(model: str, provider: str | None, upstream: str) -> tuple[Provider, ModelInfo] | None:
     """The table's provider and model: by the upstream's address first, then by name."""
+    _bound_memos()
     attempts: list[tuple[str | None, str | None]] = [(None, upstream)]
     provider_id = PROVIDER_IDS.get(provider or "")
     if provider_id is not None:
