@@ -367,16 +367,21 @@ class ModelTap:
             "modeltap_otlp",
             str | None,
             None,
-            "Export spans over OTLP to this endpoint: http(s)://host:4318 for OTLP/HTTP "
-            "protobuf, grpc://host:4317 for gRPC. Unset: the standard OTEL_EXPORTER_OTLP_* "
-            "variables decide; with none set, spans are not exported.",
+            "Export spans and GenAI metrics over OTLP to this endpoint: http(s)://host:4318 "
+            "for OTLP/HTTP protobuf (/v1/traces, /v1/metrics), grpc://host:4317 for gRPC. "
+            "Unset: the standard OTEL_EXPORTER_OTLP_* variables decide; with none set, "
+            "nothing is exported. OTEL_METRICS_EXPORTER=none keeps metrics off (a "
+            "traces-only backend such as Jaeger).",
         )
         loader.add_option(
             "modeltap_capture_content",
             bool,
             False,
-            "Put prompt and output content into spans (off by default; also turned on by "
-            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true). Never into the JSONL files.",
+            "Put prompt and output content into spans, in the GenAI conventions' shapes "
+            "(gen_ai.input.messages, gen_ai.output.messages, gen_ai.system_instructions, "
+            "gen_ai.tool.definitions; 64 KiB each at most, cuts marked). Off by default; also "
+            "turned on by OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true. Never into "
+            "the JSONL files.",
         )
         loader.add_option(
             "modeltap_quiet",

@@ -75,7 +75,12 @@ class RawUpstream:
 
 
 def read_request(conn: socket.socket) -> bytes:
-    """Read one HTTP/1.1 request (headers and a Content-Length body)."""
+    """Read one HTTP/1.1 request (headers and a Content-Length or chunked body).
+
+    The whole body is read before the caller answers: closing a socket with
+    request bytes still unread sends a reset, which the proxy rightly reports
+    as the upstream breaking (a chunked body used to race this way).
+    """
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = conn.recv(65536)
@@ -84,11 +89,14 @@ def read_request(conn: socket.socket) -> bytes:
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     length = 0
+    chunked = False
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-length":
             length = int(value.strip())
-    while len(body) < length:
+        elif name.strip().lower() == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+    while (b"\r\n0\r\n\r\n" not in b"\r\n" + body) if chunked else len(body) < length:
         chunk = conn.recv(65536)
         if not chunk:
             break
