@@ -706,7 +706,7 @@ class ModelTap:
                 traceparent=ex.traceparent,
                 start_ns=epoch_ns(time.perf_counter_ns()),
                 conversation_id=ex.conversation_id,
-                api=ex.api,
+                provider=apis.provider_for(ex.route, ex.api),
                 upstream=upstream,
             )
         if ex.api is not None:
@@ -1509,7 +1509,11 @@ class ModelTap:
             evidence_complete=facts.evidence_complete,
             capture_errors=facts.capture_errors,
             cost=response_cost(
-                api=ex.api, upstream=ex.upstream, request_model=request_model, facts=facts
+                api=ex.api,
+                upstream=ex.upstream,
+                request_model=request_model,
+                facts=facts,
+                provider=apis.provider_for(ex.route, ex.api),
             ),
         )
         self._write_event(event)

@@ -231,7 +231,7 @@ class Telemetry:
         transport: str = "http",
         parent: ConnectionSpan | None = None,
         conversation_id: str | None = None,
-        api: str | None = None,
+        provider: str | None = None,
         upstream: str | None = None,
     ) -> ExchangeSpan:
         """Open one exchange (an HTTP request or a ``response.create``).
@@ -251,8 +251,9 @@ class Telemetry:
                 ``x-modeltap-session`` header or ``--session``), for
                 ``gen_ai.conversation.id``; ``None`` for the run's or a
                 connection's implicit session.
-            api: the wire API the request targets, when known before its
-                audit (a refusal's span then names the provider).
+            provider: the exchange's ``gen_ai.provider.name``, when known
+                before its audit (a refusal's span then names it; once
+                audited, the record's ``provider`` is used).
             upstream: where it goes, when known before its audit.
 
         Returns:
@@ -266,7 +267,7 @@ class Telemetry:
             transport=transport,
             parent=parent,
             conversation_id=conversation_id,
-            api=api,
+            provider=provider,
             upstream=upstream,
         )
 

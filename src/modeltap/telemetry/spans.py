@@ -37,7 +37,6 @@ from modeltap.records import (
 from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import (
     Attributes,
-    api_identity,
     content_attributes,
     metric_attributes,
     output_attributes,
@@ -64,7 +63,7 @@ def open_exchange(
     transport: str,
     parent: ConnectionSpan | None,
     conversation_id: str | None = None,
-    api: str | None = None,
+    provider: str | None = None,
     upstream: str | None = None,
 ) -> ExchangeSpan:
     """Open the exchange of one request (see :meth:`~modeltap.telemetry.Telemetry.start_exchange`).
@@ -80,7 +79,7 @@ def open_exchange(
         transport=transport,
         parent=parent,
         conversation_id=conversation_id,
-        api=api,
+        provider=provider,
         upstream=upstream,
     )
     if tree.tracer is not None or tree.metrics is not None:
@@ -156,7 +155,7 @@ class ExchangeSpan:
         transport: str,
         parent: ConnectionSpan | None,
         conversation_id: str | None,
-        api: str | None,
+        provider: str | None,
         upstream: str | None,
     ) -> None:
         self._tree = tree
@@ -167,7 +166,7 @@ class ExchangeSpan:
         self._traceparent = traceparent
         self._parent = parent
         self._conversation_id = conversation_id
-        self._api = api
+        self._provider = provider
         self._upstream = upstream
         self.start_ns = start_ns
         self.transport = transport
@@ -197,10 +196,9 @@ class ExchangeSpan:
             names.OPERATION_NAME: names.OPERATION_CHAT,
             names.MODELTAP_SESSION_ID: self.session_id,
         }
-        provider = api_identity(self._api)[0]
         address, port = server_address(self._upstream) if self._upstream else (None, None)
         for key, value in (
-            (names.PROVIDER_NAME, provider),
+            (names.PROVIDER_NAME, self._provider),
             (names.SERVER_ADDRESS, address),
             (names.SERVER_PORT, port),
             (names.CONVERSATION_ID, self._conversation_id),
@@ -369,7 +367,7 @@ class ExchangeSpan:
         if self._first_chunk_ns is not None:
             span.add_event("first chunk", timestamp=self._first_chunk_ns)
         if self._tree.capture_content and (content is not None or observed is not None):
-            api = self._record.api if self._record is not None else self._api
+            api = self._record.api if self._record is not None else None
             span.set_attributes(output_attributes(api, content, observed))
         if error_type is not None:
             # The description is the error's class only: messages can hold
