@@ -1,11 +1,14 @@
-"""A real OTLP trace receiver for tests: OTLP/HTTP protobuf and OTLP/gRPC.
+"""A real OTLP receiver for tests: traces and metrics, OTLP/HTTP protobuf and OTLP/gRPC.
 
-Spans arrive over the wire exactly as a collector would get them, and are
-decoded into plain :class:`ReceivedSpan` objects to assert on. Each receiver
-binds 127.0.0.1 on a free port and stops when its ``with`` block ends.
+Spans and metrics arrive over the wire exactly as a collector would get them,
+and are decoded into plain :class:`ReceivedSpan` and :class:`ReceivedPoint`
+objects to assert on. Each receiver binds 127.0.0.1 on a free port and stops
+when its ``with`` block ends.
 
-- :class:`HttpReceiver` serves ``POST /v1/traces`` (``http.server`` in a thread).
-- :class:`GrpcReceiver` serves ``TraceService/Export`` (``grpcio``).
+- :class:`HttpReceiver` serves ``POST /v1/traces`` and ``POST /v1/metrics``
+  (``http.server`` in a thread).
+- :class:`GrpcReceiver` serves ``TraceService/Export`` and
+  ``MetricsService/Export`` (``grpcio``).
 - ``hang=SECONDS`` makes either one sit on each request before answering, a
   collector that accepts connections and never replies in time.
 - :func:`closed_endpoint` gives a port nothing listens on: a collector that is
@@ -26,8 +29,13 @@ from types import TracebackType
 from typing import Any, Self
 
 import grpc
+from opentelemetry.proto.collector.metrics.v1 import (
+    metrics_service_pb2,
+    metrics_service_pb2_grpc,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
 _KINDS = {
@@ -112,13 +120,72 @@ class ReceivedSpan:
         )
 
 
+@dataclass(frozen=True)
+class ReceivedPoint:
+    """One histogram data point of one metric export, as received."""
+
+    metric: str
+    unit: str
+    description: str
+    attributes: dict[str, Any]
+    count: int
+    sum: float
+    bucket_counts: tuple[int, ...]
+    explicit_bounds: tuple[float, ...]
+    temporality: str
+    resource: dict[str, Any]
+    scope: str
+    schema_url: str
+
+    @classmethod
+    def decode_all(cls, request: metrics_service_pb2.ExportMetricsServiceRequest) -> list[Self]:
+        """Every histogram point of an export request (other kinds are not expected)."""
+        points = []
+        for rm in request.resource_metrics:
+            resource = decode_attributes(rm.resource.attributes)
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    assert metric.WhichOneof("data") == "histogram", metric.name
+                    histogram = metric.histogram
+                    temporality = metrics_pb2.AggregationTemporality.Name(
+                        histogram.aggregation_temporality
+                    )
+                    for point in histogram.data_points:
+                        points.append(
+                            cls(
+                                metric=metric.name,
+                                unit=metric.unit,
+                                description=metric.description,
+                                attributes=decode_attributes(point.attributes),
+                                count=point.count,
+                                sum=point.sum,
+                                bucket_counts=tuple(point.bucket_counts),
+                                explicit_bounds=tuple(point.explicit_bounds),
+                                temporality=temporality,
+                                resource=resource,
+                                scope=sm.scope.name,
+                                schema_url=sm.schema_url,
+                            )
+                        )
+        return points
+
+
 @dataclass
 class _Store:
-    """Spans received so far, with a way to wait for more."""
+    """Spans and metric points received so far, with a way to wait for more."""
 
     spans: list[ReceivedSpan] = field(default_factory=list)
+    points: list[ReceivedPoint] = field(default_factory=list)
     requests: int = 0
+    metric_requests: int = 0
     changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def add_metrics(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
+        decoded = ReceivedPoint.decode_all(request)
+        with self.changed:
+            self.metric_requests += 1
+            self.points.extend(decoded)
+            self.changed.notify_all()
 
     def add(self, request: trace_service_pb2.ExportTraceServiceRequest) -> None:
         decoded = [
@@ -156,6 +223,19 @@ class _Receiver:
         with self._store.changed:
             return self._store.requests
 
+    @property
+    def points(self) -> list[ReceivedPoint]:
+        """A snapshot of the metric points received so far (every export's)."""
+        with self._store.changed:
+            return list(self._store.points)
+
+    def last_points(self) -> dict[tuple[str, tuple[tuple[str, Any], ...]], ReceivedPoint]:
+        """The latest point of each metric and attribute set (cumulative: the totals)."""
+        latest = {}
+        for point in self.points:
+            latest[(point.metric, tuple(sorted(point.attributes.items())))] = point
+        return latest
+
     def wait_for(self, count: int, timeout: float = 5.0) -> list[ReceivedSpan]:
         """Wait until at least ``count`` spans arrived; return them all."""
         deadline = time.monotonic() + timeout
@@ -166,6 +246,14 @@ class _Receiver:
                     break
                 self._store.changed.wait(remaining)
             return list(self._store.spans)
+
+    def _received_metrics(self, body: bytes) -> None:
+        request = metrics_service_pb2.ExportMetricsServiceRequest()
+        request.ParseFromString(body)
+        if self.hang:
+            self._stopping.wait(self.hang)
+            return
+        self._store.add_metrics(request)
 
     def _received(self, body: bytes) -> None:
         request = trace_service_pb2.ExportTraceServiceRequest()
@@ -211,13 +299,17 @@ class HttpReceiver(_Receiver):
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
-                if self.path != "/v1/traces":
+                if self.path == "/v1/traces":
+                    receiver._received(body)
+                    reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                elif self.path == "/v1/metrics":
+                    receiver._received_metrics(body)
+                    reply = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+                else:
                     self.send_error(404)
                     return
-                receiver._received(body)
                 if receiver._stopping.is_set():
                     return
-                reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
                 self.send_header("content-length", str(len(reply)))
@@ -272,6 +364,17 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
+class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, receiver: GrpcReceiver) -> None:
+        self._receiver = receiver
+
+    def Export(
+        self, request: metrics_service_pb2.ExportMetricsServiceRequest, context: Any
+    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
+        self._receiver._received_metrics(request.SerializeToString())
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
 class GrpcReceiver(_Receiver):
     """OTLP/gRPC receiver on ``127.0.0.1:PORT`` (plaintext)."""
 
@@ -283,6 +386,9 @@ class GrpcReceiver(_Receiver):
         # The generated gRPC module is untyped.
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _TraceService(self), self._server
+        )
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _MetricsService(self), self._server
         )
         self.port = int(self._server.add_insecure_port("127.0.0.1:0"))
 

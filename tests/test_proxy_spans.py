@@ -9,6 +9,7 @@ from typing import Any
 import openai
 import pytest
 
+from modeltap.cost import SOURCE as COST_SOURCE
 from tests.conftest import Running
 from tests.otlp_receiver import GrpcReceiver, HttpReceiver, ReceivedSpan
 
@@ -79,10 +80,10 @@ def test_exchange_spans_one_trace_per_session(
     assert plain.attributes == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "openai",
+        "gen_ai.conversation.id": "s1",
         "gen_ai.request.model": "gpt-5",
         "gen_ai.response.model": "gpt-5",
         "gen_ai.response.id": "chatcmpl-stub1",
-        "gen_ai.request.stream": False,
         "gen_ai.usage.input_tokens": 21,
         "gen_ai.usage.output_tokens": 5,
         "gen_ai.usage.cache_read.input_tokens": 3,
@@ -96,6 +97,9 @@ def test_exchange_spans_one_trace_per_session(
         "modeltap.request_id": records[0]["request_id"],
         "modeltap.session_id": "s1",
         "modeltap.instructions_sha256": records[0]["instructions_sha256"],
+        # gpt-5 by the table: 18 x $1.25 + 3 cached x $0.125 + 5 x $10 per Mtok.
+        "modeltap.cost.estimate_usd": pytest.approx((18 * 1.25 + 3 * 0.125 + 5 * 10) / 1e6),
+        "modeltap.cost.source": COST_SOURCE,
     }
     assert streamed.attributes["gen_ai.request.stream"] is True
     assert streamed.attributes["gen_ai.request.reasoning.level"] == "low"

@@ -26,6 +26,7 @@ from websockets.extensions.permessage_deflate import PerMessageDeflate
 from websockets.sync.client import ClientConnection, connect
 from websockets.sync.server import Server, ServerConnection, serve
 
+from modeltap.cost import SOURCE as COST_SOURCE
 from tests.conftest import Running
 from tests.upstream import default_ws_events
 
@@ -874,6 +875,13 @@ def test_response_events_carry_each_responses_usage(running: Running) -> None:
             "response_status": "completed",
             "evidence_complete": True,
             "capture_errors": [],
+            # gpt-5 by the price table: $1.25 input, $0.125 cached, $10 output per Mtok.
+            "cost": {
+                "estimate_usd": pytest.approx((90 * n * 1.25 + 10 * n * 0.125 + n * 10) / 1e6),
+                "source": COST_SOURCE,
+                "priced_as": "openai/gpt-5",
+                "note": None,
+            },
         }
         assert 0 <= event["ttfb_ms"] <= event["ttft_ms"] <= event["duration_ms"]
 

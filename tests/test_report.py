@@ -18,6 +18,7 @@ from modeltap import records
 from modeltap.capture import MESSAGES_NOT_RECORDED, Capture
 from modeltap.records import (
     AuditRecord,
+    Cost,
     Event,
     ResponseEvent,
     ToolCall,
@@ -35,6 +36,8 @@ from tests.factories import (
 )
 
 USAGE = Usage(100, 20, 120, 0, 0, 0)
+#: What claude-sonnet-4-5 costs for USAGE by the price table: 100 x $3 + 20 x $15 per Mtok.
+COST = Cost(0.0006, "genai-prices 0.2.3", "anthropic/claude-sonnet-4-5")
 REPORT_SCHEMA = jsonschema.Draft202012Validator(schema("report.schema.json"))
 
 
@@ -78,6 +81,7 @@ def response(seq: int, at: float, **fields: Any) -> ResponseEvent:
         "ttfb_ms": 300.0,
         "ttft_ms": 420.5,
         "duration_ms": 900.0,
+        "cost": COST,
     }
     return response_event(**(answer | fields))
 
@@ -297,6 +301,46 @@ def test_torn_last_line(tmp_path: Path) -> None:
     assert report["coverage"]["data"]["status"] == "partial"
 
 
+def test_cost_per_turn_session_and_capture(tmp_path: Path) -> None:
+    """Estimates sum up; one turn that could not be priced makes the sum unknown, not 0."""
+    report = report_of(tool_loop(tmp_path))
+    session = report["sessions"][0]
+    assert [turn["cost"] for turn in session["turns"]] == [
+        {
+            "estimate_usd": 0.0006,
+            "source": "genai-prices 0.2.3",
+            "priced_as": "anthropic/claude-sonnet-4-5",
+            "note": None,
+        }
+    ] * 3
+    total = {
+        "estimate_usd": 0.0018,
+        "source": "genai-prices 0.2.3",
+        "priced_as": None,
+        "note": None,
+    }
+    assert session["cost"] == total
+    assert report["cost"] == total
+
+    unpriced = Cost(None, "genai-prices 0.2.3", None, "model not in the price table")
+    (tmp_path / "gap").mkdir()
+    write(
+        tmp_path / "gap",
+        [audit(1, 0.0), audit(2, 2.0), audit(3, 4.0)],
+        [response(1, 1.0), response(2, 3.0, cost=unpriced)],  # turn 2 has no response
+    )
+    gap = report_of(tmp_path / "gap")
+    turns = gap["sessions"][0]["turns"]
+    assert [turn["cost"] and turn["cost"]["estimate_usd"] for turn in turns] == [0.0006, None, None]
+    assert gap["cost"] == {
+        "estimate_usd": None,
+        "source": "genai-prices 0.2.3",
+        "priced_as": None,
+        "note": "2 of 3 turns could not be priced",
+    }
+    assert Capture.load(tmp_path / "gap").sessions["s-1"].turns[0].cost == COST
+
+
 def test_empty_capture(tmp_path: Path) -> None:
     write(tmp_path, [], [])
     report = report_of(tmp_path)
@@ -329,14 +373,16 @@ def test_render_text_key_lines(tmp_path: Path) -> None:
     header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["turn", "model"])
     table = lines[header : header + 5]  # header, three turns, the "all" row
     assert table[0].split() == [
-        *("turn", "model", "provider", "http", "tools", "in", "out", "total", "time"),
-        *("evidence", "calls"),
+        *("turn", "model", "provider", "http", "tools", "in", "out", "total", "est.", "$"),
+        *("time", "evidence", "calls"),
     ]
     assert table[1].split() == [
-        *("0", "claude-sonnet-4-5", "anthropic", "200", "3", "100", "20", "120", "900", "ms"),
-        *("complete", "Read"),
+        *("0", "claude-sonnet-4-5", "anthropic", "200", "3", "100", "20", "120", "$0.0006"),
+        *("900", "ms", "complete", "Read"),
     ]
-    assert table[-1].split() == ["all", "300", "60", "360", "3.0", "s", "complete", "2", "calls"]
+    assert table[-1].split() == [
+        *("all", "300", "60", "360", "$0.0018", "3.0", "s", "complete", "2", "calls")
+    ]
     # Columns line up: every table row has the same width up to "calls".
     assert len({line.index("complete") for line in table[1:]}) == 1
     assert "    turn 0  Read     toolu_1  -> turn 1  2.9 KB  500 ms" in lines
@@ -344,6 +390,7 @@ def test_render_text_key_lines(tmp_path: Path) -> None:
     assert (
         "  usage     in 300  out 60  total 360  cache read 0  cache write 0  reasoning 0" in lines
     )
+    assert "  cost      $0.0018 estimated by genai-prices 0.2.3" in lines
     assert (
         "    messages  unavailable  message content is not recorded (names, counts and hashes only)"
         in lines
@@ -359,7 +406,12 @@ def test_render_text_shows_gaps(tmp_path: Path) -> None:
         [
             response(1, 1.0, tool_calls=(ToolCall("toolu_9", "Bash", "{}"),), usage=Usage()),
             response(
-                2, 3.0, usage=Usage(), evidence_complete=False, capture_errors=("stream cut",)
+                2,
+                3.0,
+                usage=Usage(),
+                evidence_complete=False,
+                capture_errors=("stream cut",),
+                cost=Cost(None, "genai-prices 0.2.3", None, "input or output tokens not reported"),
             ),
         ],
     )
@@ -368,6 +420,9 @@ def test_render_text_shows_gaps(tmp_path: Path) -> None:
     assert lines[1].endswith("evidence INCOMPLETE")
     assert "    turn 0  Bash  toolu_9  no result" in lines
     assert "  usage     in ?  out ?  total ?  cache read ?  cache write ?  reasoning ?" in lines
+    assert (
+        "  cost      ? estimated by genai-prices 0.2.3 (1 of 2 turns could not be priced)" in lines
+    )
     assert "    [turn 1] stream cut" in lines
     actions = lines.index(
         "    actions   partial      [turn 0] tool call Bash (toolu_9) got no result"

@@ -32,14 +32,19 @@ import orjson
 import pytest
 
 from modeltap import apis
-from modeltap.apis.contract import RequestContent, RequestSettings, WireApi
+from modeltap.apis.contract import RequestContent, WireApi
 from modeltap.errors import RULES, Rejected
-from modeltap.records import RequestFacts, ResponseFacts
+from modeltap.records import RequestFacts, RequestSettings, ResponseFacts, Usage
 from modeltap.sse import SSEDecoder
 
 DATA = Path(__file__).parent / "data"
-REQUEST_FIELDS = {f.name for f in dataclasses.fields(RequestFacts)}
-RESPONSE_FIELDS = {f.name for f in dataclasses.fields(ResponseFacts)}
+#: What a request sample's ``expected`` holds: the facts, without the settings
+#: (spans only; :func:`test_request_settings` checks them).
+REQUEST_FIELDS = {f.name for f in dataclasses.fields(RequestFacts)} - {"settings"}
+#: What a response or stream sample's ``expected`` holds: the facts, without
+#: the output kept for spans (only with content capture; see
+#: :func:`test_streamed_output_in_the_conventions_shape`).
+RESPONSE_FIELDS = {f.name for f in dataclasses.fields(ResponseFacts)} - {"output_messages"}
 
 #: Words of the wire (roles, part and block types, setting values) that a
 #: rule's fixed text may share with a refused body by chance.
@@ -78,6 +83,14 @@ def as_json(value: object) -> Any:
     return orjson.loads(orjson.dumps(value))
 
 
+def facts_json(facts: RequestFacts | ResponseFacts) -> Any:
+    """Facts as a sample's ``expected`` holds them (see REQUEST_FIELDS, RESPONSE_FIELDS)."""
+    data = as_json(facts)
+    data.pop("settings", None)
+    data.pop("output_messages", None)
+    return data
+
+
 def leaves(value: Any) -> list[str]:
     """Every string value (not key) inside a JSON value."""
     if isinstance(value, str):
@@ -105,7 +118,9 @@ def test_request_audits_exactly(api: WireApi, path: Path) -> None:
     assert set(sample["expected"]) == REQUEST_FIELDS
     body = sample["request"]
     before = copy.deepcopy(body)
-    assert as_json(api.audit_request(body)) == sample["expected"]
+    facts = api.audit_request(body)
+    assert facts_json(facts) == sample["expected"]
+    assert facts.settings == api.request_settings(body)
     assert body == before  # the audit reads; it never changes what is forwarded
 
 
@@ -188,7 +203,7 @@ def test_every_rule_the_api_raises_has_a_refused_sample(api: WireApi) -> None:
 def test_response_observed_exactly(api: WireApi, path: Path) -> None:
     sample = load(path)
     assert set(sample["expected"]) == RESPONSE_FIELDS
-    assert as_json(api.observe_json(sample["response"], None)) == sample["expected"]
+    assert facts_json(api.observe_json(sample["response"], None)) == sample["expected"]
 
 
 def sse_bytes(events: list[dict[str, Any]]) -> bytes:
@@ -216,7 +231,23 @@ def test_stream_observed_exactly(api: WireApi, path: Path) -> None:
     assert len(events) == len(sample["events"])
     assert [observer.feed(event) for event in events] == sample["outputs"]
     assert observer.done is (sample.get("error") is None)
-    assert as_json(observer.finish(sample.get("error"))) == sample["expected"]
+    facts = observer.finish(sample.get("error"))
+    assert facts_json(facts) == sample["expected"]
+    assert facts.output_messages is None  # the text is not kept without content capture
+
+
+@pytest.mark.parametrize(("api", "path"), samples("streams"))
+def test_streamed_output_in_the_conventions_shape(api: WireApi, path: Path) -> None:
+    """With content capture the observer assembles the output as output messages
+    (``output_messages`` of the sample), and observes the same facts as without."""
+    sample = load(path)
+    facts = api.audit_request(sample["request"]) if "request" in sample else None
+    observer = api.StreamObserver(facts, capture_content=True)
+    for event in SSEDecoder().feed(sse_bytes(sample["events"])):
+        observer.feed(event)
+    observed = observer.finish(sample.get("error"))
+    assert facts_json(observed) == sample["expected"]
+    assert observed.output_messages == sample["output_messages"]
 
 
 # --------------------------------------------------------------------------
@@ -232,16 +263,284 @@ RESPONSES = "openai.responses"
 ANTHROPIC = "anthropic.messages"
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]
+#: MESSAGES in the GenAI conventions' shape.
+CONVENTION_MESSAGES = [
+    {"role": "system", "parts": [{"type": "text", "content": "be brief"}]},
+    {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+]
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}}
 
 
 @pytest.mark.parametrize(
     ("name", "body", "content"),
     [
-        (CHAT, {"messages": MESSAGES}, RequestContent(input_messages=MESSAGES)),
-        (CHAT, {"messages": MESSAGES, "system": "x"}, RequestContent(input_messages=MESSAGES)),
-        (ANTHROPIC, {"messages": MESSAGES[1:], "system": "s"}, RequestContent(MESSAGES[1:], "s")),
+        (CHAT, {"messages": MESSAGES}, RequestContent(input_messages=CONVENTION_MESSAGES)),
+        (
+            CHAT,
+            {"messages": MESSAGES, "system": "x"},
+            RequestContent(input_messages=CONVENTION_MESSAGES),
+        ),
+        (
+            CHAT,
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "name": "ann",
+                        "content": [
+                            {"type": "text", "text": "look"},
+                            {"type": "image_url", "image_url": {"url": "https://x/a.png"}},
+                            {
+                                "type": "image_url",
+                                "image_url": {"url": "data:image/png;base64,AAA"},
+                            },
+                            {
+                                "type": "input_audio",
+                                "input_audio": {"data": "BBB", "format": "wav"},
+                            },
+                        ],
+                    },
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "weather", "arguments": '{"city": "Paris"}'},
+                            },
+                            {
+                                "id": "call_2",
+                                "type": "custom",
+                                "custom": {"name": "sh", "input": "ls"},
+                            },
+                        ],
+                    },
+                    {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
+                ],
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "weather",
+                            "description": "Weather now.",
+                            "parameters": WEATHER_SCHEMA,
+                        },
+                    },
+                    {"type": "custom", "custom": {"name": "sh"}},
+                    {"type": "web_search"},
+                ],
+            },
+            RequestContent(
+                input_messages=[
+                    {
+                        "role": "user",
+                        "name": "ann",
+                        "parts": [
+                            {"type": "text", "content": "look"},
+                            {"type": "uri", "modality": "image", "uri": "https://x/a.png"},
+                            {
+                                "type": "blob",
+                                "modality": "image",
+                                "content": "AAA",
+                                "mime_type": "image/png",
+                            },
+                            {
+                                "type": "blob",
+                                "modality": "audio",
+                                "content": "BBB",
+                                "mime_type": "audio/wav",
+                            },
+                        ],
+                    },
+                    {
+                        "role": "assistant",
+                        "parts": [
+                            {
+                                "type": "tool_call",
+                                "id": "call_1",
+                                "name": "weather",
+                                "arguments": {"city": "Paris"},
+                            },
+                            {"type": "tool_call", "id": "call_2", "name": "sh", "arguments": "ls"},
+                        ],
+                    },
+                    {
+                        "role": "tool",
+                        "parts": [
+                            {"type": "tool_call_response", "id": "call_1", "response": "sunny"}
+                        ],
+                    },
+                ],
+                tool_definitions=[
+                    {
+                        "type": "function",
+                        "name": "weather",
+                        "description": "Weather now.",
+                        "parameters": WEATHER_SCHEMA,
+                    },
+                    {"type": "custom", "name": "sh"},
+                    {"type": "web_search", "name": "web_search"},
+                ],
+            ),
+        ),
+        (
+            ANTHROPIC,
+            {"messages": MESSAGES[1:], "system": "s"},
+            RequestContent(CONVENTION_MESSAGES[1:], [{"type": "text", "content": "s"}]),
+        ),
+        (
+            ANTHROPIC,
+            {
+                "system": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                            {
+                                "type": "tool_use",
+                                "id": "toolu_1",
+                                "name": "ls",
+                                "input": {"p": "."},
+                            },
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a.py"}
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "image",
+                                "source": {
+                                    "type": "base64",
+                                    "media_type": "image/png",
+                                    "data": "C",
+                                },
+                            },
+                            {"type": "text", "text": "and?"},
+                        ],
+                    },
+                ],
+                "tools": [
+                    {"name": "ls", "description": "List.", "input_schema": WEATHER_SCHEMA},
+                    {"type": "web_search_20250305", "name": "web_search"},
+                ],
+                "mcp_servers": [{"type": "url", "url": "https://m", "name": "docs"}],
+            },
+            RequestContent(
+                input_messages=[
+                    {
+                        "role": "assistant",
+                        "parts": [
+                            {"type": "reasoning", "content": "hmm"},
+                            {
+                                "type": "tool_call",
+                                "id": "toolu_1",
+                                "name": "ls",
+                                "arguments": {"p": "."},
+                            },
+                        ],
+                    },
+                    {
+                        "role": "tool",
+                        "parts": [
+                            {"type": "tool_call_response", "id": "toolu_1", "response": "a.py"}
+                        ],
+                    },
+                    {
+                        "role": "user",
+                        "parts": [
+                            {
+                                "type": "blob",
+                                "modality": "image",
+                                "content": "C",
+                                "mime_type": "image/png",
+                            },
+                            {"type": "text", "content": "and?"},
+                        ],
+                    },
+                ],
+                system_instructions=[
+                    {"type": "text", "content": "a"},
+                    {"type": "text", "content": "b"},
+                ],
+                tool_definitions=[
+                    {
+                        "type": "function",
+                        "name": "ls",
+                        "description": "List.",
+                        "parameters": WEATHER_SCHEMA,
+                    },
+                    {"type": "web_search_20250305", "name": "web_search"},
+                    {"type": "mcp", "name": "docs"},
+                ],
+            ),
+        ),
         (ANTHROPIC, {"messages": None}, RequestContent()),
-        (RESPONSES, {"input": "hi", "instructions": ["i"]}, RequestContent("hi", ["i"])),
+        (
+            RESPONSES,
+            {"input": "hi", "instructions": "i"},
+            RequestContent(CONVENTION_MESSAGES[1:], [{"type": "text", "content": "i"}]),
+        ),
+        (
+            RESPONSES,
+            {
+                "instructions": [
+                    {"role": "developer", "content": [{"type": "input_text", "text": "i"}]}
+                ],
+                "input": [
+                    {"role": "user", "content": [{"type": "input_text", "text": "go"}]},
+                    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}]},
+                    {"type": "function_call", "call_id": "c1", "name": "ls", "arguments": "{}"},
+                    {"type": "function_call", "call_id": "c2", "name": "cat", "arguments": "x"},
+                    {"type": "function_call_output", "call_id": "c1", "output": "a.py"},
+                    {"type": "function_call_output", "call_id": "c2", "output": "text"},
+                    {"type": "item_reference", "id": "msg_9"},
+                ],
+                "tools": [
+                    {"type": "function", "name": "ls", "parameters": WEATHER_SCHEMA},
+                    {
+                        "type": "namespace",
+                        "name": "fs",
+                        "tools": [{"type": "function", "name": "cat"}],
+                    },
+                    {"type": "mcp", "server_label": "docs"},
+                ],
+            },
+            RequestContent(
+                input_messages=[
+                    {"role": "user", "parts": [{"type": "text", "content": "go"}]},
+                    {
+                        "role": "assistant",
+                        "parts": [
+                            {"type": "reasoning", "content": "plan"},
+                            {"type": "tool_call", "id": "c1", "name": "ls", "arguments": {}},
+                            {"type": "tool_call", "id": "c2", "name": "cat", "arguments": "x"},
+                        ],
+                    },
+                    {
+                        "role": "tool",
+                        "parts": [
+                            {"type": "tool_call_response", "id": "c1", "response": "a.py"},
+                            {"type": "tool_call_response", "id": "c2", "response": "text"},
+                        ],
+                    },
+                    {"role": "assistant", "parts": [{"type": "item_reference", "id": "msg_9"}]},
+                ],
+                system_instructions=[{"type": "text", "content": "i"}],
+                tool_definitions=[
+                    {"type": "function", "name": "ls", "parameters": WEATHER_SCHEMA},
+                    {"type": "function", "name": "fs.cat"},
+                    {"type": "mcp", "name": "docs"},
+                ],
+            ),
+        ),
         (RESPONSES, {"messages": MESSAGES, "system": "s"}, RequestContent()),
     ],
 )
@@ -249,16 +548,117 @@ def test_request_content(name: str, body: dict[str, Any], content: RequestConten
     assert api(name).request_content(body) == content
 
 
+def assistant(parts: list[Any], finish: str) -> dict[str, Any]:
+    return {"role": "assistant", "parts": parts, "finish_reason": finish}
+
+
 @pytest.mark.parametrize(
     ("name", "body", "output"),
     [
-        (CHAT, {"choices": [{"index": 0}]}, [{"index": 0}]),
-        (CHAT, {"choices": None}, None),  # present and null is a value
+        (
+            CHAT,
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "yes"},
+                        "finish_reason": "stop",
+                    },
+                    {
+                        "index": 1,
+                        "message": {
+                            "role": "assistant",
+                            "content": None,
+                            "tool_calls": [
+                                {
+                                    "id": "c",
+                                    "type": "function",
+                                    "function": {"name": "f", "arguments": "{}"},
+                                }
+                            ],
+                        },
+                        "finish_reason": "tool_calls",
+                    },
+                    {"index": 2, "message": {"refusal": "no"}, "finish_reason": "content_filter"},
+                ]
+            },
+            [
+                assistant([{"type": "text", "content": "yes"}], "stop"),
+                assistant(
+                    [{"type": "tool_call", "id": "c", "name": "f", "arguments": {}}], "tool_call"
+                ),
+                assistant([{"type": "text", "content": "no"}], "content_filter"),
+            ],
+        ),
+        (CHAT, {"choices": None}, "absent"),
         (CHAT, {"error": {"type": "x"}}, "absent"),
-        (ANTHROPIC, {"content": [{"type": "text"}]}, [{"type": "text"}]),
+        (
+            ANTHROPIC,
+            {
+                "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "t", "name": "ls", "input": {}},
+                ],
+                "stop_reason": "tool_use",
+            },
+            [
+                assistant(
+                    [
+                        {"type": "text", "content": "ok"},
+                        {"type": "tool_call", "id": "t", "name": "ls", "arguments": {}},
+                    ],
+                    "tool_call",
+                )
+            ],
+        ),
+        (
+            ANTHROPIC,
+            {"content": [{"type": "text", "text": "…"}], "stop_reason": "max_tokens"},
+            [assistant([{"type": "text", "content": "…"}], "length")],
+        ),
         (ANTHROPIC, {"type": "error", "error": {}}, "absent"),
-        (RESPONSES, {"output": [1]}, [1]),
-        (RESPONSES, {"type": "response.completed", "response": {"output": [2]}}, [2]),
+        (
+            RESPONSES,
+            {
+                "status": "completed",
+                "output": [
+                    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r"}]},
+                    {"type": "message", "content": [{"type": "output_text", "text": "hi"}]},
+                ],
+            },
+            [
+                assistant(
+                    [{"type": "reasoning", "content": "r"}, {"type": "text", "content": "hi"}],
+                    "stop",
+                )
+            ],
+        ),
+        (
+            RESPONSES,
+            {
+                "type": "response.completed",
+                "response": {
+                    "status": "completed",
+                    "output": [
+                        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+                    ],
+                },
+            },
+            [
+                assistant(
+                    [{"type": "tool_call", "id": "c", "name": "f", "arguments": {}}], "tool_call"
+                )
+            ],
+        ),
+        (
+            RESPONSES,
+            {
+                "status": "incomplete",
+                "incomplete_details": {"reason": "max_output_tokens"},
+                "output": [{"type": "web_search_call", "id": "ws_1"}],
+            },
+            [assistant([{"type": "web_search_call", "id": "ws_1"}], "length")],
+        ),
         (RESPONSES, {"response": {"id": "r"}}, "absent"),
     ],
 )
@@ -268,6 +668,22 @@ def test_response_content(name: str, body: dict[str, Any], output: object) -> No
         assert read is None
     else:
         assert read is not None and read.output_messages == output
+
+
+@pytest.mark.parametrize(
+    ("name", "usage", "totals"),
+    [
+        # Anthropic leaves the cache out of input_tokens: the total adds it.
+        (ANTHROPIC, Usage(25, 7, None, 10, 5), Usage(40, 7, None, 10, 5)),
+        (ANTHROPIC, Usage(25, 7), Usage(25, 7)),
+        (ANTHROPIC, Usage(None, 7, None, 10, 5), Usage(None, 7, None, 10, 5)),
+        # OpenAI's counts already include cached and reasoning tokens.
+        (CHAT, Usage(21, 5, 26, 3, None, 1), Usage(21, 5, 26, 3, None, 1)),
+        (RESPONSES, Usage(30, 6, 36, 4, None, 2), Usage(30, 6, 36, 4, None, 2)),
+    ],
+)
+def test_usage_totals(name: str, usage: Usage, totals: Usage) -> None:
+    assert api(name).usage_totals(usage) == totals
 
 
 @pytest.mark.parametrize(

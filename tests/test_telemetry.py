@@ -296,9 +296,13 @@ def test_describe_lines() -> None:
     http = Telemetry.configure(otlp="http://127.0.0.1:4318", capture_content=False, environ={})
     grpc = Telemetry.configure(otlp="grpc://127.0.0.1:4317", capture_content=True, environ={})
     try:
-        assert http.describe() == "spans: OTLP/HTTP -> http://127.0.0.1:4318/v1/traces"
+        assert http.describe() == (
+            "spans: OTLP/HTTP -> http://127.0.0.1:4318/v1/traces;"
+            " metrics: OTLP/HTTP -> http://127.0.0.1:4318/v1/metrics"
+        )
         assert grpc.describe() == (
-            "spans: OTLP/gRPC -> http://127.0.0.1:4317, prompt and output content captured"
+            "spans: OTLP/gRPC -> http://127.0.0.1:4317, prompt and output content captured;"
+            " metrics: OTLP/gRPC -> http://127.0.0.1:4317"
         )
     finally:
         http.shutdown()
@@ -405,11 +409,12 @@ def test_unknown_values_are_left_out(otlp_http_receiver: HttpReceiver) -> None:
     )
     spans = shutdown_and_collect(telemetry, otlp_http_receiver)
     chat = the(spans, "chat claude-x")
+    # Not streamed: gen_ai.request.stream is left out ("if unset, the request
+    # is assumed to be non-streaming").
     assert chat.attributes == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "anthropic",
         "gen_ai.request.model": "claude-x",
-        "gen_ai.request.stream": False,
         "server.address": "127.0.0.1",
         "server.port": 9000,
         "modeltap.seq": 1,
@@ -643,25 +648,30 @@ def test_content_with_capture(otlp_receiver: Receiver) -> None:
     telemetry = telemetry_for(otlp_receiver, capture_content=True)
     content_exchange(telemetry)
     chat = the(shutdown_and_collect(telemetry, otlp_receiver), "chat gpt-5")
-    assert orjson.loads(chat.attributes["gen_ai.input.messages"])[1] == {
-        "role": "user",
-        "content": PROMPT,
-    }
-    assert orjson.loads(chat.attributes["gen_ai.output.messages"]) == [
-        {"message": {"role": "assistant", "content": ANSWER}}
+    # The conventions' shapes, not the provider's: messages of parts.
+    assert orjson.loads(chat.attributes["gen_ai.input.messages"]) == [
+        {"role": "system", "parts": [{"type": "text", "content": "be brief"}]},
+        {"role": "user", "parts": [{"type": "text", "content": PROMPT}]},
     ]
+    assert orjson.loads(chat.attributes["gen_ai.output.messages"]) == [
+        {"role": "assistant", "parts": [{"type": "text", "content": ANSWER}], "finish_reason": ""}
+    ]
+    assert "modeltap.content.cut" not in chat.attributes
 
 
 def test_content_is_what_the_api_module_reads(otlp_http_receiver: HttpReceiver) -> None:
-    """Anthropic: ``system`` beside the messages, output from ``content``; an error body whole."""
+    """Anthropic: ``system`` as instructions, output from ``content``; an error body has none."""
     telemetry = telemetry_for(otlp_http_receiver, capture_content=True)
     system = [{"type": "text", "text": "be brief"}]
     answer = [{"type": "text", "text": ANSWER}]
-    for seq, body in ((1, {"content": answer}), (2, {"type": "error", "error": {"type": "x"}})):
+    bodies = ({"content": answer, "stop_reason": "end_turn"}, {"type": "error", "error": {}})
+    for seq, body in enumerate(bodies, 1):
         span = telemetry.start_exchange(session_id="s1", traceparent=None, start_ns=T0)
         span.audited(
             record(seq=seq, api=API_ANTHROPIC),
-            content=orjson.dumps({"model": "m", "system": system, "messages": [PROMPT]}),
+            content=orjson.dumps(
+                {"model": "m", "system": system, "messages": [{"role": "user", "content": PROMPT}]}
+            ),
         )
         span.finish(end_ns=T0 + MS, content=orjson.dumps(body))
     spans = sorted(
@@ -671,13 +681,20 @@ def test_content_is_what_the_api_module_reads(otlp_http_receiver: HttpReceiver) 
     for span in spans:
         assert span.attributes["gen_ai.provider.name"] == "anthropic"
         assert "openai.api.type" not in span.attributes
-        assert orjson.loads(span.attributes["gen_ai.system_instructions"]) == system
-        assert orjson.loads(span.attributes["gen_ai.input.messages"]) == [PROMPT]
-    assert orjson.loads(spans[0].attributes["gen_ai.output.messages"]) == answer
-    assert orjson.loads(spans[1].attributes["gen_ai.output.messages"]) == {
-        "type": "error",
-        "error": {"type": "x"},
-    }
+        assert orjson.loads(span.attributes["gen_ai.system_instructions"]) == [
+            {"type": "text", "content": "be brief"}
+        ]
+        assert orjson.loads(span.attributes["gen_ai.input.messages"]) == [
+            {"role": "user", "parts": [{"type": "text", "content": PROMPT}]}
+        ]
+    assert orjson.loads(spans[0].attributes["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [{"type": "text", "content": ANSWER}],
+            "finish_reason": "stop",
+        }
+    ]
+    assert "gen_ai.output.messages" not in spans[1].attributes
 
 
 def test_capture_switched_on_by_environment(otlp_http_receiver: HttpReceiver) -> None:
@@ -693,7 +710,7 @@ def test_capture_switched_on_by_environment(otlp_http_receiver: HttpReceiver) ->
         run_id=RUN,
     )
     assert telemetry.describe().startswith(f"spans: OTLP/HTTP -> {otlp_http_receiver.traces_url}")
-    # A streamed response arrives as raw SSE text; Responses input and instructions.
+    # Responses input and instructions; raw SSE text is never written as output.
     span = telemetry.start_exchange(session_id="s1", traceparent=None, start_ns=T0)
     span.audited(
         record(api=API_RESPONSES),
@@ -701,9 +718,14 @@ def test_capture_switched_on_by_environment(otlp_http_receiver: HttpReceiver) ->
     )
     span.finish(end_ns=T0 + MS, content=f"data: {ANSWER}\n\n".encode())
     chat = the(shutdown_and_collect(telemetry, otlp_http_receiver), "chat gpt-5")
-    assert chat.attributes["gen_ai.input.messages"] == f'"{PROMPT}"'
-    assert chat.attributes["gen_ai.system_instructions"] == '"be brief"'
-    assert chat.attributes["gen_ai.output.messages"] == f"data: {ANSWER}\n\n"
+    assert orjson.loads(chat.attributes["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": PROMPT}]}
+    ]
+    assert orjson.loads(chat.attributes["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "be brief"}
+    ]
+    assert "gen_ai.output.messages" not in chat.attributes
+    assert ANSWER not in repr(chat)
     assert chat.resource["service.name"] == "agent-proxy"
     assert chat.resource["ci.job"] == "42"
 
@@ -718,7 +740,10 @@ def test_grpc_by_environment(otlp_grpc_receiver: GrpcReceiver) -> None:
         },
         run_id=RUN,
     )
-    assert telemetry.describe() == f"spans: OTLP/gRPC -> {otlp_grpc_receiver.endpoint}"
+    assert telemetry.describe() == (
+        f"spans: OTLP/gRPC -> {otlp_grpc_receiver.endpoint};"
+        f" metrics: OTLP/gRPC -> {otlp_grpc_receiver.endpoint}"
+    )
     one_exchange(telemetry)
     assert len(shutdown_and_collect(telemetry, otlp_grpc_receiver)) == 4
 

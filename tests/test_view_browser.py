@@ -336,20 +336,32 @@ def test_audit_facts_usage_and_unknowns(page: Page, rich_capture: Made) -> None:
     # Anthropic reports no total and no reasoning count: unknown, never 0.
     assert usage.total_tokens is None and shown["total_tokens"] == "unknown"
     assert shown["reasoning_tokens"] == "unknown"
-    # No modeltap version wrote a cost yet: the page says so instead of $0.
-    assert shown["cost"] == "not estimated in this capture"
+    # The stand-in model is not in the price table: its estimate is unknown, never $0.
+    cost = capture.sessions["claude-1"].turns[0].cost
+    assert cost is not None and cost.estimate_usd is None
+    assert shown["cost"] == "unknown"
 
 
 def test_cost_estimates_when_the_capture_has_them(
     browser: Any, rich_capture: Made, tmp_path: Path
 ) -> None:
-    """A cost field (issue 18) shows as an estimate; null is unknown, never 0."""
+    """The cost estimate (issue 18) shows as an estimate; null is unknown, never 0."""
     data = build_view_data(Capture.load(rich_capture.out))
     agent = next(s for s in data["sessions"] if s["id"] == "agent-1")
-    agent["cost"] = {"total_usd": 0.00123, "currency": "USD"}
-    agent["turns"][0]["response"]["cost"] = 0.0009
-    agent["turns"][1]["cost"] = None
-    agent["turns"][2]["response"]["cost"] = 0
+
+    def cost(usd: float | None) -> dict[str, Any]:
+        # The shape records.Cost is written in (events.jsonl, Capture).
+        return {
+            "estimate_usd": usd,
+            "source": "genai-prices 0.2.3",
+            "priced_as": None,
+            "note": None,
+        }
+
+    agent["cost"] = cost(0.00123)
+    agent["turns"][0]["cost"] = cost(0.0009)
+    agent["turns"][1]["cost"] = cost(None)
+    agent["turns"][2]["cost"] = cost(0.0)
     path = tmp_path / "cost.html"
     path.write_text(render_page(data), encoding="utf-8")
     opened = Page(browser, path, "#s=agent-1&r=t0")

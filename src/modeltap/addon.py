@@ -35,6 +35,7 @@ from mitmproxy.utils import human
 
 from modeltap import apis, control, mitm_http1, request_limit, ws_limit
 from modeltap.apis import json_body
+from modeltap.cost import response_cost
 from modeltap.deadlines import Deadlines, Watch
 from modeltap.decoding import (
     StreamDecompressor,
@@ -166,6 +167,9 @@ class Exchange:
     websocket: bool = False
     span: ExchangeSpan | None = None
     traceparent: str | None = None
+    #: The session when the user named it (header or --session), for
+    #: gen_ai.conversation.id; None for the run's or a connection's own.
+    conversation_id: str | None = None
     stream_errors: list[str] = field(default_factory=list)
     finished: bool = False
 
@@ -363,16 +367,21 @@ class ModelTap:
             "modeltap_otlp",
             str | None,
             None,
-            "Export spans over OTLP to this endpoint: http(s)://host:4318 for OTLP/HTTP "
-            "protobuf, grpc://host:4317 for gRPC. Unset: the standard OTEL_EXPORTER_OTLP_* "
-            "variables decide; with none set, spans are not exported.",
+            "Export spans and GenAI metrics over OTLP to this endpoint: http(s)://host:4318 "
+            "for OTLP/HTTP protobuf (/v1/traces, /v1/metrics), grpc://host:4317 for gRPC. "
+            "Unset: the standard OTEL_EXPORTER_OTLP_* variables decide; with none set, "
+            "nothing is exported. OTEL_METRICS_EXPORTER=none keeps metrics off (a "
+            "traces-only backend such as Jaeger).",
         )
         loader.add_option(
             "modeltap_capture_content",
             bool,
             False,
-            "Put prompt and output content into spans (off by default; also turned on by "
-            "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true). Never into the JSONL files.",
+            "Put prompt and output content into spans, in the GenAI conventions' shapes "
+            "(gen_ai.input.messages, gen_ai.output.messages, gen_ai.system_instructions, "
+            "gen_ai.tool.definitions; 64 KiB each at most, cuts marked). Off by default; also "
+            "turned on by OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true. Never into "
+            "the JSONL files.",
         )
         loader.add_option(
             "modeltap_quiet",
@@ -674,6 +683,11 @@ class ModelTap:
             req.host_header = route.url.split("://", 1)[1].split("/", 1)[0]
             upstream = route.url
         ex = Exchange(session_id, request_id, route, upstream, path)
+        ex.conversation_id = session or (
+            self.options.modeltap_session
+            if not websocket and self.options.modeltap_session
+            else None
+        )
         flow.metadata[METADATA_KEY] = ex
         if route is not None:
             try:
@@ -691,6 +705,9 @@ class ModelTap:
                 session_id=session_id,
                 traceparent=ex.traceparent,
                 start_ns=epoch_ns(time.perf_counter_ns()),
+                conversation_id=ex.conversation_id,
+                provider=apis.provider_for(ex.route, ex.api),
+                upstream=upstream,
             )
         if ex.api is not None:
             length = req.headers.get("content-length", "")
@@ -801,7 +818,10 @@ class ModelTap:
         ex.t_forward_ns = time.perf_counter_ns()
         if ex.span is not None:
             ex.span.audited(
-                record, self._content(flow.request), forwarded_ns=epoch_ns(ex.t_forward_ns)
+                record,
+                self._content(flow.request),
+                forwarded_ns=epoch_ns(ex.t_forward_ns),
+                settings=facts.settings,
             )
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
@@ -827,7 +847,9 @@ class ModelTap:
                 ex.stream_errors.append(str(e))
             else:
                 ex.sse = SSEDecoder()
-                ex.observer = apis.module_for(ex.api).StreamObserver(ex.facts)
+                ex.observer = apis.module_for(ex.api).StreamObserver(
+                    ex.facts, capture_content=self.telemetry.capture_content
+                )
             resp.stream = _StreamTap(ex)
         else:
             resp.stream = True
@@ -959,7 +981,8 @@ class ModelTap:
             path=redact_path(ex.path),
             upstream=ex.upstream,
         )
-        flow.metadata[WS_KEY] = WsConnection(ex, span)
+        observer = ServerEventObserver(capture_content=self.telemetry.capture_content)
+        flow.metadata[WS_KEY] = WsConnection(ex, span, observer)
         self._write_event(
             WsOpenEvent(
                 **self._envelope(ex),
@@ -1103,8 +1126,14 @@ class ModelTap:
             start_ns=epoch_ns(now),
             transport="websocket",
             parent=conn.span,
+            conversation_id=ex.conversation_id,
         )
-        span.audited(record, message.content, forwarded_ns=epoch_ns(now))
+        span.audited(
+            record,
+            self._content_bytes(message.content),
+            forwarded_ns=epoch_ns(now),
+            settings=seen.facts.settings,
+        )
         conn.pending[record.seq] = WsPending(now, record.model, span)
 
     def _ws_server_message(self, conn: WsConnection, content: bytes) -> None:
@@ -1140,7 +1169,7 @@ class ModelTap:
             end_ns=end_ns,
             request_model=pending.model,
         )
-        pending.span.finish(end_ns=epoch_ns(end_ns), response=event)
+        pending.span.finish(end_ns=epoch_ns(end_ns), response=event, observed=facts)
 
     # ------------------------------------------------------------------ sessions
 
@@ -1310,6 +1339,10 @@ class ModelTap:
             return None
         return message.get_content(strict=False)
 
+    def _content_bytes(self, content: bytes) -> bytes | None:
+        """A WebSocket message for a span, only when content capture is on."""
+        return content if self.telemetry.capture_content else None
+
     def _finish_stream(self, ex: Exchange, error: str | None) -> ResponseFacts:
         """The observed stream's facts, with any decoding trouble added."""
         assert ex.observer is not None
@@ -1384,6 +1417,7 @@ class ModelTap:
                 error=error,
                 status_code=status,
                 content=self._content(flow.response) if not ex.streamed else None,
+                observed=facts,
             )
 
     def _write_audit(
@@ -1474,6 +1508,13 @@ class ModelTap:
             duration_ms=duration,
             evidence_complete=facts.evidence_complete,
             capture_errors=facts.capture_errors,
+            cost=response_cost(
+                api=ex.api,
+                upstream=ex.upstream,
+                request_model=request_model,
+                facts=facts,
+                provider=apis.provider_for(ex.route, ex.api),
+            ),
         )
         self._write_event(event)
         session = self._session(ex.session_id)

@@ -142,14 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--otlp",
         metavar="URL",
-        help="export spans over OTLP: http://host:4318 (OTLP/HTTP) or grpc://host:4317; "
-        "default: the standard OTEL_EXPORTER_OTLP_* variables, else no export",
+        help="export spans and GenAI metrics over OTLP: http://host:4318 (OTLP/HTTP) or "
+        "grpc://host:4317; default: the standard OTEL_EXPORTER_OTLP_* variables, else no "
+        "export (OTEL_METRICS_EXPORTER=none: spans only)",
     )
     run.add_argument(
         "--capture-content",
         action="store_true",
-        help="put prompt and output content into spans (also "
-        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); never into the JSONL files",
+        help="put prompt and output content into spans, in the GenAI conventions' shapes "
+        "(also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); never into the "
+        "JSONL files",
     )
     run.add_argument(
         "--record",

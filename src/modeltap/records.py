@@ -227,6 +227,41 @@ MODEL_SOURCES = ("path", "body")
 
 
 @dataclass(frozen=True, slots=True)
+class RequestSettings:
+    """The generation settings a request sent, for the ``gen_ai.request.*`` span attributes.
+
+    Spans only: never written to a record. Each field is ``None`` when the
+    request did not send it (or sent a value of the wrong type): unknown is
+    not a default.
+
+    Attributes:
+        max_tokens: ``gen_ai.request.max_tokens``.
+        temperature: ``gen_ai.request.temperature``.
+        top_p: ``gen_ai.request.top_p``.
+        top_k: ``gen_ai.request.top_k``.
+        stop_sequences: ``gen_ai.request.stop_sequences``.
+        seed: ``gen_ai.request.seed``.
+        frequency_penalty: ``gen_ai.request.frequency_penalty``.
+        presence_penalty: ``gen_ai.request.presence_penalty``.
+        choice_count: ``gen_ai.request.choice.count``.
+        output_type: ``gen_ai.output.type`` (``text`` or ``json``).
+        service_tier: the service tier asked for (``openai.request.service_tier``).
+    """
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: float | None = None
+    stop_sequences: tuple[str, ...] | None = None
+    seed: int | None = None
+    frequency_penalty: float | None = None
+    presence_penalty: float | None = None
+    choice_count: int | None = None
+    output_type: str | None = None
+    service_tier: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RequestFacts:
     """What an API module reads off one outgoing request body (SPEC section 2)."""
 
@@ -248,6 +283,9 @@ class RequestFacts:
     #: Chat only: whether ``stream_options.include_usage`` was sent true.
     #: Not written to the record; the response observer needs it.
     include_usage: bool | None = field(default=None, compare=False)
+    #: The generation settings sent, for spans (``gen_ai.request.*``). Not
+    #: written to the record.
+    settings: RequestSettings = field(default_factory=RequestSettings, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -400,6 +438,16 @@ class ResponseFacts:
     status: str | None = None
     evidence_complete: bool = False
     capture_errors: tuple[str, ...] = ()
+    #: The service tier that served the response, as the provider named it
+    #: (OpenAI ``service_tier``, Anthropic ``usage.service_tier``); it selects
+    #: the price. Not written to events: spans and the cost estimate read it.
+    service_tier: str | None = None
+    #: OpenAI's ``system_fingerprint`` (chat), for spans; not written to events.
+    system_fingerprint: str | None = None
+    #: The output in the GenAI conventions' message shape, for spans only,
+    #: assembled only when content capture is on (bounded by the observer);
+    #: ``None`` when not captured. Never written to a file.
+    output_messages: list[Json] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         dropped: list[str] = []
@@ -410,7 +458,7 @@ class ResponseFacts:
             dropped.append(what)
             return None
 
-        for name in ("response_id", "model", "status"):
+        for name in ("response_id", "model", "status", "service_tier", "system_fingerprint"):
             value = getattr(self, name)
             if value is not None and len(value) > MAX_ID_CHARS:
                 object.__setattr__(self, name, bounded(value, name))
@@ -488,6 +536,27 @@ class UnauditedEvent(Event):
     status: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """The estimated price of an exchange (SPEC section 5): an estimate, never a bill.
+
+    Attributes:
+        estimate_usd: the price in US dollars by the price table, or ``None``
+            when it cannot be estimated (unknown model, a count the table
+            prices not reported): never ``0`` for unknown.
+        source: the price table it comes from, with its version
+            (``genai-prices 0.2.3``).
+        priced_as: the table's provider and model the exchange was priced as
+            (``anthropic/claude-sonnet-4-5``); ``None`` when not found.
+        note: why there is no estimate, when there is none.
+    """
+
+    estimate_usd: float | None
+    source: str
+    priced_as: str | None = None
+    note: str | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResponseEvent(Event):
     """What came back for one audited request (SPEC section 4)."""
@@ -508,6 +577,8 @@ class ResponseEvent(Event):
     duration_ms: float | None
     evidence_complete: bool
     capture_errors: tuple[str, ...]
+    #: The estimated price (``None`` on lines written before estimates existed).
+    cost: Cost | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

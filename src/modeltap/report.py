@@ -27,9 +27,14 @@ agent. Content fields (``input``, ``response``, a call's ``result``) are
   ``cache_read_tokens``, ``reasoning_tokens``; each ``null`` when the provider
   did not report it. ``execution_time_ms`` is the response's ``duration_ms``.
 
+* ``cost``: the turn's estimated price (``estimate_usd``, ``source``,
+  ``priced_as``, ``note``), an estimate by a price table, ``null`` without a
+  response; ``estimate_usd`` is ``null`` (never 0) when it could not be priced.
+
 Session roll-up: ``tool_calls`` and ``tool_invocations`` flattened in turn
 order; ``token_usage`` summed element-wise, a sum being ``null`` when any
-turn's count is unknown (a known zero stays zero); ``execution_time_ms`` the
+turn's count is unknown (a known zero stays zero); ``cost`` summed, its
+estimate ``null`` when any turn could not be priced; ``execution_time_ms`` the
 sum of the turns' (``null`` if any is unknown); ``errors`` are the turns'
 errors prefixed ``[turn i]``, then refusals and errors outside any turn.
 
@@ -86,7 +91,7 @@ from modeltap.capture import (
     ToolInvocation,
     Turn,
 )
-from modeltap.records import Usage
+from modeltap.records import Cost, Usage
 
 REPORT_VERSION: Final = 1
 
@@ -114,6 +119,18 @@ def token_usage(usage: Usage) -> dict[str, int | None]:
         "cache_creation_tokens": usage.cache_write_tokens,
         "cache_read_tokens": usage.cache_read_tokens,
         "reasoning_tokens": usage.reasoning_tokens,
+    }
+
+
+def cost_json(cost: Cost | None) -> Json | None:
+    """An estimated price as the report writes it (``null`` when there is none)."""
+    if cost is None:
+        return None
+    return {
+        "estimate_usd": cost.estimate_usd,
+        "source": cost.source,
+        "priced_as": cost.priced_as,
+        "note": cost.note,
     }
 
 
@@ -183,6 +200,7 @@ def _turn_json(turn: Turn) -> Json:
             {"call_id": result.call_id, "bytes": result.bytes} for result in record.tool_results
         ],
         "token_usage": token_usage(turn.usage),
+        "cost": cost_json(turn.cost),
         "execution_time_ms": turn.execution_time_ms,
         "ttfb_ms": response.ttfb_ms if response else None,
         "ttft_ms": response.ttft_ms if response else None,
@@ -207,6 +225,7 @@ def _session_json(session: Session) -> Json:
         "tool_calls": [inv.name for inv in session.tool_invocations],
         "tool_invocations": [_invocation_json(inv) for inv in session.tool_invocations],
         "token_usage": token_usage(session.usage),
+        "cost": cost_json(session.cost),
         "execution_time_ms": session.execution_time_ms,
         "errors": session.error_messages,
         "refusals": [
@@ -254,6 +273,7 @@ def build_report(capture: Capture) -> Json:
             {"file": e.file, "line": e.line, "message": e.message} for e in capture.load_errors
         ],
         "token_usage": token_usage(capture.usage),
+        "cost": cost_json(capture.cost),
         "evidence_complete": capture.evidence_complete,
         "capture_errors": capture.capture_errors,
         "coverage": _coverage_json(capture.coverage),
@@ -305,6 +325,20 @@ def _table(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[s
     return lines
 
 
+def _dollars(cost: Json | None) -> str:
+    """An estimate as ``$0.000202``; ``?`` when unknown."""
+    if cost is None or cost["estimate_usd"] is None:
+        return UNKNOWN
+    return f"${cost['estimate_usd']:.6f}".rstrip("0").rstrip(".") if cost["estimate_usd"] else "$0"
+
+
+def _cost_line(cost: Json | None) -> str:
+    if cost is None:
+        return UNKNOWN
+    why = f" ({cost['note']})" if cost["note"] else ""
+    return f"{_dollars(cost)} estimated by {cost['source']}{why}"
+
+
 def _usage_line(usage: dict[str, int | None]) -> str:
     return (
         f"in {_count(usage['prompt_tokens'])}  out {_count(usage['completion_tokens'])}  "
@@ -345,6 +379,7 @@ def _turn_row(turn: Json) -> list[str]:
         _count(usage["prompt_tokens"]),
         _count(usage["completion_tokens"]),
         _count(usage["total_tokens"]),
+        _dollars(turn["cost"]),
         _duration(turn["execution_time_ms"]),
         "complete" if turn["evidence_complete"] else "partial",
         ", ".join(calls) or "-",
@@ -360,7 +395,7 @@ def _session_lines(session: Json) -> list[str]:
         lines.append(f"  tools advertised ({len(tools)}): {', '.join(tools)}")
     if session["turns"]:
         header = ["turn", "model", "provider", "http", "tools"]
-        header += ["in", "out", "total", "time", "evidence"]
+        header += ["in", "out", "total", "est. $", "time", "evidence"]
         rows = [[*header, "calls"]]
         rows.extend(_turn_row(turn) for turn in session["turns"])
         usage = session["token_usage"]
@@ -375,13 +410,14 @@ def _session_lines(session: Json) -> list[str]:
                 _count(usage["prompt_tokens"]),
                 _count(usage["completion_tokens"]),
                 _count(usage["total_tokens"]),
+                _dollars(session["cost"]),
                 _duration(session["execution_time_ms"]),
                 "complete" if session["evidence_complete"] else "partial",
                 f"{calls} call{'s' if calls != 1 else ''}",
             ]
         )
         lines.append("")
-        lines.extend(_table(rows, right={0, 3, 4, 5, 6, 7, 8}))
+        lines.extend(_table(rows, right={0, 3, 4, 5, 6, 7, 8, 9}))
     invocations = session["tool_invocations"]
     if invocations:
         lines += ["", "  tool results"]
@@ -401,6 +437,7 @@ def _session_lines(session: Json) -> list[str]:
                 )
         lines.extend(_table(rows, right={4, 5}, indent="    "))
     lines += ["", f"  usage     {_usage_line(session['token_usage'])}"]
+    lines.append(f"  cost      {_cost_line(session['cost'])}")
     if session["refusals"]:
         lines += ["", f"  refusals ({len(session['refusals'])})"]
         lines.extend(f"    {r['ts']}  {r['rule']}: {r['message']}" for r in session["refusals"])
@@ -464,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="modeltap report",
         description=(
             "Summarise a capture directory per session and per turn: models, tools, "
-            "tool results, token usage, errors and evidence coverage."
+            "tool results, token usage, estimated cost, errors and evidence coverage."
         ),
     )
     parser.add_argument("directory", metavar="DIR", help="the --out directory of a run")

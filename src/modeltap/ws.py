@@ -199,9 +199,9 @@ class _Expected:
 
     __slots__ = ("observer", "output_seen", "seq")
 
-    def __init__(self, seq: int, facts: RequestFacts) -> None:
+    def __init__(self, seq: int, facts: RequestFacts, capture_content: bool) -> None:
         self.seq = seq
-        self.observer = openai_responses.StreamObserver(facts)
+        self.observer = openai_responses.StreamObserver(facts, capture_content=capture_content)
         self.output_seen = False
 
 
@@ -209,10 +209,16 @@ class ServerEventObserver:
     """Route one connection's server events to the responses they answer.
 
     Holds one :class:`~modeltap.apis.openai_responses.StreamObserver` per
-    unanswered ``response.create`` (facts only, never text), oldest first.
+    unanswered ``response.create`` (facts only, never text, unless
+    ``capture_content`` asks for the output to be kept for spans), oldest first.
+
+    Args:
+        capture_content: keep each response's output for spans (content
+            capture is on).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, capture_content: bool = False) -> None:
+        self._capture_content = capture_content
         self._expected: deque[_Expected] = deque()
 
     @property
@@ -227,7 +233,7 @@ class ServerEventObserver:
             seq: its audit record's ``seq``.
             facts: its audit facts.
         """
-        self._expected.append(_Expected(seq, facts))
+        self._expected.append(_Expected(seq, facts, self._capture_content))
 
     def feed(self, data: bytes | str) -> Observed:
         """Observe one server message. Never raises.

@@ -75,11 +75,11 @@ class RawUpstream:
 
 
 def read_request(conn: socket.socket) -> bytes:
-    """Read one HTTP/1.1 request: its head and a Content-Length or chunked body.
+    """Read one HTTP/1.1 request (headers and a Content-Length or chunked body).
 
-    The whole body is read before the caller answers: a stub that answered and
-    closed with body bytes unread would make the kernel reset the connection,
-    and the proxy would report a 502 the test did not ask for.
+    The whole body is read before the caller answers: closing a socket with
+    request bytes still unread sends a reset, which the proxy rightly reports
+    as the upstream breaking (a chunked body used to race this way).
     """
     data = b""
     while b"\r\n\r\n" not in data:
@@ -92,27 +92,15 @@ def read_request(conn: socket.socket) -> bytes:
     chunked = False
     for line in head.split(b"\r\n")[1:]:
         name, _, value = line.partition(b":")
-        name = name.strip().lower()
-        if name == b"content-length":
+        if name.strip().lower() == b"content-length":
             length = int(value.strip())
-        elif name == b"transfer-encoding" and b"chunked" in value.lower():
-            chunked = True
-
-    def more() -> bool:
-        nonlocal body
+        elif name.strip().lower() == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+    while (b"\r\n0\r\n\r\n" not in b"\r\n" + body) if chunked else len(body) < length:
         chunk = conn.recv(65536)
+        if not chunk:
+            break
         body += chunk
-        return bool(chunk)
-
-    if chunked:
-        # The last chunk is "0" then an empty line (no trailers: modeltap refuses them).
-        while not (body.startswith(b"0\r\n\r\n") or b"\r\n0\r\n\r\n" in body):
-            if not more():
-                break
-    else:
-        while len(body) < length:
-            if not more():
-                break
     return head + b"\r\n\r\n" + body
 
 

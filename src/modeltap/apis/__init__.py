@@ -19,13 +19,12 @@ from modeltap.apis import anthropic_messages, openai_chat, openai_responses
 from modeltap.apis.contract import (
     EndpointMatch,
     RequestContent,
-    RequestSettings,
     ResponseContent,
     StreamObserver,
     WireApi,
 )
 from modeltap.errors import Rejected
-from modeltap.records import MAX_ID_CHARS, RequestFacts, ResponseFacts
+from modeltap.records import MAX_ID_CHARS, RequestFacts, RequestSettings, ResponseFacts
 from modeltap.routing import Route, routed_path
 
 #: Every wire API, in the order endpoints are matched. Adding an API is adding

@@ -35,14 +35,15 @@ because threads, MCP servers and server tools each need their own reading.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Final
 
 import orjson
 
+from modeltap.apis import message_parts as parts
 from modeltap.apis.contract import (
     EndpointMatch,
     RequestContent,
-    RequestSettings,
     ResponseContent,
     match_suffix,
 )
@@ -70,6 +71,7 @@ from modeltap.records import (
     HostedTool,
     Json,
     RequestFacts,
+    RequestSettings,
     ResponseFacts,
     ToolCall,
     ToolResult,
@@ -93,6 +95,17 @@ _THINKING_KEYS: SettingKeys = {"type": str, "budget_tokens": int, "display": str
 
 #: Delta types that carry model output (signatures and citations do not).
 _OUTPUT_DELTAS = frozenset({"text_delta", "thinking_delta", "input_json_delta"})
+#: The conventions' part type of each text-like delta.
+_DELTA_PARTS = {"text_delta": ("text", "text"), "thinking_delta": ("reasoning", "thinking")}
+#: Stop reasons as the GenAI conventions name them; others are kept as sent.
+FINISH_REASONS: Final = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_call",
+    "refusal": "content_filter",
+}
 
 
 # --------------------------------------------------------------------------
@@ -165,6 +178,7 @@ def audit_request(body: Json) -> RequestFacts:
         previous_response_id=None,
         generate=None,
         omitted_settings=omitted,
+        settings=request_settings(body),
     )
 
 
@@ -365,7 +379,13 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
         tool_calls=tuple(calls),
         evidence_complete=not errors,
         capture_errors=tuple(dict.fromkeys(errors)),
+        service_tier=_service_tier(usage),
     )
+
+
+def _service_tier(usage: Any) -> str | None:
+    """``usage.service_tier`` (``standard``, ``priority``, ``batch``), if reported."""
+    return str_or_none(usage.get("service_tier")) if isinstance(usage, dict) else None
 
 
 class _StreamedToolUse:
@@ -392,13 +412,16 @@ class StreamObserver(StreamObserverBase):
     """Observe a streamed Messages response, one SSE event at a time.
 
     Only facts are kept (ids, usage, stop reason, tool names and input
-    fragments), never the text the model wrote.
+    fragments), never the text the model wrote, unless ``capture_content``
+    asks for the output to be assembled for spans (bounded,
+    :class:`~modeltap.apis.message_parts.OutputAssembler`).
 
     Args:
         facts: the request's facts (unused: every stream reports usage).
+        capture_content: assemble the output (content capture is on).
     """
 
-    def __init__(self, facts: RequestFacts | None = None) -> None:
+    def __init__(self, facts: RequestFacts | None = None, *, capture_content: bool = False) -> None:
         super().__init__()
         self._response_id: str | None = None
         self._model: str | None = None
@@ -406,6 +429,8 @@ class StreamObserver(StreamObserverBase):
         self._stop_reason: str | None = None
         self._tools: dict[int, _StreamedToolUse] = {}
         self._status: str | None = None
+        self._service_tier: str | None = None
+        self._output = parts.OutputAssembler() if capture_content else None
 
     def feed(self, event: SSEEvent) -> bool:
         """Take one SSE event.
@@ -436,9 +461,12 @@ class StreamObserver(StreamObserverBase):
                 usage = message.get("usage")
                 if isinstance(usage, dict):
                     self._usage = _merge_usage(self._usage, usage)
+                    self._service_tier = _service_tier(usage) or self._service_tier
         elif kind == "content_block_start":
             block = data.get("content_block")
             index = data.get("index")
+            if self._output is not None and isinstance(block, dict) and isinstance(index, int):
+                self._start_block(index, block)
             if isinstance(block, dict) and block.get("type") == "tool_use":
                 if isinstance(index, int):
                     self._tools[index] = _StreamedToolUse(block)
@@ -455,6 +483,7 @@ class StreamObserver(StreamObserverBase):
             usage = data.get("usage")
             if isinstance(usage, dict):
                 self._usage = _merge_usage(self._usage, usage)
+                self._service_tier = _service_tier(usage) or self._service_tier
         elif kind == "message_stop":
             self._done = True
         elif kind == "error":
@@ -469,6 +498,12 @@ class StreamObserver(StreamObserverBase):
             self._note("stream has a content_block_delta without a delta object")
             return False
         kind = delta.get("type")
+        index = data.get("index")
+        if self._output is not None and kind in _DELTA_PARTS and isinstance(index, int):
+            part_type, key = _DELTA_PARTS[kind]
+            piece = delta.get(key)
+            if isinstance(piece, str):
+                self._output.add_text(0, index, part_type, piece)
         if kind == "input_json_delta":
             tool = self._tools.get(data["index"]) if isinstance(data.get("index"), int) else None
             fragment = delta.get("partial_json")
@@ -492,16 +527,43 @@ class StreamObserver(StreamObserverBase):
         if error:
             # The caller's reason is always kept, even past the cap.
             self._note(error, always=True)
+        calls = tuple(t.tool_call() for _, t in sorted(self._tools.items()))
         return ResponseFacts(
             response_id=self._response_id,
             model=self._model,
             usage=self._usage,
             finish_reasons=(self._stop_reason,) if self._stop_reason is not None else None,
-            tool_calls=tuple(t.tool_call() for _, t in sorted(self._tools.items())),
+            tool_calls=calls,
             status=self._status,
             evidence_complete=not self._errors,
             capture_errors=tuple(self._errors),
+            service_tier=self._service_tier,
+            output_messages=self._assembled(calls),
         )
+
+    def _start_block(self, index: int, block: Json) -> None:
+        """Place a content block's part (content capture only): text and thinking
+        fill in from deltas; a tool call or server tool's block is whole here."""
+        assert self._output is not None
+        kind = str_or_none(block.get("type")) or "unknown"
+        if kind in ("text", "thinking"):
+            self._output.open_text(0, index, "text" if kind == "text" else "reasoning")
+        else:
+            # A tool_use block's input is completed at the end (its deltas are
+            # assembled for the tool call); it keeps its place from here.
+            self._output.add_part(0, index, _block_part(block))
+
+    def _assembled(self, calls: tuple[ToolCall, ...]) -> list[Json] | None:
+        """The output assembled for spans (content capture only)."""
+        if self._output is None:
+            return None
+        for (index, _), call in zip(sorted(self._tools.items()), calls, strict=True):
+            self._output.add_part(
+                0, index, parts.tool_call(call.call_id, call.name, call.arguments)
+            )
+        # A stream cut short finished nothing: its reason is "error".
+        reason = parts.finish_reason(self._stop_reason, FINISH_REASONS) if self._done else "error"
+        return self._output.messages(lambda _: reason)
 
 
 # --------------------------------------------------------------------------
@@ -509,15 +571,115 @@ class StreamObserver(StreamObserverBase):
 
 
 def request_content(body: Json) -> RequestContent:
-    """The ``messages`` as sent, and the top-level ``system`` beside them."""
+    """The ``messages`` as the conventions' messages, ``system`` as instructions,
+    and the ``tools`` (and ``mcp_servers``) offered.
+
+    A user message made only of ``tool_result`` blocks is a ``tool`` message
+    of ``tool_call_response`` parts, as the conventions put tool results.
+    """
+    messages = body.get("messages")
+    converted = (
+        [_input_message(m) for m in messages if isinstance(m, dict)]
+        if isinstance(messages, list)
+        else None
+    )
+    system = body.get("system")
     return RequestContent(
-        input_messages=body.get("messages"), system_instructions=body.get("system")
+        input_messages=converted,
+        system_instructions=parts.text_of(system, frozenset({"text"}))
+        if system is not None
+        else None,
+        tool_definitions=_tool_definitions(body),
     )
 
 
+def _input_message(message: Json) -> Json:
+    role = str_or_none(message.get("role")) or "user"
+    found = _block_parts(message.get("content"))
+    if found and all(part["type"] == "tool_call_response" for part in found):
+        role = "tool"
+    return parts.message(role, found)
+
+
+def _block_parts(content: Any) -> list[Json]:
+    if isinstance(content, str):
+        return [parts.text(content)]
+    if not isinstance(content, list):
+        return []
+    return [_block_part(block) for block in content if isinstance(block, dict)]
+
+
+def _block_part(block: Json) -> Json:
+    """One content block as a part of the conventions."""
+    kind = str_or_none(block.get("type")) or "unknown"
+    source = block.get("source")
+    if kind == "text" and isinstance(block.get("text"), str):
+        return parts.text(block["text"])
+    if kind == "thinking" and isinstance(block.get("thinking"), str):
+        return parts.reasoning(block["thinking"])
+    if kind == "tool_use":
+        return parts.tool_call(
+            str_or_none(block.get("id")), str_or_none(block.get("name")), block.get("input")
+        )
+    if kind == "tool_result":
+        return parts.tool_call_response(str_or_none(block.get("tool_use_id")), block.get("content"))
+    if kind in ("image", "document") and isinstance(source, dict):
+        return _source_part("image" if kind == "image" else "document", source)
+    if kind in ("server_tool_use", "mcp_tool_use"):
+        name = str_or_none(block.get("name")) or kind
+        return parts.server_tool_call(
+            str_or_none(block.get("id")), name, {"type": name, "input": block.get("input")}
+        )
+    return parts.generic(kind, id=str_or_none(block.get("id")))
+
+
+def _source_part(modality: str, source: Json) -> Json:
+    """An image or document ``source``: inline base64, a URL, or an uploaded file."""
+    kind = source.get("type")
+    media_type = str_or_none(source.get("media_type"))
+    if kind == "base64" and isinstance(source.get("data"), str):
+        return parts.blob(modality, source["data"], media_type)
+    if kind == "url" and isinstance(source.get("url"), str):
+        return parts.uri(modality, source["url"], media_type)
+    if kind == "file" and isinstance(source.get("file_id"), str):
+        return parts.file(modality, source["file_id"], media_type)
+    if kind == "text" and isinstance(source.get("data"), str):
+        return parts.text(source["data"])
+    return parts.generic(str_or_none(kind) or "unknown")
+
+
+def _tool_definitions(body: Json) -> list[Json] | None:
+    tools, servers = body.get("tools"), body.get("mcp_servers")
+    if not isinstance(tools, list) and not isinstance(servers, list):
+        return None
+    found: list[Json] = []
+    for tool in tools if isinstance(tools, list) else ():
+        if not isinstance(tool, dict):
+            continue
+        kind = str_or_none(tool.get("type"))
+        name = str_or_none(tool.get("name"))
+        if kind is None or kind == "custom":
+            found.append(
+                parts.tool_definition(
+                    "function", name or "", tool.get("description"), tool.get("input_schema")
+                )
+            )
+        else:
+            found.append(parts.tool_definition(kind, name or kind))
+    for server in servers if isinstance(servers, list) else ():
+        if isinstance(server, dict):
+            found.append(parts.tool_definition("mcp", str_or_none(server.get("name")) or "mcp"))
+    return found
+
+
 def response_content(body: Json) -> ResponseContent | None:
-    """The ``content`` blocks of a message, or ``None`` for a body without them (an error)."""
-    return ResponseContent(body["content"]) if "content" in body else None
+    """The ``content`` blocks of a message as one output message, or ``None``
+    for a body without them (an error)."""
+    content = body.get("content")
+    if not isinstance(content, list):
+        return None
+    reason = parts.finish_reason(str_or_none(body.get("stop_reason")), FINISH_REASONS)
+    return ResponseContent([parts.output_message(_block_parts(content), reason)])
 
 
 def request_settings(body: Json) -> RequestSettings:
@@ -531,3 +693,14 @@ def request_settings(body: Json) -> RequestSettings:
         output_type=output_type(body.get("output_format")),
         service_tier=str_or_none(body.get("service_tier")),
     )
+
+
+def usage_totals(usage: Usage) -> Usage:
+    """Anthropic's ``input_tokens`` leaves out the tokens read from and written
+    to the cache: the total adds ``cache_read_input_tokens`` and
+    ``cache_creation_input_tokens`` (a cache count not reported adds nothing).
+    Output tokens include thinking already."""
+    if usage.input_tokens is None:
+        return usage
+    cached = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+    return dataclasses.replace(usage, input_tokens=usage.input_tokens + cached)

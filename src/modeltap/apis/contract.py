@@ -16,25 +16,27 @@ What a module offers, in three groups:
 - **Its identity**: the record's ``api`` name, how its endpoint is matched
   (:meth:`WireApi.match_endpoint`, which also reads a model the path names),
   the GenAI provider whose wire it is.
-- **What telemetry needs from its bodies** (spans only; never evidence):
-  :meth:`WireApi.request_content`, :meth:`WireApi.response_content` and
-  :meth:`WireApi.request_settings`. These read a body the audit already
-  accepted (or a response body, whatever it holds) and never raise: telemetry
-  must not cost an exchange. Content is read only when content capture is on.
+- **What telemetry needs from its bodies and counts** (spans, metrics and
+  the cost estimate; never evidence): :meth:`WireApi.request_content`,
+  :meth:`WireApi.response_content`, :meth:`WireApi.request_settings` and
+  :meth:`WireApi.usage_totals`. These read a body the audit already accepted
+  (or a response body, whatever it holds) and never raise: telemetry must not
+  cost an exchange. Content is read only when content capture is on; a stream
+  observer assembles its output only when built with ``capture_content=True``.
 
-The content values are JSON values that telemetry writes as they are. Today
-each module hands back its provider's own shape (the ``messages`` list as
-sent); the GenAI conventions' shapes (``{"role", "parts": [...]}``) are a
-change inside each module, not in telemetry.
+Content comes back in the GenAI semantic conventions' own JSON shapes
+(:mod:`modeltap.apis.message_parts`): messages ``{"role", "parts": [...]}``,
+output messages with their ``finish_reason``, system instructions as a list of
+parts, tool definitions ``{"type", "name", ...}``. Each module maps its
+provider's shape onto them; telemetry writes them as they are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from modeltap.records import Json, RequestFacts, ResponseFacts
+from modeltap.records import Json, RequestFacts, RequestSettings, ResponseFacts, Usage
 from modeltap.sse import SSEEvent
 
 
@@ -56,6 +58,14 @@ class StreamObserver(Protocol):
     def finish(self, error: str | None = None) -> ResponseFacts:
         """Return what the stream showed; ``error`` says why it ended early, if it did."""
         ...
+
+
+class StreamObserverFactory(Protocol):
+    """How a module's :class:`StreamObserver` class is called."""
+
+    def __call__(
+        self, facts: RequestFacts | None = None, *, capture_content: bool = False
+    ) -> StreamObserver: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,19 +101,23 @@ def match_suffix(path: str, suffix: str, api: str) -> EndpointMatch | None:
 
 @dataclass(frozen=True, slots=True)
 class RequestContent:
-    """What a request says to the model, for ``gen_ai.input.messages`` and
-    ``gen_ai.system_instructions``.
+    """What a request says to the model, in the GenAI conventions' shapes.
 
     Attributes:
-        input_messages: the conversation sent, as a JSON value; ``None`` when
-            the body carries none.
-        system_instructions: instructions sent beside the conversation (a
-            top-level ``system`` or ``instructions``); ``None`` when there are
-            none outside the messages.
+        input_messages: ``gen_ai.input.messages``: the conversation sent, as a
+            list of ``{"role", "parts"}`` messages in the order sent; ``None``
+            when the body carries none.
+        system_instructions: ``gen_ai.system_instructions``: instructions sent
+            beside the conversation (a top-level ``system`` or
+            ``instructions``) as a list of parts; ``None`` when there are none
+            outside the messages (instructions inside them stay there).
+        tool_definitions: ``gen_ai.tool.definitions``: the tools offered, as
+            ``{"type", "name", ...}`` objects; ``None`` when none were sent.
     """
 
-    input_messages: object = None
-    system_instructions: object = None
+    input_messages: list[Json] | None = None
+    system_instructions: list[Json] | None = None
+    tool_definitions: list[Json] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,45 +125,11 @@ class ResponseContent:
     """What a response says, for ``gen_ai.output.messages``.
 
     Attributes:
-        output_messages: the model's output as a JSON value (``null`` is a
-            value: the output part was there, and empty).
+        output_messages: one ``{"role", "parts", "finish_reason"}`` message
+            per choice (candidate) of the response, in order.
     """
 
-    output_messages: object
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSettings:
-    """The generation settings a request sent, for the ``gen_ai.request.*`` attributes.
-
-    Each field is ``None`` when the request did not send it (or sent a value
-    of the wrong type): unknown is not a default.
-
-    Attributes:
-        max_tokens: ``gen_ai.request.max_tokens``.
-        temperature: ``gen_ai.request.temperature``.
-        top_p: ``gen_ai.request.top_p``.
-        top_k: ``gen_ai.request.top_k``.
-        stop_sequences: ``gen_ai.request.stop_sequences``.
-        seed: ``gen_ai.request.seed``.
-        frequency_penalty: ``gen_ai.request.frequency_penalty``.
-        presence_penalty: ``gen_ai.request.presence_penalty``.
-        choice_count: ``gen_ai.request.choice.count``.
-        output_type: ``gen_ai.output.type`` (``text`` or ``json``).
-        service_tier: the service tier asked for (``openai.request.service_tier``).
-    """
-
-    max_tokens: int | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: float | None = None
-    stop_sequences: tuple[str, ...] | None = None
-    seed: int | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    choice_count: int | None = None
-    output_type: str | None = None
-    service_tier: str | None = None
+    output_messages: list[Json]
 
 
 class WireApi(Protocol):
@@ -202,8 +182,9 @@ class WireApi(Protocol):
         ...
 
     @property
-    def StreamObserver(self) -> Callable[[RequestFacts | None], StreamObserver]:
-        """The class observing its streams, built with the request's facts."""
+    def StreamObserver(self) -> StreamObserverFactory:
+        """The class observing its streams, built with the request's facts
+        (and ``capture_content=True`` to assemble the output for spans)."""
         ...
 
     def request_content(self, body: Json) -> RequestContent:
@@ -217,4 +198,14 @@ class WireApi(Protocol):
 
     def request_settings(self, body: Json) -> RequestSettings:
         """The generation settings a request body sends; never raises."""
+        ...
+
+    def usage_totals(self, usage: Usage) -> Usage:
+        """Usage as the GenAI conventions and the price table count it; never raises.
+
+        ``input_tokens`` counts every input token, cached ones (read and
+        written) included, and ``output_tokens`` every output token, reasoning
+        included; the other counts are the provider's. ``events.jsonl`` keeps
+        the provider's own numbers: this is for spans, metrics and cost.
+        """
         ...

@@ -19,10 +19,10 @@ from typing import Any, Final
 
 import orjson
 
+from modeltap.apis import message_parts as parts
 from modeltap.apis.contract import (
     EndpointMatch,
     RequestContent,
-    RequestSettings,
     ResponseContent,
     match_suffix,
 )
@@ -48,6 +48,7 @@ from modeltap.records import (
     HostedTool,
     Json,
     RequestFacts,
+    RequestSettings,
     ResponseFacts,
     ToolCall,
     ToolResult,
@@ -70,6 +71,22 @@ _INSTRUCTION_ROLES = frozenset({"system", "developer"})
 #: Output fields of a streamed ``delta``; reasoning arrives as ``reasoning_content``
 #: (DeepSeek, vLLM) or ``reasoning`` (OpenRouter) on compatible servers.
 _OUTPUT_DELTA_KEYS = ("content", "refusal", "reasoning_content", "reasoning")
+#: The conventions' part type of each output delta key (a refusal is text the
+#: model wrote in place of an answer).
+_DELTA_PARTS = {
+    "content": "text",
+    "refusal": "text",
+    "reasoning_content": "reasoning",
+    "reasoning": "reasoning",
+}
+#: Chat finish reasons as the GenAI conventions name them; others are kept as sent.
+FINISH_REASONS: Final = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_call",
+    "function_call": "tool_call",
+    "content_filter": "content_filter",
+}
 
 
 # --------------------------------------------------------------------------
@@ -135,6 +152,7 @@ def audit_request(body: Json) -> RequestFacts:
         generate=None,
         include_usage=isinstance(stream_options, dict)
         and stream_options.get("include_usage") is True,
+        settings=request_settings(body),
     )
 
 
@@ -322,6 +340,8 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
         tool_calls=tuple(calls),
         evidence_complete=not errors,
         capture_errors=tuple(dict.fromkeys(errors)),
+        service_tier=str_or_none(body.get("service_tier")),
+        system_fingerprint=str_or_none(body.get("system_fingerprint")),
     )
 
 
@@ -340,14 +360,17 @@ class StreamObserver(StreamObserverBase):
     """Observe a streamed chat response, one SSE event at a time.
 
     Only facts are kept (ids, usage, finish reasons, tool-call names and
-    argument fragments), never the text the model wrote.
+    argument fragments), never the text the model wrote, unless
+    ``capture_content`` asks for the output to be assembled for spans
+    (bounded, :class:`~modeltap.apis.message_parts.OutputAssembler`).
 
     Args:
         facts: the request's facts; ``include_usage`` says whether a usage
             chunk must arrive before ``[DONE]``.
+        capture_content: assemble the output (content capture is on).
     """
 
-    def __init__(self, facts: RequestFacts | None = None) -> None:
+    def __init__(self, facts: RequestFacts | None = None, *, capture_content: bool = False) -> None:
         super().__init__()
         self._include_usage = facts is not None and facts.include_usage is True
         self._response_id: str | None = None
@@ -356,6 +379,9 @@ class StreamObserver(StreamObserverBase):
         self._reasons: dict[int, str] = {}
         self._calls: dict[tuple[int, int], _StreamedCall] = {}
         self._status: str | None = None
+        self._service_tier: str | None = None
+        self._fingerprint: str | None = None
+        self._output = parts.OutputAssembler() if capture_content else None
 
     def feed(self, event: SSEEvent) -> bool:
         """Take one SSE event.
@@ -390,6 +416,8 @@ class StreamObserver(StreamObserverBase):
             self._response_id = str_or_none(chunk.get("id"))
         if self._model is None:
             self._model = str_or_none(chunk.get("model"))
+        self._service_tier = str_or_none(chunk.get("service_tier")) or self._service_tier
+        self._fingerprint = str_or_none(chunk.get("system_fingerprint")) or self._fingerprint
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage)
@@ -416,6 +444,12 @@ class StreamObserver(StreamObserverBase):
         if not isinstance(delta, dict):
             return False
         output = any(isinstance(delta.get(k), str) and delta[k] for k in _OUTPUT_DELTA_KEYS)
+        if self._output is not None:
+            for delta_key in _OUTPUT_DELTA_KEYS:
+                piece = delta.get(delta_key)
+                if isinstance(piece, str):
+                    kind = _DELTA_PARTS[delta_key]
+                    self._output.add_text(index, kind, kind, piece)
         tool_calls = delta.get("tool_calls")
         for tool_position, call in enumerate(tool_calls if isinstance(tool_calls, list) else ()):
             if not isinstance(call, dict):
@@ -471,6 +505,24 @@ class StreamObserver(StreamObserverBase):
             status=self._status,
             evidence_complete=not self._errors,
             capture_errors=tuple(self._errors),
+            service_tier=self._service_tier,
+            system_fingerprint=self._fingerprint,
+            output_messages=self._assembled(),
+        )
+
+    def _assembled(self) -> list[Json] | None:
+        """The output assembled for spans (content capture only)."""
+        if self._output is None:
+            return None
+        for (index, position), call in sorted(self._calls.items()):
+            arguments = "".join(call.arguments) if call.arguments is not None else None
+            self._output.add_part(
+                index, ("tool", position), parts.tool_call(call.call_id, call.name, arguments)
+            )
+        if not self._done:
+            return self._output.messages(lambda _: "error")  # cut short: nothing finished
+        return self._output.messages(
+            lambda index: parts.finish_reason(self._reasons.get(index), FINISH_REASONS)
         )
 
 
@@ -479,17 +531,124 @@ class StreamObserver(StreamObserverBase):
 
 
 def request_content(body: Json) -> RequestContent:
-    """The ``messages`` as sent; system and developer messages stay among them.
+    """The ``messages`` as the conventions' messages, and the ``tools`` offered.
 
-    Chat has no instructions outside the conversation, so
-    ``system_instructions`` is always ``None``.
+    System and developer messages stay among the input messages (chat has no
+    instructions outside the conversation, so ``system_instructions`` is
+    always ``None``). A ``tool`` message is a ``tool_call_response``; an
+    assistant's ``tool_calls`` are ``tool_call`` parts.
     """
-    return RequestContent(input_messages=body.get("messages"))
+    messages = body.get("messages")
+    converted = (
+        [_input_message(m) for m in messages if isinstance(m, dict)]
+        if isinstance(messages, list)
+        else None
+    )
+    return RequestContent(input_messages=converted, tool_definitions=_tool_definitions(body))
+
+
+def _input_message(message: Json) -> Json:
+    role = str_or_none(message.get("role")) or "user"
+    content = message.get("content")
+    found: list[Json] = []
+    if role == "tool":
+        found.append(parts.tool_call_response(str_or_none(message.get("tool_call_id")), content))
+    else:
+        found.extend(_content_parts(content))
+        refusal = message.get("refusal")
+        if isinstance(refusal, str):
+            found.append(parts.text(refusal))
+        for call in _listed(message.get("tool_calls")):
+            name, arguments = _tool_call_parts(call)
+            found.append(parts.tool_call(str_or_none(call.get("id")), name, arguments))
+        legacy = message.get("function_call")
+        if isinstance(legacy, dict):
+            found.append(
+                parts.tool_call(
+                    None, str_or_none(legacy.get("name")), str_or_none(legacy.get("arguments"))
+                )
+            )
+    return parts.message(role, found, str_or_none(message.get("name")))
+
+
+def _listed(value: Any) -> list[Json]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _content_parts(content: Any) -> list[Json]:
+    """A chat message's ``content``: a string, or parts (text, images, audio, files)."""
+    if isinstance(content, str):
+        return [parts.text(content)]
+    return [_content_part(part) for part in _listed(content)]
+
+
+def _field(part: Json, outer: str, inner: str) -> str | None:
+    """``part[outer][inner]`` when it is a string (``image_url.url``, ``file.file_id``)."""
+    value = part.get(outer)
+    return str_or_none(value.get(inner)) if isinstance(value, dict) else None
+
+
+def _content_part(part: Json) -> Json:
+    kind = str_or_none(part.get("type")) or "unknown"
+    if kind in ("text", "refusal") and isinstance(part.get(kind), str):
+        return parts.text(part[kind])
+    if kind == "image_url" and (url := _field(part, "image_url", "url")) is not None:
+        return parts.uri("image", url)
+    if kind == "input_audio" and (data := _field(part, "input_audio", "data")) is not None:
+        audio_format = _field(part, "input_audio", "format")
+        return parts.blob("audio", data, f"audio/{audio_format}" if audio_format else None)
+    if kind == "file" and (file_id := _field(part, "file", "file_id")) is not None:
+        return parts.file("document", file_id)
+    if kind == "file" and (data := _field(part, "file", "file_data")) is not None:
+        return parts.uri("document", data)
+    return parts.generic(kind)
+
+
+def _tool_definitions(body: Json) -> list[Json] | None:
+    tools = body.get("tools")
+    if not isinstance(tools, list):
+        return None
+    found: list[Json] = []
+    for tool in _listed(tools):
+        kind = str_or_none(tool.get("type")) or "unknown"
+        spec = tool.get(kind)
+        if kind in ("function", "custom") and isinstance(spec, dict):
+            found.append(
+                parts.tool_definition(
+                    kind,
+                    str_or_none(spec.get("name")) or "",
+                    spec.get("description"),
+                    spec.get("parameters") if kind == "function" else None,
+                )
+            )
+        else:
+            found.append(parts.tool_definition(kind, str_or_none(tool.get("name")) or kind))
+    return found
 
 
 def response_content(body: Json) -> ResponseContent | None:
-    """The ``choices`` of a completion, or ``None`` for a body without them (an error)."""
-    return ResponseContent(body["choices"]) if "choices" in body else None
+    """Each of ``choices`` as an output message, or ``None`` for a body without
+    them (an error)."""
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return None
+    messages: list[Json] = []
+    for choice in _listed(choices):
+        message = choice.get("message")
+        message = message if isinstance(message, dict) else {}
+        found = _content_parts(message.get("content"))
+        for key in ("refusal", "reasoning_content", "reasoning"):
+            value = message.get(key)
+            if isinstance(value, str):
+                found.append(parts.text(value) if key == "refusal" else parts.reasoning(value))
+        for call in _listed(message.get("tool_calls")):
+            name, arguments = _tool_call_parts(call)
+            found.append(parts.tool_call(str_or_none(call.get("id")), name, arguments))
+        reason = parts.finish_reason(str_or_none(choice.get("finish_reason")), FINISH_REASONS)
+        messages.append(
+            parts.output_message(found, reason, str_or_none(message.get("role")) or "assistant")
+        )
+    return ResponseContent(messages)
 
 
 def request_settings(body: Json) -> RequestSettings:
@@ -507,3 +666,9 @@ def request_settings(body: Json) -> RequestSettings:
         output_type=output_type(body.get("response_format")),
         service_tier=str_or_none(body.get("service_tier")),
     )
+
+
+def usage_totals(usage: Usage) -> Usage:
+    """The counts as reported: ``prompt_tokens`` already includes cached tokens
+    and ``completion_tokens`` reasoning tokens."""
+    return usage

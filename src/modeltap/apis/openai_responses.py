@@ -37,10 +37,10 @@ from typing import Any, Final
 
 import orjson
 
+from modeltap.apis import message_parts as parts
 from modeltap.apis.contract import (
     EndpointMatch,
     RequestContent,
-    RequestSettings,
     ResponseContent,
     match_suffix,
 )
@@ -66,6 +66,7 @@ from modeltap.records import (
     HostedTool,
     Json,
     RequestFacts,
+    RequestSettings,
     ResponseFacts,
     ToolCall,
     ToolResult,
@@ -96,6 +97,13 @@ _TERMINAL_EVENTS = frozenset(
     {"response.completed", "response.incomplete", "response.failed", "error"}
 )
 _STREAM_CUT = "stream ended before response.completed"
+#: Text deltas of a streamed output and the part each fills (content capture only).
+_TEXT_DELTAS = {
+    "response.output_text.delta": "text",
+    "response.refusal.delta": "text",
+    "response.reasoning_text.delta": "reasoning",
+    "response.reasoning_summary_text.delta": "reasoning",
+}
 
 
 # --------------------------------------------------------------------------
@@ -179,6 +187,7 @@ def audit_request(body: Json) -> RequestFacts:
         previous_response_id=optional_str(body.get("previous_response_id"), "previous_response_id"),
         generate=optional_bool(body.get("generate"), "generate"),
         omitted_settings=omitted,
+        settings=request_settings(body),
     )
 
 
@@ -435,6 +444,7 @@ def _from_response(
         status=status,
         evidence_complete=not errors,
         capture_errors=errors,
+        service_tier=str_or_none(response.get("service_tier")),
     )
 
 
@@ -524,12 +534,17 @@ class StreamObserver(StreamObserverBase):
     deltas. When no tool-call item event was seen at all, the terminal Response
     object's ``output`` is used instead.
 
+    With ``capture_content`` the output is kept for spans: the terminal
+    Response object's ``output`` when it comes, else the text deltas and tool
+    calls seen (bounded, :class:`~modeltap.apis.message_parts.OutputAssembler`).
+
     Args:
         facts: the request's facts (unused: Responses streams always carry
             usage in their terminal event; accepted for the shared interface).
+        capture_content: keep the output (content capture is on).
     """
 
-    def __init__(self, facts: RequestFacts | None = None) -> None:
+    def __init__(self, facts: RequestFacts | None = None, *, capture_content: bool = False) -> None:
         super().__init__()
         self._response_id: str | None = None
         self._model: str | None = None
@@ -538,6 +553,9 @@ class StreamObserver(StreamObserverBase):
         self._finish_reasons: tuple[str, ...] | None = None
         self._calls: dict[object, _PendingCall] = {}
         self._terminal_calls: tuple[ToolCall, ...] = ()
+        self._service_tier: str | None = None
+        self._output = parts.OutputAssembler() if capture_content else None
+        self._terminal_output: list[Json] | None = None
 
     def feed(self, event: SSEEvent) -> bool:
         """Observe one SSE event.
@@ -611,6 +629,11 @@ class StreamObserver(StreamObserverBase):
             self._pending(event, None).done_arguments = str_or_none(event.get("arguments"))
         elif kind == "response.custom_tool_call_input.done":
             self._pending(event, None).done_arguments = str_or_none(event.get("input"))
+        elif kind in _TEXT_DELTAS and self._output is not None:
+            delta = event.get("delta")
+            if isinstance(delta, str):
+                key = (_call_key(event, None), event.get("content_index"), _TEXT_DELTAS[kind])
+                self._output.add_text(0, key, _TEXT_DELTAS[kind], delta)
         return kind.startswith("response.") and kind.endswith(".delta")
 
     def finish(self, error: str | None = None) -> ResponseFacts:
@@ -639,7 +662,26 @@ class StreamObserver(StreamObserverBase):
             status=self._status,
             evidence_complete=not errors,
             capture_errors=tuple(errors),
+            service_tier=self._service_tier,
+            output_messages=self._assembled(),
         )
+
+    def _assembled(self) -> list[Json] | None:
+        """The output kept for spans (content capture only)."""
+        if self._output is None:
+            return None
+        if self._terminal_output is not None:
+            return self._terminal_output
+        for key, pending in self._calls.items():
+            call = pending.result()
+            part = parts.tool_call(call.call_id, call.name, call.arguments)
+            self._output.add_part(0, (key, None, "tool_call"), part)
+        reason = (
+            _finish_reason(self._status, self._finish_reasons, bool(self._calls))
+            if self._done
+            else "error"  # cut short: nothing finished
+        )
+        return self._output.messages(lambda _: reason)
 
     def _read_response_event(self, kind: str, event: Json) -> None:
         """Take id, model, status (and, when terminal, usage) from a response event."""
@@ -659,12 +701,18 @@ class StreamObserver(StreamObserverBase):
         self._response_id = facts.response_id or self._response_id
         self._model = facts.model or self._model
         self._status = facts.status or self._status
+        self._service_tier = facts.service_tier or self._service_tier
         if terminal:
             self._usage = facts.usage
             self._finish_reasons = facts.finish_reasons
             output = response.get("output")
             if isinstance(output, list):
                 self._terminal_calls = _output_tool_calls(output)
+                # The whole output is authoritative when the terminal event
+                # carries it; one without any part leaves the deltas seen.
+                kept = response_content(response) if self._output is not None else None
+                if kept is not None and any(m["parts"] for m in kept.output_messages):
+                    self._terminal_output = _bounded_messages(kept.output_messages)
 
     def _pending(self, event: Json, item: Json | None) -> _PendingCall:
         """The tool call an event belongs to, started here if its ``added`` was missed."""
@@ -689,19 +737,183 @@ def _call_key(event: Json, item: Json | None) -> object:
 
 
 def request_content(body: Json) -> RequestContent:
-    """The ``input`` as sent (a string or a list of items), and ``instructions``."""
+    """The ``input`` as the conventions' messages, ``instructions`` as system
+    instructions, and the ``tools`` offered.
+
+    A string input is one user message. Message items keep their role; a
+    function or custom tool call item is an assistant ``tool_call`` part and
+    its output a ``tool`` message's ``tool_call_response``; a reasoning item
+    is a ``reasoning`` part; other items are generic parts of their type.
+    Consecutive items of one role share a message.
+    """
+    value = body.get("input")
+    converted: list[Json] | None
+    if isinstance(value, str):
+        converted = [parts.message("user", [parts.text(value)])]
+    elif isinstance(value, list):
+        converted = parts.merge_roles(
+            [_input_item(item) for item in value if isinstance(item, dict)]
+        )
+    else:
+        converted = None
     return RequestContent(
-        input_messages=body.get("input"), system_instructions=body.get("instructions")
+        input_messages=converted,
+        system_instructions=_instructions(body.get("instructions")),
+        tool_definitions=_tool_definitions(body.get("tools")),
     )
 
 
+def _instructions(value: Any) -> list[Json] | None:
+    """Top-level ``instructions`` as text parts: a string, or the text of a message list."""
+    if isinstance(value, str):
+        return [parts.text(value)]
+    if not isinstance(value, list):
+        return None
+    found: list[Json] = []
+    for item in value:
+        if isinstance(item, dict):
+            found.extend(_message_parts(item.get("content")))
+    return found
+
+
+_TEXT_PART_TYPES = frozenset({"input_text", "output_text", "text"})
+
+
+def _message_parts(content: Any) -> list[Json]:
+    """A message item's ``content``: a string, or input/output parts."""
+    if isinstance(content, str):
+        return [parts.text(content)]
+    found: list[Json] = []
+    for part in content if isinstance(content, list) else ():
+        if isinstance(part, dict):
+            found.append(_content_part(part))
+    return found
+
+
+def _content_part(part: Json) -> Json:
+    kind = str_or_none(part.get("type")) or "unknown"
+    if kind in _TEXT_PART_TYPES and isinstance(part.get("text"), str):
+        return parts.text(part["text"])
+    if kind == "refusal" and isinstance(part.get("refusal"), str):
+        return parts.text(part["refusal"])
+    modality = {"input_image": "image", "input_file": "document", "input_audio": "audio"}.get(kind)
+    if modality is not None:
+        if isinstance(part.get("file_id"), str):
+            return parts.file(modality, part["file_id"])
+        for key in ("image_url", "file_url", "file_data"):
+            if isinstance(part.get(key), str):
+                return parts.uri(modality, part[key])
+    return parts.generic(kind)
+
+
+def _input_item(item: Json) -> Json:
+    """One input item as a message (merged with its neighbours of the same role later)."""
+    kind = str_or_none(item.get("type"))
+    if _is_message(item):
+        role = str_or_none(item.get("role")) or "user"
+        return parts.message(role, _message_parts(item.get("content")))
+    call = _tool_call(item)
+    if call is not None:
+        return parts.message(
+            "assistant", [parts.tool_call(call.call_id, call.name, call.arguments)]
+        )
+    if kind in _TOOL_OUTPUT_TYPES:
+        response = parts.tool_call_response(str_or_none(item.get("call_id")), item.get("output"))
+        return parts.message("tool", [response])
+    if kind == "reasoning":
+        return parts.message("assistant", _reasoning_parts(item))
+    role = "tool" if kind and kind.endswith("_output") else "assistant"
+    return parts.message(role, [parts.generic(kind or "unknown", id=str_or_none(item.get("id")))])
+
+
+def _reasoning_parts(item: Json) -> list[Json]:
+    """A reasoning item's summary (and content, when sent) as ``reasoning`` parts."""
+    found: list[Json] = []
+    for key in ("summary", "content"):
+        blocks = item.get(key)
+        for block in blocks if isinstance(blocks, list) else ():
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                found.append(parts.reasoning(block["text"]))
+    return found
+
+
+def _tool_definitions(tools: Any, prefix: str = "") -> list[Json] | None:
+    """The tools as definitions; a namespace's tools are named ``namespace.name``."""
+    if not isinstance(tools, list):
+        return None
+    found: list[Json] = []
+    for tool in tools:
+        if not isinstance(tool, dict):
+            continue
+        kind = str_or_none(tool.get("type")) or "unknown"
+        name = str_or_none(tool.get("name"))
+        if kind == "namespace":
+            found.extend(_tool_definitions(tool.get("tools"), f"{prefix}{name or ''}.") or [])
+        elif kind in _CLIENT_TOOL_TYPES:
+            found.append(
+                parts.tool_definition(
+                    kind, f"{prefix}{name or ''}", tool.get("description"), tool.get("parameters")
+                )
+            )
+        else:
+            label = tool.get("server_label") if kind == "mcp" else name
+            found.append(parts.tool_definition(kind, str_or_none(label) or kind))
+    return found
+
+
+#: How a Response's end maps onto the conventions' finish reasons.
+FINISH_REASONS: Final = {
+    "completed": "stop",
+    "max_output_tokens": "length",
+    "content_filter": "content_filter",
+    "failed": "error",
+}
+
+
+def _finish_reason(status: str | None, reasons: tuple[str, ...] | None, calls: bool) -> str:
+    """``tool_call`` when a completed response asks for tools, else the mapped reason."""
+    if status == "completed" and calls:
+        return "tool_call"
+    reason = reasons[0] if reasons else status
+    return parts.finish_reason(reason, FINISH_REASONS)
+
+
+def _bounded_messages(messages: list[Json]) -> list[Json]:
+    """Messages kept from a terminal Response, text cut like assembled output."""
+    text, _ = parts.bound_json(messages, 4 * parts.CAPTURE_LIMIT)
+    kept = orjson.loads(text)
+    return kept if isinstance(kept, list) else []
+
+
 def response_content(body: Json) -> ResponseContent | None:
-    """The ``output`` of a Response object, or of the one a WebSocket
-    ``response.*`` event carries; ``None`` for a body without it (an error)."""
+    """The ``output`` of a Response object (or of the one a WebSocket
+    ``response.*`` event carries) as one output message; ``None`` for a body
+    without it (an error)."""
     response = body.get("response")
     if isinstance(response, dict):
         body = response
-    return ResponseContent(body["output"]) if "output" in body else None
+    output = body.get("output")
+    if not isinstance(output, list):
+        return None
+    found: list[Json] = []
+    calls = False
+    for item in output:
+        if not isinstance(item, dict):
+            continue
+        call = _tool_call(item)
+        if call is not None:
+            calls = True
+            found.append(parts.tool_call(call.call_id, call.name, call.arguments))
+        elif _is_message(item):
+            found.extend(_message_parts(item.get("content")))
+        elif item.get("type") == "reasoning":
+            found.extend(_reasoning_parts(item))
+        else:
+            kind = str_or_none(item.get("type")) or "unknown"
+            found.append(parts.generic(kind, id=str_or_none(item.get("id"))))
+    status = str_or_none(body.get("status"))
+    reasons = _finish_reasons(status, body.get("incomplete_details"))
+    return ResponseContent([parts.output_message(found, _finish_reason(status, reasons, calls))])
 
 
 def request_settings(body: Json) -> RequestSettings:
@@ -715,3 +927,9 @@ def request_settings(body: Json) -> RequestSettings:
         output_type=output_type(text.get("format") if isinstance(text, dict) else None),
         service_tier=str_or_none(body.get("service_tier")),
     )
+
+
+def usage_totals(usage: Usage) -> Usage:
+    """The counts as reported: ``input_tokens`` already includes cached tokens
+    and ``output_tokens`` reasoning tokens."""
+    return usage

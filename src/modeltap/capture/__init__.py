@@ -15,7 +15,8 @@ exists, ``sessions.jsonl`` from one output directory and gives:
   number. A torn last line (the writer was killed mid-append) is reported
   here; loading never crashes on file content and never drops a line silently.
 * the helpers of :mod:`modeltap.capture.turns` (``tool_was_called``,
-  ``tool_call_count``, ``tool_calls_for``, ``tools_advertised``, ``usage``),
+  ``tool_call_count``, ``tool_calls_for``, ``tools_advertised``, ``usage``,
+  ``cost``),
   ``coverage`` (the six-channel evidence coverage of :mod:`modeltap.coverage`),
   ``evidence_complete`` and ``capture_errors``.
 
@@ -58,6 +59,7 @@ from modeltap.capture.turns import (
     ToolInvocation,
     Turn,
     TurnQueries,
+    sum_costs,
     sum_usage,
     tool_call_matches,
 )
@@ -96,6 +98,7 @@ __all__ = [
     "decode_record",
     "decode_session_end",
     "qualified_tool_name",
+    "sum_costs",
     "sum_usage",
     "tool_call_matches",
 ]

@@ -16,6 +16,9 @@ helpers, all following "unknown is not zero":
 * ``usage``: a :class:`modeltap.records.Usage` summed element-wise over the
   turns. A total is ``None`` when any turn's count is ``None`` (or there is no
   turn at all); a known zero stays zero.
+* ``cost``: the turns' estimated prices summed (:func:`sum_costs`), an
+  estimate like each of them; ``None`` as soon as one turn could not be
+  priced (its note says how many).
 
 Coverage is not computed here: each turn and session carries the
 :class:`~modeltap.coverage.EvidenceCoverage` that grouping
@@ -41,6 +44,7 @@ from modeltap.coverage import (
 )
 from modeltap.records import (
     AuditRecord,
+    Cost,
     ErrorEvent,
     Event,
     RejectedEvent,
@@ -57,6 +61,7 @@ __all__ = [
     "TurnQueries",
     "ms_between",
     "parse_ts",
+    "sum_costs",
     "sum_usage",
     "tool_call_matches",
 ]
@@ -100,6 +105,29 @@ def sum_usage(usages: Iterable[Usage]) -> Usage:
         values = [getattr(u, name) for u in parts]
         totals[name] = None if any(v is None for v in values) else sum(values)
     return Usage(**totals)
+
+
+def sum_costs(costs: Iterable[Cost | None]) -> Cost:
+    """Sum estimated prices; unknown (or missing) anywhere makes the sum unknown.
+
+    Args:
+        costs: per-turn estimates (``None`` for a turn without one).
+
+    Returns:
+        A :class:`~modeltap.records.Cost` whose ``estimate_usd`` is the sum,
+        or ``None`` with a note saying how many turns could not be priced;
+        ``source`` names the price tables the parts came from.
+    """
+    parts = list(costs)
+    source = ", ".join(sorted({cost.source for cost in parts if cost is not None})) or "none"
+    if not parts:
+        return Cost(estimate_usd=None, source=source, note="no turn to price")
+    unknown = sum(1 for cost in parts if cost is None or cost.estimate_usd is None)
+    if unknown:
+        note = f"{unknown} of {len(parts)} turns could not be priced"
+        return Cost(estimate_usd=None, source=source, note=note)
+    total = sum(cost.estimate_usd or 0.0 for cost in parts if cost is not None)
+    return Cost(estimate_usd=round(total, 12), source=source)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +192,12 @@ class Turn:
     def execution_time_ms(self) -> float | None:
         """The response's ``duration_ms``, or ``None`` if unknown."""
         return self.response.duration_ms if self.response is not None else None
+
+    @property
+    def cost(self) -> Cost | None:
+        """The response's estimated price; ``None`` without a response (or an
+        estimate: lines written before estimates existed)."""
+        return self.response.cost if self.response is not None else None
 
     @property
     def errors(self) -> list[str]:
@@ -243,6 +277,11 @@ class TurnQueries:
     def usage(self) -> Usage:
         """Usage summed over the turns (see :func:`sum_usage`: unknown stays unknown)."""
         return sum_usage(turn.usage for turn in self._turns())
+
+    @property
+    def cost(self) -> Cost:
+        """The estimated price summed over the turns (see :func:`sum_costs`)."""
+        return sum_costs(turn.cost for turn in self._turns())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,10 +1,10 @@
-"""OpenTelemetry spans: the waterfall of a run (SPEC section 5).
+"""OpenTelemetry spans and metrics: the waterfall of a run (SPEC section 5).
 
 This package is the only part of modeltap that imports OpenTelemetry. The
 addon hands it timestamps (epoch nanoseconds; converting monotonic clocks is
 the caller's job) and the records it already built; it turns them into spans
-and ships them over OTLP. Spans are for looking: nothing here is evidence, and
-nothing here may delay, fail or drop traffic.
+and GenAI metrics and ships them over OTLP. Spans are for looking: nothing
+here is evidence, and nothing here may delay, fail or drop traffic.
 
 Trace layout::
 
@@ -12,18 +12,23 @@ Trace layout::
      ├── chat gpt-5                 CLIENT, one per exchange (GenAI attributes)
      │    ├── wait upstream         forwarded -> upstream's first byte
      │    └── stream | receive      first byte -> end (``stream`` if it streamed)
+     ├── execute_tool get_weather   INTERNAL, response asked -> request carried the result
+     ├── chat gpt-5                 the next turn
      └── websocket /openai/v1/responses     CLIENT, one per WebSocket connection
           └── chat gpt-5            one per ``response.create``, phases as above
 
 The package splits along one seam::
 
     Telemetry (this module)    the object the addon holds: configure, start spans, shut down
-     ├── targets.py            where spans go: --otlp and the OTEL_* variables (configuration)
-     ├── export.py             export plumbing: trace ids, provider, counting, bounded shutdown
+     ├── targets.py            where spans and metrics go: --otlp and the OTEL_* variables
+     ├── export.py             span export: trace ids, provider, counting, bounded shutdown
+     ├── metrics.py            metric export and the GenAI client histograms
      └── span building
-          ├── tree.py          where a span hangs: session roots, traceparent, open spans
+          ├── tree.py          where a span hangs: session roots, traceparent, open
+          │                    spans, tool calls awaiting their results
           ├── spans.py         ExchangeSpan, ConnectionSpan and their phase spans
-          └── attributes.py    attribute names; values asked of the API modules (modeltap.apis)
+          ├── attributes.py    attribute values, asked of the API modules (modeltap.apis)
+          └── conventions.py   every name emitted, and the convention version followed
 
 Telemetry reads no request or response body by key: provider, OpenAI API type
 and content come from the API's module (:class:`modeltap.apis.contract.WireApi`),
@@ -37,10 +42,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from typing import Final
 
 from opentelemetry.util.re import parse_env_headers
 
 from modeltap.telemetry.export import SessionIdGenerator, SpanExport, SpanStats, session_trace_id
+from modeltap.telemetry.metrics import DEFAULT_EXPORT_INTERVAL, MetricExport
 from modeltap.telemetry.spans import ConnectionSpan, ExchangeSpan, open_connection, open_exchange
 from modeltap.telemetry.targets import (
     NO_ENDPOINT,
@@ -50,6 +57,9 @@ from modeltap.telemetry.targets import (
     resolve_export_target,
 )
 from modeltap.telemetry.tree import SpanTree, never_raises
+
+#: What the start-up and exit screens say of a signal that goes nowhere.
+NOT_EXPORTED: Final = "not exported"
 
 __all__ = [
     "ConnectionSpan",
@@ -66,9 +76,9 @@ __all__ = [
 class Telemetry:
     """Tracer setup and span building for one modeltap run.
 
-    Build it with :meth:`configure`. It owns a private ``TracerProvider`` (the
-    global one is never set, so an embedding process keeps its own) and works
-    as a no-op when no endpoint is configured.
+    Build it with :meth:`configure`. It owns a private ``TracerProvider`` and
+    ``MeterProvider`` (the global ones are never set, so an embedding process
+    keeps its own) and works as a no-op when no endpoint is configured.
     """
 
     def __init__(
@@ -82,9 +92,12 @@ class Telemetry:
         export_timeout: float = 3.0,
         shutdown_timeout: float = 5.0,
         max_queue_size: int = 2048,
+        metrics_target: ExportTarget | None = None,
+        metric_export_interval: float = DEFAULT_EXPORT_INTERVAL,
     ) -> None:
         """Prefer :meth:`configure`; this takes already resolved settings."""
         self.target = target
+        self.metrics_target = metrics_target
         self.capture_content = capture_content
         self.run_id = run_id
         self._shutdown_timeout = shutdown_timeout
@@ -100,11 +113,21 @@ class Telemetry:
                 export_timeout=export_timeout,
                 max_queue_size=max_queue_size,
             )
+        self._metrics: MetricExport | None = None
+        if metrics_target is not None:
+            self._metrics = MetricExport(
+                metrics_target,
+                service_name=service_name,
+                resource_attributes=resource_attributes or {},
+                export_timeout=export_timeout,
+                export_interval=metric_export_interval,
+            )
         self._tree = SpanTree(
             self._export.tracer if self._export is not None else None,
             ids,
             run_id=run_id,
             capture_content=capture_content,
+            metrics=self._metrics,
         )
 
     @classmethod
@@ -136,14 +159,27 @@ class Telemetry:
             max_queue_size: spans buffered before new ones are dropped.
 
         Returns:
-            A :class:`Telemetry`; a no-op one when there is no endpoint.
+            A :class:`Telemetry`; a no-op one when there is no endpoint. Spans
+            and metrics share the endpoint configuration (see
+            :func:`resolve_export_target`); ``OTEL_METRIC_EXPORT_INTERVAL``
+            (milliseconds) sets how often metrics are sent.
 
         Raises:
             ValueError: an unusable ``--otlp`` URL or OTLP variable.
         """
         if environ is None:
             environ = os.environ
-        target = resolve_export_target(otlp, environ)
+        target = resolve_export_target(otlp, environ, "traces")
+        metrics_target = resolve_export_target(otlp, environ, "metrics")
+        interval = env_value(environ, "OTEL_METRIC_EXPORT_INTERVAL")
+        try:
+            metric_export_interval = (
+                float(interval) / 1000 if interval is not None else DEFAULT_EXPORT_INTERVAL
+            )
+        except ValueError:
+            raise ValueError(
+                "OTEL_METRIC_EXPORT_INTERVAL must be a number of milliseconds"
+            ) from None
         if capture_content is None:
             capture_content = capture_content_from_env(environ)
         resource_attributes = parse_env_headers(
@@ -160,19 +196,25 @@ class Telemetry:
             export_timeout=export_timeout,
             shutdown_timeout=shutdown_timeout,
             max_queue_size=max_queue_size,
+            metrics_target=metrics_target,
+            metric_export_interval=max(0.1, metric_export_interval),
         )
 
     @property
     def enabled(self) -> bool:
-        """Whether spans are being made and exported (false without endpoint or after shutdown)."""
-        return self._tree.tracer is not None
+        """Whether spans or metrics are exported (false without endpoint or after shutdown)."""
+        return self._tree.tracer is not None or self._tree.metrics is not None
 
     def describe(self) -> str:
-        """One line for the start-up screen: where spans go."""
-        if self.target is None:
+        """One line for the start-up screen: where spans and metrics go."""
+        if self.target is None and self.metrics_target is None:
             return f"spans: {NO_ENDPOINT}"
+        spans = self.target.describe() if self.target is not None else NOT_EXPORTED
         capture = ", prompt and output content captured" if self.capture_content else ""
-        return f"spans: {self.target.describe()}{capture}"
+        metrics = (
+            self.metrics_target.describe() if self.metrics_target is not None else NOT_EXPORTED
+        )
+        return f"spans: {spans}{capture}; metrics: {metrics}"
 
     def stats(self) -> SpanStats:
         """Span counts so far (exact once :meth:`shutdown` returned)."""
@@ -188,8 +230,15 @@ class Telemetry:
         start_ns: int,
         transport: str = "http",
         parent: ConnectionSpan | None = None,
+        conversation_id: str | None = None,
+        provider: str | None = None,
+        upstream: str | None = None,
     ) -> ExchangeSpan:
-        """Open the span of one exchange (an HTTP request or a ``response.create``).
+        """Open one exchange (an HTTP request or a ``response.create``).
+
+        Its span starts at ``start_ns`` once :meth:`ExchangeSpan.audited` names
+        its model and settings (or :meth:`ExchangeSpan.finish` says it was
+        refused), so the sampling attributes are there at span creation.
 
         Args:
             session_id: the session (section 5); picks the trace.
@@ -198,6 +247,14 @@ class Telemetry:
             start_ns: when the request arrived (epoch ns).
             transport: ``http`` or ``websocket``.
             parent: the WebSocket connection this message came on.
+            conversation_id: the session when the user named it (the
+                ``x-modeltap-session`` header or ``--session``), for
+                ``gen_ai.conversation.id``; ``None`` for the run's or a
+                connection's implicit session.
+            provider: the exchange's ``gen_ai.provider.name``, when known
+                before its audit (a refusal's span then names it; once
+                audited, the record's ``provider`` is used).
+            upstream: where it goes, when known before its audit.
 
         Returns:
             The exchange's span; call :meth:`ExchangeSpan.finish` exactly once.
@@ -209,6 +266,9 @@ class Telemetry:
             start_ns=start_ns,
             transport=transport,
             parent=parent,
+            conversation_id=conversation_id,
+            provider=provider,
+            upstream=upstream,
         )
 
     def start_connection(
@@ -262,16 +322,22 @@ class Telemetry:
         session roots are ended at their last exchange's end. Safe to call twice.
 
         Returns:
-            One line for the exit screen, e.g.
-            ``spans: 12 exported, 0 dropped (OTLP/HTTP -> http://...)``.
+            One line for the exit screen, e.g. ``spans: 12 exported, 0 dropped
+            (OTLP/HTTP -> http://...); metrics: 2 exports, 0 failed (...)``.
         """
         if self._summary is not None:
             return self._summary
-        if self._export is None:
+        if self._export is None and self._metrics is None:
             self._summary = f"spans: {NO_ENDPOINT}"
             return self._summary
         deadline = time.monotonic() + self._shutdown_timeout
         # From here on new exchanges get no-op spans: nothing would export them.
         self._tree.stop(end_ns if end_ns is not None else time.time_ns())
-        self._summary = self._export.shutdown(deadline)
+        spans = (
+            self._export.shutdown(deadline) if self._export is not None else "spans: not exported"
+        )
+        metrics = f"metrics: {NOT_EXPORTED}"
+        if self._metrics is not None:
+            metrics = self._metrics.shutdown(deadline)
+        self._summary = f"{spans}; {metrics}"
         return self._summary

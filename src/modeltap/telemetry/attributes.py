@@ -1,79 +1,77 @@
-"""Span attributes: their names, and their values read from records and bodies.
+"""Span and metric attribute values, read from records, events and the API modules.
 
-Names come from opentelemetry-semantic-conventions where the installed version
-has them; the rest are spelled out exactly as SPEC section 5 lists them. The
-values that depend on an API (provider, OpenAI API type, message content) are
-asked of the API's module (:class:`modeltap.apis.contract.WireApi`): this
-module reads no body key itself, so a new wire needs nothing here.
+The names are :mod:`modeltap.telemetry.conventions`'; the values that depend
+on an API (provider, OpenAI API type, content, usage totals) are asked of the
+API's module (:class:`modeltap.apis.contract.WireApi`): nothing here reads a
+body by key, so a new wire needs nothing here.
 
-Content (prompts, outputs) is read only when content capture is on, and each
-value is bounded by :data:`CONTENT_LIMIT`.
+Rules of the conventions applied here, once for every API:
+
+- the sampling attributes (operation, provider, request model, ``server.*``)
+  are known when the span starts (:func:`start_attributes`);
+- ``gen_ai.request.stream`` only when the request streamed ("if unset, the
+  request is assumed to be non-streaming"); ``gen_ai.request.choice.count``
+  only when it is not 1; ``openai.request.service_tier`` only when it is not
+  ``auto``;
+- ``gen_ai.usage.input_tokens`` counts every input token, cached ones
+  included, and ``output_tokens`` every output token (the API module's
+  :meth:`~modeltap.apis.contract.WireApi.usage_totals`);
+- ``openai.*`` attributes only on spans whose provider is OpenAI (the provider
+  name "identifies the telemetry format flavor").
+
+Content (prompts, outputs) is read only when content capture is on; each
+value is cut to :data:`CONTENT_LIMIT` bytes of valid JSON, and the span's
+``modeltap.content.cut`` lists the attributes that were cut.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import orjson
-from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
-from opentelemetry.semconv._incubating.attributes import openai_attributes
-from opentelemetry.semconv.attributes import (
-    error_attributes,
-    http_attributes,
-    server_attributes,
-)
 
 from modeltap import apis
-from modeltap.records import Json
+from modeltap.apis.message_parts import bound_json
+from modeltap.records import (
+    AuditRecord,
+    Json,
+    RequestSettings,
+    ResponseEvent,
+    ResponseFacts,
+    ToolCall,
+    Usage,
+)
+from modeltap.telemetry import conventions as names
 
-# Constants come from opentelemetry-semantic-conventions where
-# the installed version has them; the GenAI conventions moved to their own
-# repository (semantic-conventions-genai) and renamed or added the ones below
-# after the installed package was cut, so they are spelled out here, exactly as
-# SPEC section 5 lists them.
+__all__ = [
+    "CONTENT_LIMIT",
+    "AttributeValue",
+    "Attributes",
+    "api_identity",
+    "content_attributes",
+    "content_values",
+    "cost_attributes",
+    "metric_attributes",
+    "output_attributes",
+    "provider_of",
+    "response_attributes",
+    "server_address",
+    "start_attributes",
+    "tool_attributes",
+    "usage_totals",
+]
 
-OPERATION_NAME: Final = gen_ai.GEN_AI_OPERATION_NAME
-PROVIDER_NAME: Final = gen_ai.GEN_AI_PROVIDER_NAME
-REQUEST_MODEL: Final = gen_ai.GEN_AI_REQUEST_MODEL
-REQUEST_STREAM: Final = gen_ai.GEN_AI_REQUEST_STREAM
-REQUEST_REASONING_LEVEL: Final = "gen_ai.request.reasoning.level"
-REQUEST_PREVIOUS_RESPONSE_ID: Final = "gen_ai.request.previous_response.id"
-RESPONSE_MODEL: Final = gen_ai.GEN_AI_RESPONSE_MODEL
-RESPONSE_ID: Final = gen_ai.GEN_AI_RESPONSE_ID
-RESPONSE_FINISH_REASONS: Final = gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
-RESPONSE_TIME_TO_FIRST_CHUNK: Final = gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
-USAGE_INPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_INPUT_TOKENS
-USAGE_OUTPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
-USAGE_CACHE_READ_INPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
-# Installed semconv still says "cache_creation"; the current GenAI conventions
-# (and the SPEC) say "cache_write".
-USAGE_CACHE_WRITE_INPUT_TOKENS: Final = "gen_ai.usage.cache_write.input_tokens"
-USAGE_REASONING_OUTPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS
-INPUT_MESSAGES: Final = gen_ai.GEN_AI_INPUT_MESSAGES
-OUTPUT_MESSAGES: Final = gen_ai.GEN_AI_OUTPUT_MESSAGES
-SYSTEM_INSTRUCTIONS: Final = gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS
-OPENAI_API_TYPE: Final = openai_attributes.OPENAI_API_TYPE
-SERVER_ADDRESS: Final = server_attributes.SERVER_ADDRESS
-SERVER_PORT: Final = server_attributes.SERVER_PORT
-HTTP_RESPONSE_STATUS_CODE: Final = http_attributes.HTTP_RESPONSE_STATUS_CODE
-ERROR_TYPE: Final = error_attributes.ERROR_TYPE
-
-MODELTAP_SEQ: Final = "modeltap.seq"
-MODELTAP_REQUEST_ID: Final = "modeltap.request_id"
-MODELTAP_SESSION_ID: Final = "modeltap.session_id"
-MODELTAP_RUN_ID: Final = "modeltap.run_id"
-MODELTAP_INSTRUCTIONS_SHA256: Final = "modeltap.instructions_sha256"
-MODELTAP_WS_CLOSE_CODE: Final = "modeltap.websocket.close_code"
-
-#: Every API modeltap audits is a chat-style generation; the current GenAI
-#: conventions use ``chat`` for OpenAI Responses as well as Chat Completions.
-OPERATION_CHAT: Final = "chat"
-
-#: error.type of spans still open when telemetry shut down (Ctrl-C mid-stream).
-ERROR_INTERRUPTED: Final = "modeltap.interrupted"
-#: Longest captured content per attribute; Jaeger struggles with huge tags.
+#: Longest captured content per attribute, in bytes; Jaeger struggles with huge tags.
 CONTENT_LIMIT: Final = 64 * 1024
+
+AttributeValue = str | int | float | bool | list[str]
+Attributes = dict[str, AttributeValue]
+
+
+def _present(values: dict[str, Any]) -> Attributes:
+    """The attributes whose value is known (``None`` means not set)."""
+    return {key: value for key, value in values.items() if value is not None}
 
 
 def server_address(upstream: str) -> tuple[str | None, int | None]:
@@ -88,22 +86,131 @@ def server_address(upstream: str) -> tuple[str | None, int | None]:
     return parts.hostname or None, port
 
 
-def api_identity(api: str) -> tuple[str | None, str | None]:
-    """The ``gen_ai.provider.name`` and ``openai.api.type`` of an API; ``None`` when unknown."""
+def api_identity(api: str | None) -> tuple[str | None, str | None]:
+    """The ``gen_ai.provider.name`` and ``openai.api.type`` of a wire; ``None`` when unknown."""
     module = apis.find(api)
     if module is None:
         return None, None
     return module.PROVIDER, module.OPENAI_API_TYPE
 
 
-def _clip(text: str) -> str:
-    if len(text) <= CONTENT_LIMIT:
-        return text
-    return text[:CONTENT_LIMIT] + f"... [truncated {len(text) - CONTENT_LIMIT} characters]"
+def provider_of(record: AuditRecord) -> str | None:
+    """``gen_ai.provider.name`` of an exchange: the route's real provider when
+    its record names one (a route's ``provider``, SPEC section 5), else the
+    provider of the wire's API module."""
+    return record.provider or api_identity(record.api)[0]
 
 
-def _json_text(value: object) -> str:
-    return _clip(orjson.dumps(value).decode())
+def _openai_flavoured(record: AuditRecord) -> bool:
+    """Whether the span carries ``openai.*`` attributes: an OpenAI wire to OpenAI."""
+    provider, api_type = api_identity(record.api)
+    return api_type is not None and provider_of(record) == provider == names.OPENAI_PROVIDER
+
+
+def usage_totals(api: str | None, usage: Usage) -> Usage:
+    """``usage`` as the conventions count it (see the API module's ``usage_totals``)."""
+    module = apis.find(api)
+    return module.usage_totals(usage) if module is not None else usage
+
+
+# --------------------------------------------------------------------------
+# The exchange span
+
+
+def start_attributes(
+    record: AuditRecord, settings: RequestSettings | None, conversation_id: str | None
+) -> Attributes:
+    """Every request attribute, known when the exchange span starts.
+
+    Args:
+        record: the audit record of the request.
+        settings: the generation settings it sent (``None``: not known).
+        conversation_id: the user-named session, for ``gen_ai.conversation.id``.
+    """
+    address, port = server_address(record.upstream)
+    openai = _openai_flavoured(record)
+    values: dict[str, Any] = {
+        names.OPERATION_NAME: names.OPERATION_CHAT,
+        names.PROVIDER_NAME: provider_of(record),
+        names.REQUEST_MODEL: record.model,
+        names.SERVER_ADDRESS: address,
+        names.SERVER_PORT: port,
+        names.CONVERSATION_ID: conversation_id,
+        names.REQUEST_STREAM: True if record.stream else None,
+        names.REQUEST_REASONING_LEVEL: record.reasoning_effort,
+        names.REQUEST_PREVIOUS_RESPONSE_ID: record.previous_response_id,
+        names.OPENAI_API_TYPE: api_identity(record.api)[1] if openai else None,
+        names.MODELTAP_SEQ: record.seq,
+        names.MODELTAP_REQUEST_ID: record.request_id,
+        names.MODELTAP_SESSION_ID: record.session_id,
+        names.MODELTAP_INSTRUCTIONS_SHA256: record.instructions_sha256,
+    }
+    if settings is not None:
+        values |= {
+            names.REQUEST_MAX_TOKENS: settings.max_tokens,
+            names.REQUEST_TEMPERATURE: settings.temperature,
+            names.REQUEST_TOP_P: settings.top_p,
+            names.REQUEST_TOP_K: settings.top_k,
+            names.REQUEST_STOP_SEQUENCES: (
+                list(settings.stop_sequences) if settings.stop_sequences is not None else None
+            ),
+            names.REQUEST_SEED: settings.seed,
+            names.REQUEST_FREQUENCY_PENALTY: settings.frequency_penalty,
+            names.REQUEST_PRESENCE_PENALTY: settings.presence_penalty,
+            names.REQUEST_CHOICE_COUNT: (
+                settings.choice_count if settings.choice_count != 1 else None
+            ),
+            names.OUTPUT_TYPE: settings.output_type,
+            names.OPENAI_REQUEST_SERVICE_TIER: (
+                settings.service_tier
+                if openai and settings.service_tier != names.SERVICE_TIER_AUTO
+                else None
+            ),
+        }
+    return _present(values)
+
+
+def response_attributes(
+    record: AuditRecord | None, response: ResponseEvent, observed: ResponseFacts | None
+) -> Attributes:
+    """What came back: response model and id, usage as the conventions count it,
+    finish reasons, the served tier and fingerprint (OpenAI), the cost estimate."""
+    usage = usage_totals(response.api, response.usage)
+    openai = record is not None and _openai_flavoured(record)
+    values: dict[str, Any] = {
+        names.RESPONSE_MODEL: response.model,
+        names.RESPONSE_ID: response.response_id,
+        names.USAGE_INPUT_TOKENS: usage.input_tokens,
+        names.USAGE_OUTPUT_TOKENS: usage.output_tokens,
+        names.USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_tokens,
+        names.USAGE_CACHE_WRITE_INPUT_TOKENS: usage.cache_write_tokens,
+        names.USAGE_REASONING_OUTPUT_TOKENS: usage.reasoning_tokens,
+        names.RESPONSE_FINISH_REASONS: (
+            list(response.finish_reasons) if response.finish_reasons is not None else None
+        ),
+    }
+    if openai and observed is not None:
+        values[names.OPENAI_RESPONSE_SERVICE_TIER] = observed.service_tier
+        values[names.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = observed.system_fingerprint
+    return _present(values) | cost_attributes(response)
+
+
+def cost_attributes(response: ResponseEvent) -> Attributes:
+    """``modeltap.cost.*``: the estimate (absent when unknown), its source, why none."""
+    cost = response.cost
+    if cost is None:
+        return {}
+    return _present(
+        {
+            names.MODELTAP_COST_ESTIMATE_USD: cost.estimate_usd,
+            names.MODELTAP_COST_SOURCE: cost.source,
+            names.MODELTAP_COST_NOTE: cost.note,
+        }
+    )
+
+
+# --------------------------------------------------------------------------
+# Content (only with content capture)
 
 
 def _parse_object(content: bytes) -> Json | None:
@@ -114,48 +221,93 @@ def _parse_object(content: bytes) -> Json | None:
     return value if isinstance(value, dict) else None
 
 
-def request_content(api: str, content: bytes) -> dict[str, str]:
-    """Content attributes of a request body: what the API's module reads from it.
+def content_values(values: dict[str, Any]) -> Attributes:
+    """Each known value as bounded JSON text; ``modeltap.content.cut`` names the cut ones."""
+    out: Attributes = {}
+    cut: list[str] = []
+    for key, value in values.items():
+        if value is None:
+            continue
+        text, was_cut = bound_json(value, CONTENT_LIMIT)
+        out[key] = text
+        if was_cut:
+            cut.append(key)
+    if cut:
+        out[names.MODELTAP_CONTENT_CUT] = cut
+    return out
 
-    A body that is not a JSON object is kept as text in ``gen_ai.input.messages``.
+
+def content_attributes(api: str, content: bytes) -> Attributes:
+    """The request's content attributes, in the conventions' shapes.
 
     Args:
         api: the record's ``api``.
-        content: the decoded request body.
+        content: the decoded request body (audited, so a JSON object).
 
     Returns:
-        ``gen_ai.input.messages`` and ``gen_ai.system_instructions``, each only
-        when the body carries it.
+        ``gen_ai.input.messages``, ``gen_ai.system_instructions`` and
+        ``gen_ai.tool.definitions``, each only when the body carries it.
     """
     body = _parse_object(content)
-    if body is None:
-        return {INPUT_MESSAGES: _clip(content.decode("utf-8", "replace"))}
     module = apis.find(api)
-    if module is None:
+    if body is None or module is None:
         return {}
     read = module.request_content(body)
-    attributes: dict[str, str] = {}
-    if read.input_messages is not None:
-        attributes[INPUT_MESSAGES] = _json_text(read.input_messages)
-    if read.system_instructions is not None:
-        attributes[SYSTEM_INSTRUCTIONS] = _json_text(read.system_instructions)
-    return attributes
+    return content_values(
+        {
+            names.INPUT_MESSAGES: read.input_messages,
+            names.SYSTEM_INSTRUCTIONS: read.system_instructions,
+            names.TOOL_DEFINITIONS: read.tool_definitions,
+        }
+    )
 
 
-def response_content(api: str | None, content: bytes) -> str:
-    """The ``gen_ai.output.messages`` value of a response body.
+def output_attributes(
+    api: str | None, content: bytes | None, observed: ResponseFacts | None
+) -> Attributes:
+    """``gen_ai.output.messages``: what the stream observer assembled, else what
+    the API's module reads off the JSON body. An error body holds no output."""
+    messages: list[Json] | None = observed.output_messages if observed is not None else None
+    if messages is None and content is not None:
+        body = _parse_object(content)
+        module = apis.find(api)
+        read = module.response_content(body) if body is not None and module is not None else None
+        messages = read.output_messages if read is not None else None
+    return content_values({names.OUTPUT_MESSAGES: messages})
 
-    A JSON body gives the output its API's module reads from it; a body the
-    module finds no output in (an error), or of an unknown API, is kept whole.
-    Anything else, such as a raw SSE stream, is kept as text.
 
-    Args:
-        api: the record's ``api``, or ``None`` when no record was written.
-        content: the decoded response body.
-    """
-    body = _parse_object(content)
-    if body is None:
-        return _clip(content.decode("utf-8", "replace"))
-    module = apis.find(api)
-    read = module.response_content(body) if module is not None else None
-    return _json_text(read.output_messages if read is not None else body)
+# --------------------------------------------------------------------------
+# Tool execution spans and metrics
+
+
+def tool_attributes(call: ToolCall, name: str) -> Attributes:
+    """The ``execute_tool`` span's attributes (arguments are content: not here)."""
+    return _present(
+        {
+            names.OPERATION_NAME: names.OPERATION_EXECUTE_TOOL,
+            names.TOOL_NAME: name,
+            names.TOOL_CALL_ID: call.call_id,
+            names.TOOL_TYPE: names.TOOL_TYPE_FUNCTION,
+        }
+    )
+
+
+def metric_attributes(
+    record: AuditRecord,
+    response: ResponseEvent | None,
+    observed: ResponseFacts | None,
+) -> Attributes:
+    """The GenAI metric attributes of an exchange (without ``error.type``)."""
+    address, port = server_address(record.upstream)
+    values: dict[str, Any] = {
+        names.OPERATION_NAME: names.OPERATION_CHAT,
+        names.PROVIDER_NAME: provider_of(record),
+        names.REQUEST_MODEL: record.model,
+        names.RESPONSE_MODEL: response.model if response is not None else None,
+        names.SERVER_ADDRESS: address,
+        names.SERVER_PORT: port,
+    }
+    if _openai_flavoured(record) and observed is not None:
+        values[names.OPENAI_RESPONSE_SERVICE_TIER] = observed.service_tier
+        values[names.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = observed.system_fingerprint
+    return _present(values)

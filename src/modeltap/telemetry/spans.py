@@ -8,6 +8,14 @@ where each span hangs: under its session's root span, under the client's
 addon calls is cheap and never raises
 (:func:`~modeltap.telemetry.tree.never_raises`): a span is never worth an
 exchange.
+
+An exchange's span starts when its audit record is written (stamped with the
+request's arrival): only then are the request model and settings known, and
+the conventions want the sampling attributes (operation, provider, request
+model, ``server.*``) at span creation, where a sampler sees them. A request
+refused before its audit gets its span when it is refused. Each finished
+exchange also records the GenAI metrics and hands its tool calls to the tree,
+which draws their ``execute_tool`` spans when the results come back.
 """
 
 from __future__ import annotations
@@ -15,42 +23,27 @@ from __future__ import annotations
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from modeltap.records import AuditRecord, ErrorEvent, ResponseEvent, redact_path
+from modeltap.records import (
+    AuditRecord,
+    ErrorEvent,
+    RequestSettings,
+    ResponseEvent,
+    ResponseFacts,
+    redact_path,
+)
+from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import (
-    ERROR_INTERRUPTED,
-    ERROR_TYPE,
-    HTTP_RESPONSE_STATUS_CODE,
-    MODELTAP_INSTRUCTIONS_SHA256,
-    MODELTAP_REQUEST_ID,
-    MODELTAP_SEQ,
-    MODELTAP_SESSION_ID,
-    MODELTAP_WS_CLOSE_CODE,
-    OPENAI_API_TYPE,
-    OPERATION_CHAT,
-    OPERATION_NAME,
-    OUTPUT_MESSAGES,
-    PROVIDER_NAME,
-    REQUEST_MODEL,
-    REQUEST_PREVIOUS_RESPONSE_ID,
-    REQUEST_REASONING_LEVEL,
-    REQUEST_STREAM,
-    RESPONSE_FINISH_REASONS,
-    RESPONSE_ID,
-    RESPONSE_MODEL,
-    RESPONSE_TIME_TO_FIRST_CHUNK,
-    SERVER_ADDRESS,
-    SERVER_PORT,
-    USAGE_CACHE_READ_INPUT_TOKENS,
-    USAGE_CACHE_WRITE_INPUT_TOKENS,
-    USAGE_INPUT_TOKENS,
-    USAGE_OUTPUT_TOKENS,
-    USAGE_REASONING_OUTPUT_TOKENS,
-    api_identity,
-    request_content,
-    response_content,
+    Attributes,
+    content_attributes,
+    metric_attributes,
+    output_attributes,
+    response_attributes,
     server_address,
+    start_attributes,
+    usage_totals,
 )
 from modeltap.telemetry.tree import SessionRoot, SpanTree, never_raises
 
@@ -69,31 +62,29 @@ def open_exchange(
     start_ns: int,
     transport: str,
     parent: ConnectionSpan | None,
+    conversation_id: str | None = None,
+    provider: str | None = None,
+    upstream: str | None = None,
 ) -> ExchangeSpan:
-    """Open the span of one exchange (see :meth:`~modeltap.telemetry.Telemetry.start_exchange`)."""
-    exchange = ExchangeSpan(tree, start_ns=start_ns, transport=transport)
-    if tree.tracer is not None:
-        _start_exchange_span(tree, exchange, session_id, traceparent, parent)
-    return exchange
+    """Open the exchange of one request (see :meth:`~modeltap.telemetry.Telemetry.start_exchange`).
 
-
-@never_raises
-def _start_exchange_span(
-    tree: SpanTree,
-    exchange: ExchangeSpan,
-    session_id: str,
-    traceparent: str | None,
-    parent: ConnectionSpan | None,
-) -> None:
-    exchange._span, exchange._root = tree.start_span(
-        OPERATION_CHAT,
+    Its span starts when the request is audited (or refused); until then the
+    exchange is only tracked, so shutdown can still end it.
+    """
+    exchange = ExchangeSpan(
+        tree,
         session_id=session_id,
         traceparent=traceparent,
-        parent=parent._span if parent is not None else None,
-        start_ns=exchange.start_ns,
-        attributes={OPERATION_NAME: OPERATION_CHAT, MODELTAP_SESSION_ID: session_id},
+        start_ns=start_ns,
+        transport=transport,
+        parent=parent,
+        conversation_id=conversation_id,
+        provider=provider,
+        upstream=upstream,
     )
-    tree.track(exchange)
+    if tree.tracer is not None or tree.metrics is not None:
+        tree.track(exchange)
+    return exchange
 
 
 def open_connection(
@@ -107,7 +98,7 @@ def open_connection(
 ) -> ConnectionSpan:
     """Open the span of one WebSocket connection (see
     :meth:`~modeltap.telemetry.Telemetry.start_connection`)."""
-    connection = ConnectionSpan(tree)
+    connection = ConnectionSpan(tree, session_id)
     if tree.tracer is not None:
         _start_connection_span(tree, connection, session_id, traceparent, start_ns, path, upstream)
     return connection
@@ -124,14 +115,14 @@ def _start_connection_span(
     upstream: str,
 ) -> None:
     address, port = server_address(upstream)
-    attributes: dict[str, str | int] = {MODELTAP_SESSION_ID: session_id}
+    attributes: Attributes = {names.MODELTAP_SESSION_ID: session_id}
     if address is not None:
-        attributes[SERVER_ADDRESS] = address
+        attributes[names.SERVER_ADDRESS] = address
     if port is not None:
-        attributes[SERVER_PORT] = port
+        attributes[names.SERVER_PORT] = port
     # The query string never goes into a span name (it is unbounded and
     # may carry a key); the path itself is redacted all the same.
-    connection._span, connection._root = tree.start_span(
+    connection._span, connection._root, _ = tree.start_span(
         f"websocket {redact_path(path).split('?', 1)[0]}",
         session_id=session_id,
         traceparent=traceparent,
@@ -154,10 +145,29 @@ class ExchangeSpan:
     timestamps handed in on the way.
     """
 
-    def __init__(self, tree: SpanTree, *, start_ns: int, transport: str) -> None:
+    def __init__(
+        self,
+        tree: SpanTree,
+        *,
+        session_id: str,
+        traceparent: str | None,
+        start_ns: int,
+        transport: str,
+        parent: ConnectionSpan | None,
+        conversation_id: str | None,
+        provider: str | None,
+        upstream: str | None,
+    ) -> None:
         self._tree = tree
         self._span: trace.Span | None = None
         self._root: SessionRoot | None = None
+        self._context: Context | None = None
+        self.session_id = session_id
+        self._traceparent = traceparent
+        self._parent = parent
+        self._conversation_id = conversation_id
+        self._provider = provider
+        self._upstream = upstream
         self.start_ns = start_ns
         self.transport = transport
         self.end_ns: int | None = None
@@ -166,6 +176,37 @@ class ExchangeSpan:
         self._first_byte_ns: int | None = None
         self._first_chunk_ns: int | None = None
 
+    def _start(self, name: str, attributes: Attributes) -> None:
+        """Start the span (once), with every attribute known now."""
+        if self._span is not None or self._tree.tracer is None:
+            return
+        parent = self._parent._span if self._parent is not None else None
+        self._span, self._root, self._context = self._tree.start_span(
+            name,
+            session_id=self.session_id,
+            traceparent=self._traceparent,
+            parent=parent,
+            start_ns=self.start_ns,
+            attributes=attributes,
+        )
+
+    def _early_attributes(self) -> Attributes:
+        """What is known of a request before its audit: operation, provider, server."""
+        attributes: Attributes = {
+            names.OPERATION_NAME: names.OPERATION_CHAT,
+            names.MODELTAP_SESSION_ID: self.session_id,
+        }
+        address, port = server_address(self._upstream) if self._upstream else (None, None)
+        for key, value in (
+            (names.PROVIDER_NAME, self._provider),
+            (names.SERVER_ADDRESS, address),
+            (names.SERVER_PORT, port),
+            (names.CONVERSATION_ID, self._conversation_id),
+        ):
+            if value is not None:
+                attributes[key] = value
+        return attributes
+
     @never_raises
     def audited(
         self,
@@ -173,41 +214,29 @@ class ExchangeSpan:
         content: bytes | None = None,
         *,
         forwarded_ns: int | None = None,
+        settings: RequestSettings | None = None,
     ) -> None:
-        """Name the span and set the request attributes from the audit record.
+        """Start the span with the request's attributes, from the audit record.
 
         Args:
             record: the record just written for this request.
             content: the decoded request body; used only with content capture.
             forwarded_ns: when the request went upstream (epoch ns); starts the
                 ``wait upstream`` phase. Default: the exchange's start.
+            settings: the generation settings the request sent (its facts').
         """
-        span = self._span
-        if span is None or self.end_ns is not None:
+        if self.end_ns is not None or self._record is not None:
             return
-        span.update_name(f"{OPERATION_CHAT} {record.model}")
-        address, port = server_address(record.upstream)
-        provider, openai_api_type = api_identity(record.api)
-        attributes: dict[str, str | int | bool | None] = {
-            PROVIDER_NAME: record.provider or provider,  # the route's real provider
-            REQUEST_MODEL: record.model,
-            REQUEST_STREAM: record.stream,
-            REQUEST_REASONING_LEVEL: record.reasoning_effort,
-            REQUEST_PREVIOUS_RESPONSE_ID: record.previous_response_id,
-            OPENAI_API_TYPE: openai_api_type,
-            SERVER_ADDRESS: address,
-            SERVER_PORT: port,
-            MODELTAP_SEQ: record.seq,
-            MODELTAP_REQUEST_ID: record.request_id,
-            MODELTAP_SESSION_ID: record.session_id,
-            MODELTAP_INSTRUCTIONS_SHA256: record.instructions_sha256,
-        }
-        span.set_attributes({key: value for key, value in attributes.items() if value is not None})
+        attributes = start_attributes(record, settings, self._conversation_id)
+        if content is not None and self._tree.capture_content:
+            attributes |= content_attributes(record.api, content)
         # Kept only once the record proved usable, so finish() can rely on it.
         self._record = record
         self._forwarded_ns = forwarded_ns
-        if content is not None and self._tree.capture_content:
-            span.set_attributes(request_content(record.api, content))
+        self._start(names.exchange_span_name(record.model), attributes)
+        # The results this request carries end the tools that produced them.
+        if record.tool_results:
+            self._tree.tools_answered(self.session_id, record.tool_results, self.start_ns)
 
     def upstream_first_byte(self, t_ns: int) -> None:
         """The upstream's first byte arrived: ``wait upstream`` ends, the rest begins."""
@@ -229,6 +258,7 @@ class ExchangeSpan:
         rejected_rule: str | None = None,
         status_code: int | None = None,
         content: bytes | None = None,
+        observed: ResponseFacts | None = None,
     ) -> None:
         """Set the outcome, build the phase spans and end the span. Only the first call counts.
 
@@ -239,12 +269,26 @@ class ExchangeSpan:
             rejected_rule: the refusal rule when modeltap refused the request.
             status_code: the HTTP status the client got (else ``response.status``).
             content: the decoded response body; used only with content capture.
+            observed: the observer's facts behind ``response`` (the served
+                service tier, system fingerprint, and with content capture a
+                streamed output in the conventions' shape).
 
         The span's status is ERROR, with ``error.type``, when the request was
         refused (the rule name), broke (``error.error``), the response failed
-        (``response.failed``) or the status is 4xx/5xx (the code).
+        (``response.failed``) or the status is 4xx/5xx (the code). A forwarded
+        exchange also records the GenAI metrics; the tool calls of its
+        response wait in the tree for their results.
         """
-        self._close(end_ns, response, error, rejected_rule, status_code, content, interrupted=False)
+        self._close(
+            end_ns,
+            response,
+            error,
+            rejected_rule,
+            status_code,
+            content,
+            observed,
+            interrupted=False,
+        )
 
     def _close(
         self,
@@ -254,69 +298,77 @@ class ExchangeSpan:
         rejected_rule: str | None,
         status_code: int | None,
         content: bytes | None,
+        observed: ResponseFacts | None,
         *,
-        interrupted: bool,
+        interrupted: bool = False,
     ) -> None:
-        span = self._span
-        if span is None or self.end_ns is not None:
+        if self.end_ns is not None:
             return
         self.end_ns = end_ns
+        if status_code is None and response is not None:
+            status_code = response.status
+        error_type = (
+            names.ERROR_INTERRUPTED
+            if interrupted
+            else _error_type(response, error, rejected_rule, status_code)
+        )
         try:
-            self._outcome(
-                span, end_ns, response, error, rejected_rule, status_code, content, interrupted
-            )
+            if self._record is not None:
+                self._measure(end_ns, response, observed, error_type)
+            if self._tree.tracer is not None:
+                self._start(names.OPERATION_CHAT, self._early_attributes())
+            span = self._span
+            if span is not None:
+                try:
+                    self._outcome(
+                        span,
+                        end_ns,
+                        response,
+                        rejected_rule,
+                        status_code,
+                        content,
+                        observed,
+                        error_type,
+                    )
+                finally:
+                    # Whatever went wrong above, the span ends.
+                    span.end(end_time=end_ns)
+            if response is not None and response.tool_calls and self._context is not None:
+                self._tree.tools_asked(
+                    self.session_id,
+                    response.tool_calls,
+                    asked_ns=end_ns,
+                    context=self._context,
+                    root=self._root,
+                )
         finally:
-            # Whatever went wrong above, the span ends and stops being tracked.
-            span.end(end_time=end_ns)
-            self._tree.untrack(self, self._root)
+            self._tree.untrack(self, self._root, self.session_id)
 
     def _outcome(
         self,
         span: trace.Span,
         end_ns: int,
         response: ResponseEvent | None,
-        error: ErrorEvent | None,
         rejected_rule: str | None,
         status_code: int | None,
         content: bytes | None,
-        interrupted: bool,
+        observed: ResponseFacts | None,
+        error_type: str | None,
     ) -> None:
         """Set the response attributes and status, and build the phase spans."""
-        attributes: dict[str, Any] = {}
-        if status_code is None and response is not None:
-            status_code = response.status
-        attributes[HTTP_RESPONSE_STATUS_CODE] = status_code
+        attributes: dict[str, Any] = {names.HTTP_RESPONSE_STATUS_CODE: status_code}
         if response is not None:
-            usage = response.usage
-            attributes |= {
-                RESPONSE_MODEL: response.model,
-                RESPONSE_ID: response.response_id,
-                USAGE_INPUT_TOKENS: usage.input_tokens,
-                USAGE_OUTPUT_TOKENS: usage.output_tokens,
-                USAGE_CACHE_READ_INPUT_TOKENS: usage.cache_read_tokens,
-                USAGE_CACHE_WRITE_INPUT_TOKENS: usage.cache_write_tokens,
-                USAGE_REASONING_OUTPUT_TOKENS: usage.reasoning_tokens,
-                RESPONSE_FINISH_REASONS: (
-                    list(response.finish_reasons) if response.finish_reasons is not None else None
-                ),
-            }
-        if self._first_chunk_ns is not None:
-            attributes[RESPONSE_TIME_TO_FIRST_CHUNK] = (self._first_chunk_ns - self.start_ns) / 1e9
-        elif response is not None and response.ttft_ms is not None:
-            attributes[RESPONSE_TIME_TO_FIRST_CHUNK] = response.ttft_ms / 1000.0
-
-        error_type = (
-            ERROR_INTERRUPTED
-            if interrupted
-            else self._error_type(response, error, rejected_rule, status_code)
-        )
-        attributes[ERROR_TYPE] = error_type
+            attributes |= response_attributes(self._record, response, observed)
+        ttfc = self._time_to_first_chunk(response)
+        if ttfc is not None and (self._streamed() or self._first_chunk_ns is not None):
+            attributes[names.RESPONSE_TIME_TO_FIRST_CHUNK] = ttfc
+        attributes[names.ERROR_TYPE] = error_type
         span.set_attributes({key: value for key, value in attributes.items() if value is not None})
         if self._first_chunk_ns is not None:
             span.add_event("first chunk", timestamp=self._first_chunk_ns)
-        if content is not None and self._tree.capture_content:
+        if self._tree.capture_content and (content is not None or observed is not None):
             api = self._record.api if self._record is not None else None
-            span.set_attribute(OUTPUT_MESSAGES, response_content(api, content))
+            span.set_attributes(output_attributes(api, content, observed))
         if error_type is not None:
             # The description is the error's class only: messages can hold
             # upstream text, and secrets must never reach a span.
@@ -324,22 +376,39 @@ class ExchangeSpan:
         if rejected_rule is None:
             self._phases(span, end_ns, error_type)
 
-    @staticmethod
-    def _error_type(
-        response: ResponseEvent | None,
-        error: ErrorEvent | None,
-        rejected_rule: str | None,
-        status_code: int | None,
-    ) -> str | None:
-        if rejected_rule is not None:
-            return rejected_rule
-        if error is not None:
-            return error.error
-        if response is not None and response.response_status == "failed":
-            return "response.failed"
-        if status_code is not None and status_code >= 400:
-            return str(status_code)
+    def _streamed(self) -> bool:
+        return self.transport == "websocket" or (self._record is not None and self._record.stream)
+
+    def _time_to_first_chunk(self, response: ResponseEvent | None) -> float | None:
+        """Seconds from the request to its first content chunk, if one came."""
+        if self._first_chunk_ns is not None:
+            return (self._first_chunk_ns - self.start_ns) / 1e9
+        if response is not None and response.ttft_ms is not None:
+            return response.ttft_ms / 1000.0
         return None
+
+    def _measure(
+        self,
+        end_ns: int,
+        response: ResponseEvent | None,
+        observed: ResponseFacts | None,
+        error_type: str | None,
+    ) -> None:
+        """Record the GenAI metrics of a forwarded exchange."""
+        metrics, record = self._tree.metrics, self._record
+        if metrics is None or record is None:
+            return
+        usage = usage_totals(record.api, response.usage) if response is not None else None
+        metrics.record_exchange(
+            metric_attributes(record, response, observed),
+            duration_s=(end_ns - self.start_ns) / 1e9,
+            error_type=error_type,
+            input_tokens=usage.input_tokens if usage is not None else None,
+            output_tokens=usage.output_tokens if usage is not None else None,
+            time_to_first_chunk_s=(
+                self._time_to_first_chunk(response) if self._streamed() else None
+            ),
+        )
 
     def _phases(self, span: trace.Span, end_ns: int, error_type: str | None) -> None:
         """Child spans for the phases: ``wait upstream``, then ``stream`` or ``receive``."""
@@ -355,10 +424,9 @@ class ExchangeSpan:
         if first_byte is None:
             phases.append(("wait upstream", wait_start, end_ns))
         else:
-            streamed = self._record.stream if self._record is not None else False
             phases.append(("wait upstream", wait_start, max(wait_start, first_byte)))
             phases.append(
-                ("stream" if streamed else "receive", first_byte, max(first_byte, end_ns))
+                ("stream" if self._streamed() else "receive", first_byte, max(first_byte, end_ns))
             )
         for index, (name, start, end) in enumerate(phases):
             phase = tracer.start_span(
@@ -372,16 +440,34 @@ class ExchangeSpan:
     def _interrupt(self, end_ns: int) -> None:
         """End a span left open at shutdown, marked ``modeltap.interrupted``."""
         end_ns = max(end_ns, self.start_ns)
-        self._close(end_ns, None, None, None, None, None, interrupted=True)
+        self._close(end_ns, None, None, None, None, None, None, interrupted=True)
+
+
+def _error_type(
+    response: ResponseEvent | None,
+    error: ErrorEvent | None,
+    rejected_rule: str | None,
+    status_code: int | None,
+) -> str | None:
+    if rejected_rule is not None:
+        return rejected_rule
+    if error is not None:
+        return error.error
+    if response is not None and response.response_status == "failed":
+        return "response.failed"
+    if status_code is not None and status_code >= 400:
+        return str(status_code)
+    return None
 
 
 class ConnectionSpan:
     """The span of one WebSocket connection; its messages' spans are its children."""
 
-    def __init__(self, tree: SpanTree) -> None:
+    def __init__(self, tree: SpanTree, session_id: str) -> None:
         self._tree = tree
         self._span: trace.Span | None = None
         self._root: SessionRoot | None = None
+        self.session_id = session_id
         self.end_ns: int | None = None
 
     @never_raises
@@ -399,13 +485,13 @@ class ConnectionSpan:
             return
         self.end_ns = end_ns
         if code is not None:
-            span.set_attribute(MODELTAP_WS_CLOSE_CODE, code)
+            span.set_attribute(names.MODELTAP_WS_CLOSE_CODE, code)
         if error is not None:
-            span.set_attribute(ERROR_TYPE, error)
+            span.set_attribute(names.ERROR_TYPE, error)
             span.set_status(Status(StatusCode.ERROR, error))
         span.end(end_time=end_ns)
-        self._tree.untrack(self, self._root)
+        self._tree.untrack(self, self._root, self.session_id)
 
     def _interrupt(self, end_ns: int) -> None:
         """End a connection left open at shutdown."""
-        self.finish(end_ns=end_ns, code=None, error=ERROR_INTERRUPTED)
+        self.finish(end_ns=end_ns, code=None, error=names.ERROR_INTERRUPTED)

@@ -1,8 +1,14 @@
-"""Where spans go: the OTLP target from ``--otlp`` or the ``OTEL_*`` variables.
+"""Where spans and metrics go: the OTLP targets from ``--otlp`` or the ``OTEL_*`` variables.
 
 Configuration only: these functions read a URL and an environment (a mapping,
 so tests hand in their own) and say what to export to, or why the setting
-cannot be used. Nothing here opens a connection.
+cannot be used. Nothing here opens a connection. Spans and metrics share one
+configuration, as the OpenTelemetry specification lays it out: the same
+``--otlp`` URL or ``OTEL_EXPORTER_OTLP_ENDPOINT`` serves both (``/v1/traces``
+and ``/v1/metrics`` over HTTP), and the per-signal variables
+(``OTEL_EXPORTER_OTLP_TRACES_*``, ``OTEL_EXPORTER_OTLP_METRICS_*``) override it
+for one. ``OTEL_TRACES_EXPORTER=none`` / ``OTEL_METRICS_EXPORTER=none`` turn
+one signal off.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ __all__ = [
     "NO_ENDPOINT",
     "ExportTarget",
     "OtlpProtocol",
+    "Signal",
     "capture_content_from_env",
     "env_value",
     "resolve_export_target",
@@ -28,17 +35,20 @@ _GRPC_PORT: Final = 4317
 NO_ENDPOINT: Final = "not exported (no OTLP endpoint; set --otlp or OTEL_EXPORTER_OTLP_ENDPOINT)"
 
 OtlpProtocol = Literal["http/protobuf", "grpc"]
+#: An OTLP signal modeltap exports.
+Signal = Literal["traces", "metrics"]
 
 
 @dataclass(frozen=True, slots=True)
 class ExportTarget:
-    """Where spans go.
+    """Where one signal (spans or metrics) goes.
 
     Attributes:
         protocol: ``"http/protobuf"`` or ``"grpc"``.
-        endpoint: for HTTP the full traces URL (``.../v1/traces``); for gRPC an
-            ``http://`` (plaintext) or ``https://`` (TLS) URL of the collector.
-        headers: extra export headers from ``OTEL_EXPORTER_OTLP[_TRACES]_HEADERS``
+        endpoint: for HTTP the full URL of the signal (``.../v1/traces``,
+            ``.../v1/metrics``); for gRPC an ``http://`` (plaintext) or
+            ``https://`` (TLS) URL of the collector.
+        headers: extra export headers from ``OTEL_EXPORTER_OTLP[_TRACES|_METRICS]_HEADERS``
             (collector credentials; never shown by :meth:`describe`).
     """
 
@@ -65,8 +75,10 @@ def env_value(environ: Mapping[str, str], name: str) -> str | None:
     return value or None
 
 
-def resolve_export_target(otlp: str | None, environ: Mapping[str, str]) -> ExportTarget | None:
-    """Decide where spans go, from ``--otlp`` or the standard variables.
+def resolve_export_target(
+    otlp: str | None, environ: Mapping[str, str], signal: Signal = "traces"
+) -> ExportTarget | None:
+    """Decide where one signal goes, from ``--otlp`` or the standard variables.
 
     The ``--otlp URL`` rule (the URL alone decides, ``OTEL_EXPORTER_OTLP_PROTOCOL``
     is ignored for it):
@@ -74,39 +86,49 @@ def resolve_export_target(otlp: str | None, environ: Mapping[str, str]) -> Expor
     - ``grpc://host:port`` -> OTLP/gRPC in plaintext; ``grpcs://`` -> gRPC over TLS;
     - ``http(s)://host:4317`` (the gRPC port) -> OTLP/gRPC, TLS for ``https``;
     - any other ``http(s)://`` URL -> OTLP/HTTP protobuf; a URL with no path gets
-      ``/v1/traces``, a URL with a path is used as given.
+      ``/v1/traces`` (metrics: ``/v1/metrics``), a URL with a path is the traces
+      URL as given, and metrics go beside it when it ends in ``/v1/traces``
+      (else, with no way to know where, nowhere: set
+      ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``).
 
     Without ``--otlp`` the OpenTelemetry variables apply as the specification
-    says: ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``
-    (``http/protobuf`` by default, or ``grpc``); ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``
-    is used as given, ``OTEL_EXPORTER_OTLP_ENDPOINT`` gets ``/v1/traces`` appended
-    for HTTP. For gRPC an endpoint without a scheme is plaintext when
-    ``OTEL_EXPORTER_OTLP[_TRACES]_INSECURE=true``, else TLS.
+    says, per signal (``TRACES`` or ``METRICS``):
+    ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``
+    (``http/protobuf`` by default, or ``grpc``); ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``
+    is used as given, ``OTEL_EXPORTER_OTLP_ENDPOINT`` gets ``/v1/traces`` or
+    ``/v1/metrics`` appended for HTTP. For gRPC an endpoint without a scheme is
+    plaintext when ``OTEL_EXPORTER_OTLP[_<SIGNAL>]_INSECURE=true``, else TLS.
+    ``OTEL_TRACES_EXPORTER=none`` (``OTEL_METRICS_EXPORTER=none``) turns the
+    signal off whatever else is set.
 
     Args:
         otlp: the ``--otlp`` value, or ``None``.
         environ: the process environment (or a stand-in).
+        signal: ``"traces"`` or ``"metrics"``.
 
     Returns:
-        The target, or ``None`` when no endpoint is configured (no export).
+        The target, or ``None`` when the signal is not exported.
 
     Raises:
         ValueError: the URL or protocol cannot be used (the message names the
             setting and what is accepted, so the addon can show it as is).
     """
+    upper = signal.upper()
+    if (env_value(environ, f"OTEL_{upper}_EXPORTER") or "").lower() == "none":
+        return None
     headers = tuple(
         parse_env_headers(
-            env_value(environ, "OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+            env_value(environ, f"OTEL_EXPORTER_OTLP_{upper}_HEADERS")
             or env_value(environ, "OTEL_EXPORTER_OTLP_HEADERS")
             or "",
             liberal=True,
         ).items()
     )
     if otlp is not None and otlp.strip():
-        return _target_from_url(otlp.strip(), headers)
+        return _target_from_url(otlp.strip(), headers, signal)
 
     protocol = (
-        env_value(environ, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        env_value(environ, f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL")
         or env_value(environ, "OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
     )
@@ -115,7 +137,7 @@ def resolve_export_target(otlp: str | None, environ: Mapping[str, str]) -> Expor
             f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported; "
             "use 'http/protobuf' or 'grpc'"
         )
-    signal_endpoint = env_value(environ, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    signal_endpoint = env_value(environ, f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT")
     base_endpoint = env_value(environ, "OTEL_EXPORTER_OTLP_ENDPOINT")
     if signal_endpoint is None and base_endpoint is None:
         return None
@@ -124,7 +146,7 @@ def resolve_export_target(otlp: str | None, environ: Mapping[str, str]) -> Expor
         endpoint = signal_endpoint or base_endpoint or ""
         if "://" not in endpoint:
             insecure = (
-                env_value(environ, "OTEL_EXPORTER_OTLP_TRACES_INSECURE")
+                env_value(environ, f"OTEL_EXPORTER_OTLP_{upper}_INSECURE")
                 or env_value(environ, "OTEL_EXPORTER_OTLP_INSECURE")
                 or "false"
             ).lower() == "true"
@@ -135,7 +157,7 @@ def resolve_export_target(otlp: str | None, environ: Mapping[str, str]) -> Expor
     if signal_endpoint is not None:
         endpoint = signal_endpoint
     else:
-        endpoint = (base_endpoint or "").rstrip("/") + "/v1/traces"
+        endpoint = (base_endpoint or "").rstrip("/") + f"/v1/{signal}"
     _require_host(endpoint, "OTEL_EXPORTER_OTLP_ENDPOINT", ("http", "https"))
     return ExportTarget("http/protobuf", endpoint, headers)
 
@@ -151,7 +173,9 @@ def _require_host(url: str, setting: str, schemes: tuple[str, ...]) -> None:
         raise ValueError(f"{setting} must be a URL such as {accepted}")
 
 
-def _target_from_url(url: str, headers: tuple[tuple[str, str], ...]) -> ExportTarget:
+def _target_from_url(
+    url: str, headers: tuple[tuple[str, str], ...], signal: Signal
+) -> ExportTarget | None:
     _require_host(url, "--otlp", ("http", "https", "grpc", "grpcs"))
     parts = urlsplit(url)
     if parts.scheme in ("grpc", "grpcs"):
@@ -160,8 +184,15 @@ def _target_from_url(url: str, headers: tuple[tuple[str, str], ...]) -> ExportTa
     if parts.port == _GRPC_PORT:
         return ExportTarget("grpc", urlunsplit((parts.scheme, parts.netloc, "", "", "")), headers)
     if parts.path in ("", "/"):
-        url = urlunsplit(parts._replace(path="/v1/traces"))
-    return ExportTarget("http/protobuf", url, headers)
+        return ExportTarget(
+            "http/protobuf", urlunsplit(parts._replace(path=f"/v1/{signal}")), headers
+        )
+    if signal == "traces":
+        return ExportTarget("http/protobuf", url, headers)
+    if parts.path.endswith("/v1/traces"):
+        path = parts.path[: -len("/v1/traces")] + "/v1/metrics"
+        return ExportTarget("http/protobuf", urlunsplit(parts._replace(path=path)), headers)
+    return None
 
 
 def capture_content_from_env(environ: Mapping[str, str]) -> bool:

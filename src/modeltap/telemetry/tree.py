@@ -15,6 +15,14 @@ without their parent.
 When the client sends ``traceparent``, a span becomes a child of that remote
 context instead, so it sits in the agent's own trace; no session root is made
 for it.
+
+The tree also keeps each session's tool calls that await their result: a call
+the model asked for (a response's ``tool_calls``) becomes an ``execute_tool``
+span once a later request of the session carries its result, from the end of
+the response that asked to the arrival of that request (the agent's own time
+running the tool), beside the exchanges in the waterfall. A call never
+answered ends with its session, ``modeltap.tool.result_seen`` false. At most
+:data:`MAX_PENDING_TOOLS` calls wait per session, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -31,10 +39,18 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from modeltap.telemetry.attributes import MODELTAP_RUN_ID, MODELTAP_SESSION_ID
+from modeltap.apis.message_parts import json_value
+from modeltap.coverage import qualified_tool_name
+from modeltap.records import ToolCall, ToolResult
+from modeltap.telemetry import conventions as names
+from modeltap.telemetry.attributes import Attributes, content_values, tool_attributes
 from modeltap.telemetry.export import SessionIdGenerator, session_trace_id_int
+from modeltap.telemetry.metrics import MetricExport
 
-__all__ = ["SessionRoot", "SpanTree", "never_raises"]
+__all__ = ["MAX_PENDING_TOOLS", "SessionRoot", "SpanTree", "never_raises"]
+
+#: Tool calls one session may have waiting for their result; more are not drawn.
+MAX_PENDING_TOOLS = 1024
 
 _logger = logging.getLogger("modeltap.telemetry")
 
@@ -88,6 +104,24 @@ class _Open(Protocol):
     def _interrupt(self, end_ns: int) -> None: ...
 
 
+@dataclass(slots=True)
+class _AskedTool:
+    """A tool call awaiting its result: where and when its span starts."""
+
+    call: ToolCall
+    asked_ns: int
+    context: Context
+    root: SessionRoot | None
+
+
+@dataclass(slots=True)
+class _SessionTools:
+    """One session's tool calls awaiting results, and when its last span ended."""
+
+    pending: dict[str, _AskedTool]
+    last_end_ns: int
+
+
 class SpanTree:
     """Where each span of a run hangs, and which spans are still open.
 
@@ -97,6 +131,7 @@ class SpanTree:
             trace id through it.
         run_id: the run's id, part of each session's trace id.
         capture_content: whether prompts and outputs go into spans.
+        metrics: the run's metrics, or ``None`` when they are not exported.
     """
 
     def __init__(
@@ -106,14 +141,17 @@ class SpanTree:
         *,
         run_id: str,
         capture_content: bool,
+        metrics: MetricExport | None = None,
     ) -> None:
         self.tracer = tracer
+        self.metrics = metrics
         self.run_id = run_id
         self.capture_content = capture_content
         self._ids = ids
         self._lock = threading.Lock()
         self._sessions: dict[str, SessionRoot] = {}
         self._open: dict[int, _Open] = {}
+        self._tools: dict[str, _SessionTools] = {}
 
     def start_span(
         self,
@@ -123,13 +161,14 @@ class SpanTree:
         traceparent: str | None,
         parent: trace.Span | None,
         start_ns: int,
-        attributes: dict[str, str | int],
-    ) -> tuple[trace.Span, SessionRoot | None]:
+        attributes: Attributes,
+    ) -> tuple[trace.Span, SessionRoot | None, Context]:
         """Start a CLIENT span under ``parent``, else the client's trace, else the session root.
 
         Returns:
-            The span, and the session root it hangs under (``None`` when it
-            hangs elsewhere).
+            The span, the session root it hangs under (``None`` when it hangs
+            elsewhere), and the context it hangs in (its tool calls' spans
+            hang there too).
         """
         assert self.tracer is not None
         root: SessionRoot | None = None
@@ -140,7 +179,7 @@ class SpanTree:
         span = self.tracer.start_span(
             name, context=context, kind=SpanKind.CLIENT, attributes=attributes, start_time=start_ns
         )
-        return span, root
+        return span, root, context
 
     def _session_root(self, session_id: str, start_ns: int) -> SessionRoot:
         assert self.tracer is not None
@@ -154,9 +193,12 @@ class SpanTree:
                     f"session {session_id}",
                     context=Context(),
                     kind=SpanKind.INTERNAL,
-                    attributes={MODELTAP_SESSION_ID: session_id, MODELTAP_RUN_ID: self.run_id}
+                    attributes={
+                        names.MODELTAP_SESSION_ID: session_id,
+                        names.MODELTAP_RUN_ID: self.run_id,
+                    }
                     if self.run_id
-                    else {MODELTAP_SESSION_ID: session_id},
+                    else {names.MODELTAP_SESSION_ID: session_id},
                     start_time=start_ns,
                 )
             finally:
@@ -179,15 +221,101 @@ class SpanTree:
         with self._lock:
             self._open[id(span)] = span
 
-    def untrack(self, span: _Open, root: SessionRoot | None) -> None:
-        """``span`` ended: forget it, and move its session root's end past it."""
+    def untrack(self, span: _Open, root: SessionRoot | None, session_id: str | None = None) -> None:
+        """``span`` ended: forget it, and move its session's (and root's) end past it."""
+        end_ns = span.end_ns or 0
         with self._lock:
             self._open.pop(id(span), None)
             if root is not None:
-                root.last_end_ns = max(root.last_end_ns, span.end_ns or 0)
+                root.last_end_ns = max(root.last_end_ns, end_ns)
+            tools = self._tools.get(session_id) if session_id is not None else None
+            if tools is not None:
+                tools.last_end_ns = max(tools.last_end_ns, end_ns)
+
+    # ------------------------------------------------------------------ tool calls
+
+    def tools_asked(
+        self,
+        session_id: str,
+        calls: tuple[ToolCall, ...],
+        *,
+        asked_ns: int,
+        context: Context,
+        root: SessionRoot | None,
+    ) -> None:
+        """A response that ended at ``asked_ns`` asked for ``calls``: await their results.
+
+        A call without an id cannot be paired with its result and is not drawn.
+        """
+        with self._lock:
+            tools = self._tools.setdefault(session_id, _SessionTools({}, asked_ns))
+            tools.last_end_ns = max(tools.last_end_ns, asked_ns)
+            for call in calls:
+                if call.call_id is None or call.call_id in tools.pending:
+                    continue
+                if len(tools.pending) >= MAX_PENDING_TOOLS:
+                    break
+                tools.pending[call.call_id] = _AskedTool(call, asked_ns, context, root)
+
+    def tools_answered(
+        self, session_id: str, results: tuple[ToolResult, ...], arrived_ns: int
+    ) -> None:
+        """A request that arrived at ``arrived_ns`` carries ``results``: draw their tools' spans."""
+        answered: list[tuple[_AskedTool, ToolResult]] = []
+        with self._lock:
+            tools = self._tools.get(session_id)
+            if tools is None:
+                return
+            for result in results:
+                asked = tools.pending.pop(result.call_id, None) if result.call_id else None
+                if asked is not None:
+                    answered.append((asked, result))
+        for asked, result in answered:
+            self._tool_span(asked, max(asked.asked_ns, arrived_ns), result)
+
+    def _tool_span(self, asked: _AskedTool, end_ns: int, result: ToolResult | None) -> None:
+        """One ``execute_tool`` span: answered (``result``) or ended with its session."""
+        tracer = self.tracer
+        if tracer is None:
+            return
+        name = qualified_tool_name(asked.call)
+        attributes = tool_attributes(asked.call, name or "")
+        attributes[names.MODELTAP_TOOL_RESULT_SEEN] = result is not None
+        if result is not None:
+            attributes[names.MODELTAP_TOOL_RESULT_BYTES] = result.bytes
+        if self.capture_content and asked.call.arguments is not None:
+            arguments = json_value(asked.call.arguments)
+            attributes |= content_values({names.TOOL_CALL_ARGUMENTS: arguments})
+        span = tracer.start_span(
+            names.tool_span_name(name),
+            context=asked.context,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            start_time=asked.asked_ns,
+        )
+        span.end(end_time=end_ns)
+        if asked.root is not None:
+            with self._lock:
+                asked.root.last_end_ns = max(asked.root.last_end_ns, end_ns)
+
+    def _end_unanswered(self, session_id: str, end_ns: int | None) -> None:
+        """End the session's calls that never got a result, at ``end_ns`` or its last span."""
+        with self._lock:
+            tools = self._tools.pop(session_id, None)
+        if tools is None:
+            return
+        for asked in tools.pending.values():
+            end = end_ns if end_ns is not None else tools.last_end_ns
+            if asked.root is not None and end_ns is None:
+                end = max(end, asked.root.last_end_ns)
+            self._tool_span(asked, max(asked.asked_ns, end), None)
 
     def end_session(self, session_id: str, end_ns: int | None) -> None:
-        """End a session's root span (see :meth:`~modeltap.telemetry.Telemetry.end_session`)."""
+        """End a session's root span (see :meth:`~modeltap.telemetry.Telemetry.end_session`).
+
+        Its tool calls still awaiting a result end first, with the session.
+        """
+        self._end_unanswered(session_id, end_ns)
         with self._lock:
             root = self._sessions.get(session_id)
             if root is None or root.ended:
@@ -206,6 +334,7 @@ class SpanTree:
         """
         self._end_leftovers(end_ns)
         self.tracer = None
+        self.metrics = None
 
     @never_raises
     def _end_leftovers(self, end_ns: int) -> None:
@@ -213,6 +342,10 @@ class SpanTree:
             leftovers = list(self._open.values())
         for span in leftovers:
             span._interrupt(end_ns)
+        with self._lock:
+            waiting = list(self._tools)
+        for session_id in waiting:
+            self._end_unanswered(session_id, None)
         with self._lock:
             roots = [root for root in self._sessions.values() if not root.ended]
             for root in roots:

@@ -113,7 +113,7 @@
     if (c === null) return null;
     if (typeof c === 'number') return '$' + money(c) + ' (estimate)';
     if (typeof c === 'object') {
-      var keys = ['total', 'total_usd', 'usd', 'amount', 'estimate', 'value'];
+      var keys = ['estimate_usd', 'total', 'total_usd', 'usd', 'amount', 'estimate', 'value'];
       for (var i = 0; i < keys.length; i++) {
         if (Object.prototype.hasOwnProperty.call(c, keys[i])) {
           var v = c[keys[i]];

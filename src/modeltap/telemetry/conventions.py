@@ -1,0 +1,191 @@
+"""Every OpenTelemetry name modeltap emits, and which convention text each follows.
+
+The GenAI semantic conventions are at Development stability and their names
+still move, so this module is the one place that spells them: a rename is one
+edit here, and nothing else in modeltap writes a span, attribute or metric
+name.
+
+**Version followed: semantic-conventions v1.41.1** (2026-05-11), the last
+release that carries the GenAI conventions. They have since moved to their
+own repository (open-telemetry/semantic-conventions-genai), which has not cut
+a release (its main is ``1.42.0-dev``); the installed
+``opentelemetry-semantic-conventions`` constants are the v1.41.1 text and are
+used wherever they exist. Metrics follow v1.41.1 exactly, so their meter
+carries its schema URL (:data:`METRICS_SCHEMA_URL`); the newer repository
+replaces ``gen_ai.client.token.usage`` with token counters, unreleased.
+
+Three span attribute names are not in v1.41.1 and are spelled as SPEC section
+5 and semantic-conventions-genai main spell them:
+
+- ``gen_ai.usage.cache_write.input_tokens``: v1.41.1 calls it
+  ``gen_ai.usage.cache_creation.input_tokens``; semantic-conventions-genai
+  renamed it (#440). One edit of :data:`USAGE_CACHE_WRITE_INPUT_TOKENS`
+  follows either.
+- ``gen_ai.request.reasoning.level`` and ``gen_ai.request.previous_response.id``:
+  no name in v1.41.1.
+
+Names of modeltap's own (``modeltap.*``) are for what the conventions have no
+name for: the audit record's links, cost estimates, content cuts, tool results.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv._incubating.attributes import openai_attributes
+from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
+from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
+
+#: The release whose text the names follow (see the module docstring).
+CONVENTIONS_VERSION: Final = "1.41.1"
+#: Schema URL of the metrics, which follow that release exactly.
+METRICS_SCHEMA_URL: Final = f"https://opentelemetry.io/schemas/{CONVENTIONS_VERSION}"
+
+# --------------------------------------------------------------------------
+# Span attributes: the exchange (inference) span
+
+OPERATION_NAME: Final = gen_ai.GEN_AI_OPERATION_NAME
+PROVIDER_NAME: Final = gen_ai.GEN_AI_PROVIDER_NAME
+CONVERSATION_ID: Final = gen_ai.GEN_AI_CONVERSATION_ID
+REQUEST_MODEL: Final = gen_ai.GEN_AI_REQUEST_MODEL
+REQUEST_STREAM: Final = gen_ai.GEN_AI_REQUEST_STREAM
+REQUEST_MAX_TOKENS: Final = gen_ai.GEN_AI_REQUEST_MAX_TOKENS
+REQUEST_TEMPERATURE: Final = gen_ai.GEN_AI_REQUEST_TEMPERATURE
+REQUEST_TOP_P: Final = gen_ai.GEN_AI_REQUEST_TOP_P
+REQUEST_TOP_K: Final = gen_ai.GEN_AI_REQUEST_TOP_K
+REQUEST_STOP_SEQUENCES: Final = gen_ai.GEN_AI_REQUEST_STOP_SEQUENCES
+REQUEST_SEED: Final = gen_ai.GEN_AI_REQUEST_SEED
+REQUEST_FREQUENCY_PENALTY: Final = gen_ai.GEN_AI_REQUEST_FREQUENCY_PENALTY
+REQUEST_PRESENCE_PENALTY: Final = gen_ai.GEN_AI_REQUEST_PRESENCE_PENALTY
+REQUEST_CHOICE_COUNT: Final = gen_ai.GEN_AI_REQUEST_CHOICE_COUNT
+REQUEST_REASONING_LEVEL: Final = "gen_ai.request.reasoning.level"
+REQUEST_PREVIOUS_RESPONSE_ID: Final = "gen_ai.request.previous_response.id"
+OUTPUT_TYPE: Final = gen_ai.GEN_AI_OUTPUT_TYPE
+RESPONSE_MODEL: Final = gen_ai.GEN_AI_RESPONSE_MODEL
+RESPONSE_ID: Final = gen_ai.GEN_AI_RESPONSE_ID
+RESPONSE_FINISH_REASONS: Final = gen_ai.GEN_AI_RESPONSE_FINISH_REASONS
+RESPONSE_TIME_TO_FIRST_CHUNK: Final = gen_ai.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK
+USAGE_INPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_INPUT_TOKENS
+USAGE_OUTPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS
+USAGE_CACHE_READ_INPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS
+USAGE_CACHE_WRITE_INPUT_TOKENS: Final = "gen_ai.usage.cache_write.input_tokens"
+USAGE_REASONING_OUTPUT_TOKENS: Final = gen_ai.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS
+INPUT_MESSAGES: Final = gen_ai.GEN_AI_INPUT_MESSAGES
+OUTPUT_MESSAGES: Final = gen_ai.GEN_AI_OUTPUT_MESSAGES
+SYSTEM_INSTRUCTIONS: Final = gen_ai.GEN_AI_SYSTEM_INSTRUCTIONS
+TOOL_DEFINITIONS: Final = gen_ai.GEN_AI_TOOL_DEFINITIONS
+OPENAI_API_TYPE: Final = openai_attributes.OPENAI_API_TYPE
+OPENAI_REQUEST_SERVICE_TIER: Final = openai_attributes.OPENAI_REQUEST_SERVICE_TIER
+OPENAI_RESPONSE_SERVICE_TIER: Final = openai_attributes.OPENAI_RESPONSE_SERVICE_TIER
+OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = openai_attributes.OPENAI_RESPONSE_SYSTEM_FINGERPRINT
+SERVER_ADDRESS: Final = server_attributes.SERVER_ADDRESS
+SERVER_PORT: Final = server_attributes.SERVER_PORT
+HTTP_RESPONSE_STATUS_CODE: Final = http_attributes.HTTP_RESPONSE_STATUS_CODE
+ERROR_TYPE: Final = error_attributes.ERROR_TYPE
+
+# --------------------------------------------------------------------------
+# Span attributes: the tool execution span
+
+TOOL_NAME: Final = gen_ai.GEN_AI_TOOL_NAME
+TOOL_CALL_ID: Final = gen_ai.GEN_AI_TOOL_CALL_ID
+TOOL_TYPE: Final = gen_ai.GEN_AI_TOOL_TYPE
+TOOL_CALL_ARGUMENTS: Final = gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
+
+# --------------------------------------------------------------------------
+# Values
+
+#: Every API modeltap audits is a chat-style generation; the conventions use
+#: ``chat`` for OpenAI Responses as well as Chat Completions and Anthropic.
+OPERATION_CHAT: Final = gen_ai.GenAiOperationNameValues.CHAT.value
+OPERATION_EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
+#: ``gen_ai.tool.type`` of every call modeltap sees: the model asks, the
+#: client runs it ("a tool executed on the client-side").
+TOOL_TYPE_FUNCTION: Final = "function"
+TOKEN_TYPE: Final = gen_ai.GEN_AI_TOKEN_TYPE
+TOKEN_TYPE_INPUT: Final = gen_ai.GenAiTokenTypeValues.INPUT.value
+TOKEN_TYPE_OUTPUT: Final = gen_ai.GenAiTokenTypeValues.OUTPUT.value
+#: The request service tier that is not reported (``openai.request.service_tier``
+#: is conditionally required "if the request includes a service_tier and the
+#: value is not 'auto'").
+SERVICE_TIER_AUTO: Final = "auto"
+#: The providers whose spans carry ``openai.*`` attributes.
+OPENAI_PROVIDER: Final = "openai"
+
+
+def exchange_span_name(model: str | None) -> str:
+    """``{gen_ai.operation.name} {gen_ai.request.model}``, or the operation alone."""
+    return f"{OPERATION_CHAT} {model}" if model else OPERATION_CHAT
+
+
+def tool_span_name(tool: str | None) -> str:
+    """``execute_tool {gen_ai.tool.name}``, or the operation alone."""
+    return f"{OPERATION_EXECUTE_TOOL} {tool}" if tool else OPERATION_EXECUTE_TOOL
+
+
+# --------------------------------------------------------------------------
+# modeltap's own
+
+MODELTAP_SEQ: Final = "modeltap.seq"
+MODELTAP_REQUEST_ID: Final = "modeltap.request_id"
+MODELTAP_SESSION_ID: Final = "modeltap.session_id"
+MODELTAP_RUN_ID: Final = "modeltap.run_id"
+MODELTAP_INSTRUCTIONS_SHA256: Final = "modeltap.instructions_sha256"
+MODELTAP_WS_CLOSE_CODE: Final = "modeltap.websocket.close_code"
+#: The estimated price of an exchange in US dollars (absent when unknown).
+MODELTAP_COST_ESTIMATE_USD: Final = "modeltap.cost.estimate_usd"
+#: Where the estimate comes from (``genai-prices 0.2.3``), or why there is none.
+MODELTAP_COST_SOURCE: Final = "modeltap.cost.source"
+MODELTAP_COST_NOTE: Final = "modeltap.cost.note"
+#: The content attributes that were cut to fit (their text says how much).
+MODELTAP_CONTENT_CUT: Final = "modeltap.content.cut"
+#: On an ``execute_tool`` span: whether a later request carried the result.
+MODELTAP_TOOL_RESULT_SEEN: Final = "modeltap.tool.result_seen"
+#: On an ``execute_tool`` span: the result's size as sent, in bytes.
+MODELTAP_TOOL_RESULT_BYTES: Final = "modeltap.tool.result_bytes"
+#: error.type of spans still open when telemetry shut down (Ctrl-C mid-stream).
+ERROR_INTERRUPTED: Final = "modeltap.interrupted"
+
+# --------------------------------------------------------------------------
+# Metrics (v1.41.1, gen-ai-metrics.md)
+
+METRIC_OPERATION_DURATION: Final = gen_ai_metrics.GEN_AI_CLIENT_OPERATION_DURATION
+METRIC_TOKEN_USAGE: Final = gen_ai_metrics.GEN_AI_CLIENT_TOKEN_USAGE
+METRIC_TIME_TO_FIRST_CHUNK: Final = gen_ai_metrics.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK
+UNIT_SECONDS: Final = "s"
+UNIT_TOKENS: Final = "{token}"
+#: ExplicitBucketBoundaries of ``gen_ai.client.operation.duration`` and
+#: ``gen_ai.client.operation.time_to_first_chunk``.
+SECONDS_BUCKETS: Final = (
+    0.01,
+    0.02,
+    0.04,
+    0.08,
+    0.16,
+    0.32,
+    0.64,
+    1.28,
+    2.56,
+    5.12,
+    10.24,
+    20.48,
+    40.96,
+    81.92,
+)
+#: ExplicitBucketBoundaries of ``gen_ai.client.token.usage``.
+TOKEN_BUCKETS: Final = (
+    1,
+    4,
+    16,
+    64,
+    256,
+    1024,
+    4096,
+    16384,
+    65536,
+    262144,
+    1048576,
+    4194304,
+    16777216,
+    67108864,
+)
