@@ -1,22 +1,26 @@
-"""A real OTLP receiver for tests: traces and metrics, OTLP/HTTP protobuf and OTLP/gRPC.
+"""A real OTLP receiver for tests: traces, metrics and logs, OTLP/HTTP protobuf and OTLP/gRPC.
 
-Spans and metrics arrive over the wire exactly as a collector would get them,
-and are decoded into plain :class:`ReceivedSpan` and :class:`ReceivedPoint`
-objects to assert on. Each receiver binds 127.0.0.1 on a free port and stops
-when its ``with`` block ends.
+Spans, metrics and log records arrive over the wire exactly as a collector
+would get them, and are decoded into plain :class:`ReceivedSpan`,
+:class:`ReceivedPoint` and :class:`ReceivedLog` objects to assert on. Each
+receiver binds 127.0.0.1 on a free port and stops when its ``with`` block ends.
 
-- :class:`HttpReceiver` serves ``POST /v1/traces`` and ``POST /v1/metrics``
-  (``http.server`` in a thread).
-- :class:`GrpcReceiver` serves ``TraceService/Export`` and
-  ``MetricsService/Export`` (``grpcio``).
+- :class:`HttpReceiver` serves ``POST /v1/traces``, ``/v1/metrics`` and
+  ``/v1/logs`` (``http.server`` in a thread, HTTP/1.1 keep-alive).
+- :class:`GrpcReceiver` serves ``TraceService/Export``,
+  ``MetricsService/Export`` and ``LogsService/Export`` (``grpcio``).
 - ``hang=SECONDS`` makes either one sit on each request before answering, a
-  collector that accepts connections and never replies in time.
+  collector that accepts connections and never replies in time (nothing is
+  kept).
+- ``delay=SECONDS`` makes either one slow: each request is kept and answered
+  after that long (a collector that keeps up badly, but keeps everything).
 - :func:`closed_endpoint` gives a port nothing listens on: a collector that is
   down (connections are refused at once).
 """
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 import time
@@ -29,12 +33,14 @@ from types import TracebackType
 from typing import Any, Self
 
 import grpc
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2, logs_service_pb2_grpc
 from opentelemetry.proto.collector.metrics.v1 import (
     metrics_service_pb2,
     metrics_service_pb2_grpc,
 )
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1 import common_pb2
+from opentelemetry.proto.logs.v1 import logs_pb2
 from opentelemetry.proto.metrics.v1 import metrics_pb2
 from opentelemetry.proto.trace.v1 import trace_pb2
 
@@ -170,15 +176,67 @@ class ReceivedPoint:
         return points
 
 
+@dataclass(frozen=True)
+class ReceivedLog:
+    """One log record as a collector received it."""
+
+    body: Any
+    attributes: dict[str, Any]
+    event_name: str
+    time_ns: int
+    observed_time_ns: int
+    severity_number: int
+    severity_text: str
+    trace_id: str | None
+    span_id: str | None
+    resource: dict[str, Any]
+    scope: str
+
+    @classmethod
+    def decode(
+        cls, record: logs_pb2.LogRecord, resource: dict[str, Any], scope: str
+    ) -> ReceivedLog:
+        """Build from a protobuf log record."""
+        return cls(
+            body=decode_value(record.body),
+            attributes=decode_attributes(record.attributes),
+            event_name=record.event_name,
+            time_ns=record.time_unix_nano,
+            observed_time_ns=record.observed_time_unix_nano,
+            severity_number=record.severity_number,
+            severity_text=record.severity_text,
+            trace_id=record.trace_id.hex() or None,
+            span_id=record.span_id.hex() or None,
+            resource=resource,
+            scope=scope,
+        )
+
+
 @dataclass
 class _Store:
-    """Spans and metric points received so far, with a way to wait for more."""
+    """Spans, metric points and log records received so far, with a way to wait for more."""
 
     spans: list[ReceivedSpan] = field(default_factory=list)
     points: list[ReceivedPoint] = field(default_factory=list)
+    logs: list[ReceivedLog] = field(default_factory=list)
     requests: int = 0
     metric_requests: int = 0
+    #: Bytes of the log export requests kept (as they arrived, before decoding).
+    log_bytes: int = 0
     changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def add_logs(self, request: logs_service_pb2.ExportLogsServiceRequest, size: int) -> None:
+        decoded = [
+            ReceivedLog.decode(record, decode_attributes(rl.resource.attributes), sl.scope.name)
+            for rl in request.resource_logs
+            for sl in rl.scope_logs
+            for record in sl.log_records
+        ]
+        with self.changed:
+            self.requests += 1
+            self.log_bytes += size
+            self.logs.extend(decoded)
+            self.changed.notify_all()
 
     def add_metrics(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
         decoded = ReceivedPoint.decode_all(request)
@@ -205,11 +263,35 @@ class _Receiver:
 
     protocol: str
 
-    def __init__(self, *, hang: float = 0.0) -> None:
+    def __init__(self, *, hang: float = 0.0, delay: float = 0.0) -> None:
         self.hang = hang
+        self.delay = delay
         self._store = _Store()
         #: Set on stop so a hanging handler lets go at once.
         self._stopping = threading.Event()
+
+    @property
+    def logs(self) -> list[ReceivedLog]:
+        """A snapshot of the log records received so far."""
+        with self._store.changed:
+            return list(self._store.logs)
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes of the log export requests kept, as they came over the wire."""
+        with self._store.changed:
+            return self._store.log_bytes
+
+    def wait_for_logs(self, count: int, timeout: float = 5.0) -> list[ReceivedLog]:
+        """Wait until at least ``count`` log records arrived; return them all."""
+        deadline = time.monotonic() + timeout
+        with self._store.changed:
+            while len(self._store.logs) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._store.changed.wait(remaining)
+            return list(self._store.logs)
 
     @property
     def spans(self) -> list[ReceivedSpan]:
@@ -253,19 +335,34 @@ class _Receiver:
         if self.hang:
             self._stopping.wait(self.hang)
             return
+        if self.delay:
+            self._stopping.wait(self.delay)
         self._store.add_metrics(request)
 
-    def _received(self, body: bytes) -> None:
-        request = trace_service_pb2.ExportTraceServiceRequest()
-        request.ParseFromString(body)
+    def _held(self) -> bool:
+        """Apply ``hang`` / ``delay`` to one request; False when it is not to be kept."""
         if self.hang:
             # Count the request, then sit on it: the exporter must give up.
             with self._store.changed:
                 self._store.requests += 1
                 self._store.changed.notify_all()
             self._stopping.wait(self.hang)
-            return
-        self._store.add(request)
+            return False
+        if self.delay:
+            self._stopping.wait(self.delay)
+        return True
+
+    def _received(self, body: bytes) -> None:
+        request = trace_service_pb2.ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        if self._held():
+            self._store.add(request)
+
+    def _received_logs(self, body: bytes) -> None:
+        request = logs_service_pb2.ExportLogsServiceRequest()
+        request.ParseFromString(body)
+        if self._held():
+            self._store.add_logs(request, len(body))
 
     def start(self) -> None:
         raise NotImplementedError
@@ -291,15 +388,24 @@ class HttpReceiver(_Receiver):
 
     protocol = "http/protobuf"
 
-    def __init__(self, *, hang: float = 0.0) -> None:
-        super().__init__(hang=hang)
+    def __init__(self, *, hang: float = 0.0, delay: float = 0.0) -> None:
+        super().__init__(hang=hang, delay=delay)
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            # HTTP/1.1 keep-alive, as a collector serves it (the exporter reuses
+            # its connection).
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
-                if self.path == "/v1/traces":
+                if self.headers.get("content-encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.path == "/v1/logs":
+                    receiver._received_logs(body)
+                    reply = logs_service_pb2.ExportLogsServiceResponse().SerializeToString()
+                elif self.path == "/v1/traces":
                     receiver._received(body)
                     reply = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 elif self.path == "/v1/metrics":
@@ -309,6 +415,7 @@ class HttpReceiver(_Receiver):
                     self.send_error(404)
                     return
                 if receiver._stopping.is_set():
+                    self.close_connection = True
                     return
                 self.send_response(200)
                 self.send_header("content-type", "application/x-protobuf")
@@ -340,6 +447,11 @@ class HttpReceiver(_Receiver):
     def traces_url(self) -> str:
         """The full traces URL (``.../v1/traces``)."""
         return f"{self.endpoint}/v1/traces"
+
+    @property
+    def logs_url(self) -> str:
+        """The full logs URL (``.../v1/logs``)."""
+        return f"{self.endpoint}/v1/logs"
 
     def start(self) -> None:
         """Serve in a daemon thread."""
@@ -375,13 +487,24 @@ class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
+class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
+    def __init__(self, receiver: GrpcReceiver) -> None:
+        self._receiver = receiver
+
+    def Export(
+        self, request: logs_service_pb2.ExportLogsServiceRequest, context: Any
+    ) -> logs_service_pb2.ExportLogsServiceResponse:
+        self._receiver._received_logs(request.SerializeToString())
+        return logs_service_pb2.ExportLogsServiceResponse()
+
+
 class GrpcReceiver(_Receiver):
     """OTLP/gRPC receiver on ``127.0.0.1:PORT`` (plaintext)."""
 
     protocol = "grpc"
 
-    def __init__(self, *, hang: float = 0.0) -> None:
-        super().__init__(hang=hang)
+    def __init__(self, *, hang: float = 0.0, delay: float = 0.0) -> None:
+        super().__init__(hang=hang, delay=delay)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         # The generated gRPC module is untyped.
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
@@ -389,6 +512,9 @@ class GrpcReceiver(_Receiver):
         )
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(  # type: ignore[no-untyped-call]
             _MetricsService(self), self._server
+        )
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(  # type: ignore[no-untyped-call]
+            _LogsService(self), self._server
         )
         self.port = int(self._server.add_insecure_port("127.0.0.1:0"))
 

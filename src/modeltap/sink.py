@@ -35,12 +35,19 @@ If the audit file cannot be written the caller must refuse the request
 (SPEC section 8): :meth:`Sink.write_audit` raises :class:`SinkError`. The
 descriptor is reopened on the next attempt, so the proxy recovers by itself
 once the disk or the permissions are fixed.
+
+Copies elsewhere (the OTLP log records of SPEC section 9) start here, so that
+they are the local line byte for byte: :attr:`Sink.observer` is called with
+each line after its append succeeded, never for a line that failed. What the
+observer does can neither fail nor refuse the write: an exception it raises is
+logged once and swallowed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import stat
 import threading
@@ -60,6 +67,13 @@ TORN_MARK = b" <torn write>\n"
 #: Why a file was opened again: the path was gone, or named another file.
 REOPEN_MISSING = "missing"
 REOPEN_REPLACED = "replaced"
+
+#: What :attr:`Sink.observer` is called with: the file's name (``audit.jsonl``,
+#: ``events.jsonl`` or ``sessions.jsonl``), the exact bytes appended (one whole
+#: line, ``\n`` included) and the record or event they were made from.
+LineObserver = Callable[[str, bytes, object], None]
+
+_logger = logging.getLogger(__name__)
 
 
 class JsonlFile:
@@ -184,6 +198,10 @@ class Sink:
         #: returns the sessions that had lines before (it marks their evidence
         #: incomplete); each gets a ``file_reopened`` event.
         self.sessions_with_lines: Callable[[str], Iterable[str]] | None = None
+        #: Set by whoever copies lines elsewhere (the OTLP log export): called
+        #: after every successful append, see :data:`LineObserver`.
+        self.observer: LineObserver | None = None
+        self._observer_failed = False
 
     def prepare(self) -> None:
         """Create the out dir if needed.
@@ -209,6 +227,7 @@ class Sink:
             # other unwritable line. Never forward what could not be recorded.
             raise SinkError("the audit record could not be serialised") from None
         reopened = self.audit.append(line)
+        self._observe(AUDIT_FILE, line, record)
         if reopened is not None:
             self._reopened(self.audit, reopened, record.run_id, record.session_id)
 
@@ -221,10 +240,12 @@ class Sink:
             True if the line was written.
         """
         try:
-            reopened = self.events.append(to_json_line(event))
+            line = to_json_line(event)
+            reopened = self.events.append(line)
         except (SinkError, TypeError):
             self.events_lost += 1
             return False
+        self._observe(EVENTS_FILE, line, event)
         if reopened is not None:
             self._reopened(self.events, reopened, event.run_id, event.session_id)
         return True
@@ -232,14 +253,30 @@ class Sink:
     def write_session(self, status: object) -> bool:
         """Write one ``sessions.jsonl`` line; failures are counted like events."""
         try:
-            reopened = self.sessions.append(to_json_line(status))
+            line = to_json_line(status)
+            reopened = self.sessions.append(line)
         except (SinkError, TypeError):
             self.events_lost += 1
             return False
+        self._observe(SESSIONS_FILE, line, status)
         if reopened is not None:
             run_id, session_id = getattr(status, "run_id", ""), getattr(status, "session_id", "")
             self._reopened(self.sessions, reopened, str(run_id), str(session_id))
         return True
+
+    def _observe(self, file: str, line: bytes, record: object) -> None:
+        """Hand a written line to the observer; its failure is never the write's."""
+        observer = self.observer
+        if observer is None:
+            return
+        try:
+            observer(file, line, record)
+        except Exception:
+            # The line is on disk: refusing the request now (or losing the event)
+            # would be wrong. Say it once; the observer counts its own losses.
+            if not self._observer_failed:
+                self._observer_failed = True
+                _logger.exception("modeltap: copying a %s line failed", file)
 
     def _reopened(self, file: JsonlFile, reason: str, run_id: str, session_id: str) -> None:
         """Say in ``events.jsonl`` that ``file`` was opened again at its path."""

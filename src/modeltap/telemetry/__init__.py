@@ -1,4 +1,5 @@
-"""OpenTelemetry spans and metrics: the waterfall of a run (SPEC section 5).
+"""OpenTelemetry spans and metrics (the waterfall of a run, SPEC section 5) and
+log records (every JSONL line, section 9).
 
 This package is the only part of modeltap that imports OpenTelemetry. The
 addon hands it timestamps (epoch nanoseconds; converting monotonic clocks is
@@ -20,9 +21,10 @@ Trace layout::
 The package splits along one seam::
 
     Telemetry (this module)    the object the addon holds: configure, start spans, shut down
-     ├── targets.py            where spans and metrics go: --otlp and the OTEL_* variables
+     ├── targets.py            where spans, metrics and logs go: --otlp and the OTEL_* variables
      ├── export.py             span export: trace ids, provider, counting, bounded shutdown
      ├── metrics.py            metric export and the GenAI client histograms
+     ├── logs.py               every JSONL line as an OTLP log record, linked to its span
      └── span building
           ├── tree.py          where a span hangs: session roots, traceparent, open
           │                    spans, tool calls awaiting their results
@@ -40,13 +42,18 @@ do: no headers are read here, and paths are redacted.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 from typing import Final
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.re import parse_env_headers
 
+from modeltap import __version__
+from modeltap.sink import LineObserver
 from modeltap.telemetry.export import SessionIdGenerator, SpanExport, SpanStats, session_trace_id
+from modeltap.telemetry.logs import LogExport, LogSettings, LogStats, log_settings_from_env
 from modeltap.telemetry.metrics import DEFAULT_EXPORT_INTERVAL, MetricExport
 from modeltap.telemetry.spans import ConnectionSpan, ExchangeSpan, open_connection, open_exchange
 from modeltap.telemetry.targets import (
@@ -65,6 +72,7 @@ __all__ = [
     "ConnectionSpan",
     "ExchangeSpan",
     "ExportTarget",
+    "LogStats",
     "SpanStats",
     "Telemetry",
     "capture_content_from_env",
@@ -94,10 +102,13 @@ class Telemetry:
         max_queue_size: int = 2048,
         metrics_target: ExportTarget | None = None,
         metric_export_interval: float = DEFAULT_EXPORT_INTERVAL,
+        logs_target: ExportTarget | None = None,
+        log_settings: LogSettings | None = None,
     ) -> None:
         """Prefer :meth:`configure`; this takes already resolved settings."""
         self.target = target
         self.metrics_target = metrics_target
+        self.logs_target = logs_target
         self.capture_content = capture_content
         self.run_id = run_id
         self._shutdown_timeout = shutdown_timeout
@@ -129,6 +140,20 @@ class Telemetry:
             capture_content=capture_content,
             metrics=self._metrics,
         )
+        self._logs: LogExport | None = None
+        if logs_target is not None:
+            self._logs = LogExport(
+                logs_target,
+                settings=log_settings or LogSettings(export_timeout=export_timeout),
+                resource=Resource(
+                    {
+                        **(resource_attributes or {}),
+                        "service.name": service_name,
+                        "service.version": __version__,
+                    }
+                ),
+                links=self._tree,
+            )
 
     @classmethod
     def configure(
@@ -142,6 +167,7 @@ class Telemetry:
         export_timeout: float = 3.0,
         shutdown_timeout: float = 5.0,
         max_queue_size: int = 2048,
+        logs: bool = True,
     ) -> Telemetry:
         """Turn options and environment into a ready :class:`Telemetry`.
 
@@ -157,6 +183,10 @@ class Telemetry:
             export_timeout: seconds one export may take (retries included).
             shutdown_timeout: seconds :meth:`shutdown` may take in all.
             max_queue_size: spans buffered before new ones are dropped.
+            logs: ``--otlp-logs``: export every JSONL line as a log record when an
+                endpoint is configured (``OTEL_EXPORTER_OTLP_LOGS_*`` or the shared
+                variables; ``OTEL_LOGS_EXPORTER=none`` turns it off too). Queue and
+                batch sizes come from ``OTEL_BLRP_*``.
 
         Returns:
             A :class:`Telemetry`; a no-op one when there is no endpoint. Spans
@@ -171,6 +201,8 @@ class Telemetry:
             environ = os.environ
         target = resolve_export_target(otlp, environ, "traces")
         metrics_target = resolve_export_target(otlp, environ, "metrics")
+        logs_target = resolve_export_target(otlp, environ, "logs") if logs else None
+        log_settings = log_settings_from_env(environ, export_timeout) if logs_target else None
         interval = env_value(environ, "OTEL_METRIC_EXPORT_INTERVAL")
         try:
             metric_export_interval = (
@@ -198,12 +230,38 @@ class Telemetry:
             max_queue_size=max_queue_size,
             metrics_target=metrics_target,
             metric_export_interval=max(0.1, metric_export_interval),
+            logs_target=logs_target,
+            log_settings=log_settings,
         )
 
     @property
     def enabled(self) -> bool:
-        """Whether spans or metrics are exported (false without endpoint or after shutdown)."""
-        return self._tree.tracer is not None or self._tree.metrics is not None
+        """Whether spans, metrics or log records are exported (false without endpoint
+        or after shutdown)."""
+        return self._summary is None and (
+            self._tree.tracer is not None or self._tree.metrics is not None or bool(self._logs)
+        )
+
+    @property
+    def line_observer(self) -> LineObserver | None:
+        """What the sink calls with every line it wrote (``sink.observer``), while
+        log records are exported; ``None`` otherwise."""
+        return self._logs.observe if self._logs is not None else None
+
+    def logs_dropped(self) -> int | None:
+        """Log records known not to reach the collector so far, for ``sessions.jsonl``
+        (``otlp_logs_dropped``); ``None`` when log records are not exported."""
+        return self._logs.dropped if self._logs is not None else None
+
+    def log_stats(self) -> LogStats | None:
+        """Log record counts (exact once :meth:`shutdown` returned); ``None`` without log export."""
+        return self._logs.stats() if self._logs is not None else None
+
+    def describe_logs(self) -> str:
+        """One line for the start-up screen: where the log records of the lines go."""
+        if self.logs_target is None:
+            return "logs: not exported (no OTLP endpoint, or --no-otlp-logs)"
+        return f"logs: audit, events and sessions lines -> {self.logs_target.describe()}"
 
     def describe(self) -> str:
         """One line for the start-up screen: where spans and metrics go."""
@@ -322,22 +380,41 @@ class Telemetry:
         session roots are ended at their last exchange's end. Safe to call twice.
 
         Returns:
-            One line for the exit screen, e.g. ``spans: 12 exported, 0 dropped
-            (OTLP/HTTP -> http://...); metrics: 2 exports, 0 failed (...)``.
+            The lines for the exit screen: ``spans: 12 exported, 0 dropped
+            (OTLP/HTTP -> http://...); metrics: 2 exports, 0 failed (...)``, and
+            when log records are exported a second line (after ``\n``) such as
+            ``logs: 40 of 40 lines exported, 0 dropped (OTLP/HTTP -> http://...)``.
         """
         if self._summary is not None:
             return self._summary
-        if self._export is None and self._metrics is None:
-            self._summary = f"spans: {NO_ENDPOINT}"
-            return self._summary
         deadline = time.monotonic() + self._shutdown_timeout
-        # From here on new exchanges get no-op spans: nothing would export them.
-        self._tree.stop(end_ns if end_ns is not None else time.time_ns())
-        spans = (
-            self._export.shutdown(deadline) if self._export is not None else "spans: not exported"
-        )
-        metrics = f"metrics: {NOT_EXPORTED}"
-        if self._metrics is not None:
-            metrics = self._metrics.shutdown(deadline)
-        self._summary = f"{spans}; {metrics}"
+        # Log records flush beside spans and metrics, within the same deadline.
+        logs_summary: list[str] = []
+        flush: threading.Thread | None = None
+        if self._logs is not None:
+            logs = self._logs
+            flush = threading.Thread(
+                target=lambda: logs_summary.append(logs.shutdown(deadline)),
+                name="modeltap-logs-flush",
+                daemon=True,
+            )
+            flush.start()
+        if self._export is None and self._metrics is None:
+            summary = f"spans: {NO_ENDPOINT}"
+        else:
+            # From here on new exchanges get no-op spans: nothing would export them.
+            self._tree.stop(end_ns if end_ns is not None else time.time_ns())
+            spans = (
+                self._export.shutdown(deadline)
+                if self._export is not None
+                else "spans: not exported"
+            )
+            metrics = f"metrics: {NOT_EXPORTED}"
+            if self._metrics is not None:
+                metrics = self._metrics.shutdown(deadline)
+            summary = f"{spans}; {metrics}"
+        if flush is not None:
+            flush.join(max(0.0, deadline - time.monotonic()) + 1.0)
+            summary += "\n" + (logs_summary[0] if logs_summary else "logs: flush did not end")
+        self._summary = summary
         return self._summary

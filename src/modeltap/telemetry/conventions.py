@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Final
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
-from opentelemetry.semconv._incubating.attributes import openai_attributes
+from opentelemetry.semconv._incubating.attributes import log_attributes, openai_attributes
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
 
@@ -145,6 +145,20 @@ MODELTAP_TOOL_RESULT_SEEN: Final = "modeltap.tool.result_seen"
 MODELTAP_TOOL_RESULT_BYTES: Final = "modeltap.tool.result_bytes"
 #: error.type of spans still open when telemetry shut down (Ctrl-C mid-stream).
 ERROR_INTERRUPTED: Final = "modeltap.interrupted"
+
+# --------------------------------------------------------------------------
+# Log records: one per JSONL line (telemetry/logs.py, SPEC section 9)
+
+#: ``audit``, ``session``, or an event's ``kind`` (``response``, ``rejected``, ...).
+MODELTAP_KIND: Final = "modeltap.kind"
+#: The record's ``api`` (``openai.chat_completions``, ...).
+MODELTAP_API: Final = "modeltap.api"
+#: The file the line went to, named as the Collector's file_log receiver names it.
+LOG_FILE_NAME: Final = log_attributes.LOG_FILE_NAME
+#: SHA-256 of the body: the same line delivered twice, or by two paths, dedupes on it.
+LOG_RECORD_UID: Final = log_attributes.LOG_RECORD_UID
+#: A line's event name is this prefix and its kind: ``modeltap.audit``, ``modeltap.response``.
+EVENT_NAME_PREFIX: Final = "modeltap."
 
 # --------------------------------------------------------------------------
 # Metrics (v1.41.1, gen-ai-metrics.md)

@@ -234,6 +234,9 @@ class ExchangeSpan:
         self._record = record
         self._forwarded_ns = forwarded_ns
         self._start(names.exchange_span_name(record.model), attributes)
+        if self._span is not None:
+            # The record's log record (and its exchange's later lines) link to this span.
+            self._tree.link(record.seq, self._span.get_span_context())
         # The results this request carries end the tools that produced them.
         if record.tool_results:
             self._tree.tools_answered(self.session_id, record.tool_results, self.start_ns)

@@ -1,14 +1,14 @@
-"""Where spans and metrics go: the OTLP targets from ``--otlp`` or the ``OTEL_*`` variables.
+"""Where spans, metrics and log records go: the OTLP targets from ``--otlp`` or ``OTEL_*``.
 
 Configuration only: these functions read a URL and an environment (a mapping,
 so tests hand in their own) and say what to export to, or why the setting
-cannot be used. Nothing here opens a connection. Spans and metrics share one
-configuration, as the OpenTelemetry specification lays it out: the same
-``--otlp`` URL or ``OTEL_EXPORTER_OTLP_ENDPOINT`` serves both (``/v1/traces``
-and ``/v1/metrics`` over HTTP), and the per-signal variables
-(``OTEL_EXPORTER_OTLP_TRACES_*``, ``OTEL_EXPORTER_OTLP_METRICS_*``) override it
-for one. ``OTEL_TRACES_EXPORTER=none`` / ``OTEL_METRICS_EXPORTER=none`` turn
-one signal off.
+cannot be used. Nothing here opens a connection. Spans, metrics and log
+records share one configuration, as the OpenTelemetry specification lays it
+out: the same ``--otlp`` URL or ``OTEL_EXPORTER_OTLP_ENDPOINT`` serves all
+(``/v1/traces``, ``/v1/metrics`` and ``/v1/logs`` over HTTP), and the
+per-signal variables (``OTEL_EXPORTER_OTLP_TRACES_*``, ``..._METRICS_*``,
+``..._LOGS_*``) override it for one. ``OTEL_TRACES_EXPORTER=none`` (or
+``METRICS``, ``LOGS``) turns one signal off.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ NO_ENDPOINT: Final = "not exported (no OTLP endpoint; set --otlp or OTEL_EXPORTE
 
 OtlpProtocol = Literal["http/protobuf", "grpc"]
 #: An OTLP signal modeltap exports.
-Signal = Literal["traces", "metrics"]
+Signal = Literal["traces", "metrics", "logs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,25 +86,25 @@ def resolve_export_target(
     - ``grpc://host:port`` -> OTLP/gRPC in plaintext; ``grpcs://`` -> gRPC over TLS;
     - ``http(s)://host:4317`` (the gRPC port) -> OTLP/gRPC, TLS for ``https``;
     - any other ``http(s)://`` URL -> OTLP/HTTP protobuf; a URL with no path gets
-      ``/v1/traces`` (metrics: ``/v1/metrics``), a URL with a path is the traces
-      URL as given, and metrics go beside it when it ends in ``/v1/traces``
-      (else, with no way to know where, nowhere: set
-      ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``).
+      ``/v1/traces`` (metrics: ``/v1/metrics``, logs: ``/v1/logs``), a URL with
+      a path is the traces URL as given, and metrics and logs go beside it when
+      it ends in ``/v1/traces`` (else, with no way to know where, nowhere: set
+      ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` / ``..._LOGS_ENDPOINT``).
 
     Without ``--otlp`` the OpenTelemetry variables apply as the specification
-    says, per signal (``TRACES`` or ``METRICS``):
+    says, per signal (``TRACES``, ``METRICS`` or ``LOGS``):
     ``OTEL_EXPORTER_OTLP_<SIGNAL>_PROTOCOL`` / ``OTEL_EXPORTER_OTLP_PROTOCOL``
     (``http/protobuf`` by default, or ``grpc``); ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``
-    is used as given, ``OTEL_EXPORTER_OTLP_ENDPOINT`` gets ``/v1/traces`` or
-    ``/v1/metrics`` appended for HTTP. For gRPC an endpoint without a scheme is
+    is used as given, ``OTEL_EXPORTER_OTLP_ENDPOINT`` gets ``/v1/traces``,
+    ``/v1/metrics`` or ``/v1/logs`` appended for HTTP. For gRPC an endpoint without a scheme is
     plaintext when ``OTEL_EXPORTER_OTLP[_<SIGNAL>]_INSECURE=true``, else TLS.
-    ``OTEL_TRACES_EXPORTER=none`` (``OTEL_METRICS_EXPORTER=none``) turns the
-    signal off whatever else is set.
+    ``OTEL_TRACES_EXPORTER=none`` (``OTEL_METRICS_EXPORTER``, ``OTEL_LOGS_EXPORTER``)
+    turns the signal off whatever else is set.
 
     Args:
         otlp: the ``--otlp`` value, or ``None``.
         environ: the process environment (or a stand-in).
-        signal: ``"traces"`` or ``"metrics"``.
+        signal: ``"traces"``, ``"metrics"`` or ``"logs"``.
 
     Returns:
         The target, or ``None`` when the signal is not exported.
@@ -190,7 +190,7 @@ def _target_from_url(
     if signal == "traces":
         return ExportTarget("http/protobuf", url, headers)
     if parts.path.endswith("/v1/traces"):
-        path = parts.path[: -len("/v1/traces")] + "/v1/metrics"
+        path = parts.path[: -len("/v1/traces")] + f"/v1/{signal}"
         return ExportTarget("http/protobuf", urlunsplit(parts._replace(path=path)), headers)
     return None
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -47,12 +48,17 @@ from modeltap.telemetry.attributes import Attributes, content_values, tool_attri
 from modeltap.telemetry.export import SessionIdGenerator, session_trace_id_int
 from modeltap.telemetry.metrics import MetricExport
 
-__all__ = ["MAX_PENDING_TOOLS", "SessionRoot", "SpanTree", "never_raises"]
+__all__ = ["LINKS_KEPT", "MAX_PENDING_TOOLS", "SessionRoot", "SpanTree", "never_raises"]
 
 #: Tool calls one session may have waiting for their result; more are not drawn.
 MAX_PENDING_TOOLS = 1024
 
 _logger = logging.getLogger("modeltap.telemetry")
+
+#: Exchange spans whose context is kept by ``seq`` for the log records of their
+#: lines (:meth:`SpanTree.link_for`); the oldest is forgotten first. A line
+#: written more than this many audited exchanges after its own is not linked.
+LINKS_KEPT: Final = 65_536
 
 
 def never_raises[**P](func: Callable[P, None]) -> Callable[P, None]:
@@ -152,6 +158,11 @@ class SpanTree:
         self._sessions: dict[str, SessionRoot] = {}
         self._open: dict[int, _Open] = {}
         self._tools: dict[str, _SessionTools] = {}
+        #: Exchange span contexts by the ``seq`` of their audit record.
+        self._links: OrderedDict[int, trace.SpanContext] = OrderedDict()
+        #: Called with ``(seq, span context)`` when an exchange span learns its
+        #: ``seq`` (the log records waiting for that link go out then).
+        self.on_link: Callable[[int, trace.SpanContext], None] | None = None
 
     def start_span(
         self,
@@ -215,6 +226,34 @@ class SpanTree:
             return remote, None
         root = self._session_root(session_id, start_ns)
         return root.context, root
+
+    def link(self, seq: int, context: trace.SpanContext) -> None:
+        """An exchange span was named after the audit record ``seq``: remember its context."""
+        with self._lock:
+            self._links[seq] = context
+            if len(self._links) > LINKS_KEPT:
+                self._links.popitem(last=False)
+        on_link = self.on_link
+        if on_link is not None:
+            on_link(seq, context)
+
+    def exchange_link(self, seq: int) -> trace.SpanContext | None:
+        """The context of the exchange span named after audit record ``seq``, if known."""
+        with self._lock:
+            return self._links.get(seq)
+
+    def link_for(self, seq: int | None, session_id: str) -> trace.SpanContext | None:
+        """The span a JSONL line belongs to: its exchange's span (by ``seq``), else its
+        session's root span while that is open; ``None`` when neither is known."""
+        with self._lock:
+            if seq is not None:
+                context = self._links.get(seq)
+                if context is not None:
+                    return context
+            root = self._sessions.get(session_id)
+            if root is None or root.ended:
+                return None
+            return root.span.get_span_context()
 
     def track(self, span: _Open) -> None:
         """Keep ``span`` until it ends, so shutdown can end it if it never does."""
