@@ -106,3 +106,68 @@ def test_the_proxy_names_the_sessions_that_lost_lines(tmp_path: Path) -> None:
     assert written() == [("error", "s", None), ("file_reopened", "s", False)]
     assert asked == ["events.jsonl", "events.jsonl"]
     sink.close()
+
+
+# --------------------------------------------------------------------------
+# The observer: copies start from the exact bytes written, and never fail a write
+
+
+def test_the_observer_gets_each_written_line_byte_for_byte(tmp_path: Path) -> None:
+    from modeltap.records import SessionStatus
+    from tests.factories import audit_record, response_event
+
+    sink = Sink(tmp_path)
+    sink.prepare()
+    seen: list[tuple[str, bytes, object]] = []
+    sink.observer = lambda file, line, record: seen.append((file, line, record))
+    record, event = audit_record(), response_event()
+    status = SessionStatus(
+        run_id="r",
+        session_id="s",
+        ts="2025-01-01T00:00:00.000Z",
+        stop_reason="completed",
+        requests_audited=1,
+        refusals=0,
+        tool_calls_admitted=0,
+        evidence_complete=True,
+    )
+    sink.write_audit(record)
+    assert sink.write_event(event)
+    assert sink.write_session(status)
+    assert seen == [
+        ("audit.jsonl", (tmp_path / "audit.jsonl").read_bytes(), record),
+        ("events.jsonl", (tmp_path / "events.jsonl").read_bytes(), event),
+        ("sessions.jsonl", (tmp_path / "sessions.jsonl").read_bytes(), status),
+    ]
+
+
+def test_an_observer_that_raises_never_fails_the_write(tmp_path: Path) -> None:
+    from tests.factories import audit_record, response_event
+
+    sink = Sink(tmp_path)
+    sink.prepare()
+
+    def broken(file: str, line: bytes, record: object) -> None:
+        raise RuntimeError("copy failed")
+
+    sink.observer = broken
+    sink.write_audit(audit_record())  # no SinkError: the line is on disk, the request may go
+    assert sink.write_event(response_event())
+    assert sink.events_lost == 0
+    assert len((tmp_path / "audit.jsonl").read_bytes().splitlines()) == 1
+
+
+def test_the_observer_never_hears_of_a_line_that_was_not_written(tmp_path: Path) -> None:
+    from modeltap.errors import SinkError
+    from tests.factories import audit_record, response_event
+
+    sink = Sink(tmp_path / "out")
+    sink.prepare()
+    seen: list[str] = []
+    sink.observer = lambda file, line, record: seen.append(file)
+    for name in ("audit.jsonl", "events.jsonl"):
+        (tmp_path / "out" / name).mkdir()  # a directory where the file should be: unwritable
+    with pytest.raises(SinkError):
+        sink.write_audit(audit_record())
+    assert not sink.write_event(response_event())
+    assert seen == []

@@ -485,6 +485,9 @@ class ModelTap:
                 self.sink.close()
             sink.sessions_with_lines = self._file_reopened
             self.sink = sink
+        if self.sink is not None:
+            # SPEC 9: every line written is also an OTLP log record (when exported).
+            self.sink.observer = self.telemetry.line_observer
         if "modeltap_control" in updated and self.control is None:
             self._bind_control(opts.modeltap_control)
         if "modeltap_session" in updated and opts.modeltap_session:
