@@ -349,3 +349,13 @@ def test_the_queries_answer_what_the_files_say(
         assert {row["session_id"] for row in tokens} == {"a", "b", "c", "d"}
     finally:
         clickhouse.close()
+
+
+def test_the_docs_show_the_queries_the_tests_run() -> None:
+    def normalised(sql: str) -> str:
+        lines = [line for line in sql.splitlines() if not line.lstrip().startswith("--")]
+        return " ".join(" ".join(lines).split())
+
+    docs = (ROOT / "docs" / "FLEET.md").read_text()
+    shown = {normalised(block) for block in re.findall(r"```sql\n(.*?)```", docs, re.S)}
+    assert shown == {normalised(path.read_text()) for path in QUERIES.glob("*.sql")}
