@@ -107,3 +107,16 @@ def test_run_refuses_bad_timeouts(args: list[str]) -> None:
     )
     assert done.returncode == 2
     assert b"timeout" in done.stderr.splitlines()[-1]
+
+
+def test_otlp_logs_is_on_unless_switched_off() -> None:
+    from modeltap.cli import build_parser, config_from_args
+
+    def config(*argv: str) -> bool:
+        return config_from_args(build_parser().parse_args(["run", *argv])).otlp_logs
+
+    assert config() is True
+    assert config("--otlp-logs") is True
+    assert config("--no-otlp-logs") is False
+    mitm = config_from_args(build_parser().parse_args(["run", "--no-otlp-logs"])).mitm_options()
+    assert mitm["modeltap_otlp_logs"] is False

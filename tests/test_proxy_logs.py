@@ -140,6 +140,19 @@ def check_local_lines(running: Running, requests: int) -> list[tuple[str, bytes]
     return lines
 
 
+def session_lines(lines: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for name, line in lines if name == "sessions.jsonl"]
+
+
+def check_session_counts(lines: list[tuple[str, bytes]], dropped: int) -> None:
+    """Each session line says how many records were known dropped when it was written:
+    a count that only grows, and never passes the exact total at exit."""
+    counts = [s["otlp_logs_dropped"] for s in session_lines(lines)]
+    assert all(isinstance(c, int) for c in counts)
+    assert counts == sorted(counts)
+    assert counts[-1] <= dropped
+
+
 def by_body(logs: list[ReceivedLog]) -> dict[bytes, ReceivedLog]:
     return {log.body.encode(): log for log in logs}
 
@@ -169,6 +182,7 @@ def test_every_line_arrives_once_as_its_log_record(
     assert (stats.written, stats.exported, stats.dropped) == (len(lines), len(lines), 0)
     summary = running.proxy.addon.telemetry_summary or ""
     assert f"logs: {len(lines)} of {len(lines)} lines exported, 0 dropped" in summary
+    assert {s["otlp_logs_dropped"] for s in session_lines(lines)} == {0}
 
     # Attributes repeat what backends index on; the event name says the kind.
     records = by_body(logs)
@@ -240,6 +254,7 @@ def test_a_collector_that_is_down_costs_nothing_and_every_line_is_counted(
     assert (stats.written, stats.exported, stats.dropped) == (len(lines), 0, len(lines))
     summary = running.proxy.addon.telemetry_summary or ""
     assert f"logs: 0 of {len(lines)} lines exported, {len(lines)} dropped" in summary
+    check_session_counts(lines, stats.dropped)
 
 
 def test_a_silent_collector_costs_nothing_and_every_line_is_counted(
@@ -255,6 +270,7 @@ def test_a_silent_collector_costs_nothing_and_every_line_is_counted(
     assert otlp_hanging_receiver.logs == []
     assert otlp_hanging_receiver.requests >= 1
     assert (stats.written, stats.exported, stats.dropped) == (len(lines), 0, len(lines))
+    check_session_counts(lines, stats.dropped)
 
 
 def test_a_slow_collector_gets_what_it_can_and_the_rest_is_counted_exactly(
@@ -278,7 +294,23 @@ def test_a_slow_collector_gets_what_it_can_and_the_rest_is_counted_exactly(
     assert stats.dropped == len(lines) - len(received)
     assert stats.exported == len(received)
     assert stats.queue_full > 0
+    check_session_counts(lines, stats.dropped)
     # What did arrive is whole and never twice.
     bodies = [log.body.encode() for log in received]
     assert len(set(bodies)) == len(bodies)
     assert set(bodies) <= {line for _, line in lines}
+
+
+def test_without_log_export_the_session_line_says_unknown(
+    start_proxy: Callable[..., Running], otlp_http_receiver: HttpReceiver
+) -> None:
+    # One at a time: mitmproxy serves one master per process.
+    for settings in ({"otlp": otlp_http_receiver.endpoint, "otlp_logs": False}, {}):
+        running = start_proxy(**settings)
+        client = openai.OpenAI(base_url=running.base() + "/v1", api_key="sk-x", max_retries=0)
+        client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "hi"}])
+        running.proxy.stop()
+        (status,) = session_lines(local_lines(running.out))
+        assert status["otlp_logs_dropped"] is None
+    assert otlp_http_receiver.logs == []
+    assert otlp_http_receiver.wait_for(3)  # spans still went

@@ -374,6 +374,16 @@ class ModelTap:
             "traces-only backend such as Jaeger).",
         )
         loader.add_option(
+            "modeltap_otlp_logs",
+            bool,
+            True,
+            "With an OTLP endpoint, also export every audit.jsonl, events.jsonl and "
+            "sessions.jsonl line as an OTLP log record: the body is the line, byte for byte, "
+            "linked to its exchange's span. Never waits for the collector; what it did not "
+            "acknowledge is counted (at exit, and otlp_logs_dropped in each session line). "
+            "OTEL_LOGS_EXPORTER=none turns it off too.",
+        )
+        loader.add_option(
             "modeltap_capture_content",
             bool,
             False,
@@ -464,12 +474,13 @@ class ModelTap:
                 continuation=opts.modeltap_continuation,
                 allow=frozenset({"response.processed", *opts.modeltap_ws_allow}),
             )
-        if "modeltap_otlp" in updated or "modeltap_capture_content" in updated:
+        if {"modeltap_otlp", "modeltap_otlp_logs", "modeltap_capture_content"} & updated:
             try:
                 telemetry = Telemetry.configure(
                     otlp=opts.modeltap_otlp,
                     capture_content=True if opts.modeltap_capture_content else None,
                     run_id=self.run_id,
+                    logs=opts.modeltap_otlp_logs,
                 )
             except ValueError as e:
                 raise exceptions.OptionsError(str(e)) from None
@@ -1207,7 +1218,10 @@ class ModelTap:
 
     def _write_end(self, session_id: str) -> SessionStatus:
         """Write an open session's ``sessions.jsonl`` line; it is open no more."""
-        status = self._sessions.pop(session_id).status()
+        status = replace(
+            self._sessions.pop(session_id).status(),
+            otlp_logs_dropped=self.telemetry.logs_dropped(),
+        )
         if self.sink is not None and not self.sink.write_session(status):
             logger.warning("modeltap: a sessions.jsonl line could not be written")
         self.telemetry.end_session(session_id)

@@ -147,6 +147,14 @@ def build_parser() -> argparse.ArgumentParser:
         "export (OTEL_METRICS_EXPORTER=none: spans only)",
     )
     run.add_argument(
+        "--otlp-logs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with an OTLP endpoint, also export every audit, events and sessions line as an "
+        "OTLP log record (body = the line; default on). Export never waits; what the collector "
+        "did not acknowledge is counted at exit and in each session line (otlp_logs_dropped)",
+    )
+    run.add_argument(
         "--capture-content",
         action="store_true",
         help="put prompt and output content into spans, in the GenAI conventions' shapes "
@@ -259,6 +267,7 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
         continuation=args.continuation,
         ws_allow=list(args.ws_allow),
         otlp=args.otlp,
+        otlp_logs=args.otlp_logs,
         max_tool_calls=args.max_tool_calls,
         capture_content=args.capture_content,
         record=args.record,
@@ -305,6 +314,7 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
     if ui_link is not None:
         lines.append(f"  ui         {ui_link}  (one-time link to the live page)")
     lines.append(f"  {proxy.addon.telemetry.describe()}")
+    lines.append(f"  {proxy.addon.telemetry.describe_logs()}")
     timeouts = proxy.addon.deadlines.timeouts
     lines.append(
         f"  timeouts   upstream {timeouts.describe_upstream()}; client body idle "
@@ -361,8 +371,8 @@ def run(args: argparse.Namespace) -> int:
         f"unaudited {counts['unaudited']}, errors {counts['errors']}.",
         file=sys.stderr,
     )
-    if proxy.addon.telemetry_summary:
-        print(f"modeltap: {proxy.addon.telemetry_summary}", file=sys.stderr)
+    for line in (proxy.addon.telemetry_summary or "").splitlines():
+        print(f"modeltap: {line}", file=sys.stderr)
     return 0
 
 

@@ -61,6 +61,8 @@ class ProxyConfig:
     continuation: str = "explicit"
     ws_allow: list[str] = field(default_factory=list)
     otlp: str | None = None
+    #: ``--otlp-logs`` / ``--no-otlp-logs``: every JSONL line as an OTLP log record too.
+    otlp_logs: bool = True
     max_tool_calls: int | None = None
     capture_content: bool = False
     #: ``--record DIR``: also keep full exchanges there for ``modeltap replay``.
@@ -97,6 +99,7 @@ class ProxyConfig:
             "modeltap_continuation": self.continuation,
             "modeltap_ws_allow": list(self.ws_allow),
             "modeltap_otlp": self.otlp,
+            "modeltap_otlp_logs": self.otlp_logs,
             "modeltap_max_tool_calls": self.max_tool_calls,
             "modeltap_capture_content": self.capture_content,
             "modeltap_control": self.control,

@@ -674,6 +674,11 @@ class SessionStatus:
     evidence_complete: bool | None
     capture_errors: tuple[str, ...] = ()
     message: str | None = None
+    #: Log records of this proxy's lines (SPEC 9) known not to reach the OTLP
+    #: collector when this line was written: refused by a full queue or in a
+    #: failed export (the exact total is printed at exit). ``None`` when lines
+    #: are not exported as log records.
+    otlp_logs_dropped: int | None = None
 
 
 def to_json_line(record: object) -> bytes:
