@@ -40,6 +40,7 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
         "control    http://127.0.0.1:",
         f"(modeltap session end ID --out {out}; token in the out dir)",
         "spans: not exported (no OTLP endpoint",
+        "logs: not exported (no OTLP endpoint, or --no-otlp-logs)",
         "timeouts   upstream connect 10 s, first byte 540 s, idle 540 s; client body idle 60 s",
         "Ctrl-C stops and flushes.",
     ):
@@ -120,3 +121,25 @@ def test_otlp_logs_is_on_unless_switched_off() -> None:
     assert config("--no-otlp-logs") is False
     mitm = config_from_args(build_parser().parse_args(["run", "--no-otlp-logs"])).mitm_options()
     assert mitm["modeltap_otlp_logs"] is False
+
+
+def test_run_says_where_log_records_go_and_what_arrived(upstream: Upstream, tmp_path: Path) -> None:
+    from tests.otlp_receiver import HttpReceiver
+
+    with HttpReceiver() as receiver:
+        p = ProxyProcess(
+            "--out", str(tmp_path), "--route", f"stub={upstream.url}", "--otlp", receiver.endpoint
+        )  # fmt: skip
+        try:
+            client = openai.OpenAI(base_url=f"{p.url}/stub/v1", api_key="k", max_retries=0)
+            client.chat.completions.create(model="gpt-5", messages=[])
+        finally:
+            assert p.stop(signal.SIGINT) == 0
+        received = len(receiver.logs)
+    screen = p.stderr.decode()
+    logs_url = f"{receiver.endpoint}/v1/logs"
+    assert f"logs: audit, events and sessions lines -> OTLP/HTTP -> {logs_url}" in screen
+    # audit, response and the session's line: each a record, and the exit screen says so.
+    assert received == 3
+    assert f"modeltap: logs: 3 of 3 lines exported, 0 dropped (OTLP/HTTP -> {logs_url})" in screen
+    assert "modeltap: spans: " in screen

@@ -265,7 +265,6 @@ def chat(running: Running, session: str, model: str, tools: list[str]) -> None:
 def test_the_queries_answer_what_the_files_say(
     start_proxy: Callable[..., Running], tmp_path: Path
 ) -> None:
-    pytest.importorskip("chdb")
     with HttpReceiver() as receiver:
         first = start_proxy(otlp=receiver.endpoint)
         for tools in (["read_file"], ["read_file"], ["read_file", "write_file"], ["write_file"]):
