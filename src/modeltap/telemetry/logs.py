@@ -25,8 +25,9 @@ Collector, made from the very bytes the sink appended (the sink's observer,
 - **Trace context**: a line with a ``seq`` links to its exchange's span (the
   one carrying ``modeltap.seq``); other lines to their session's root span
   while it is open; else none. The audit line is written before its span
-  learns its ``seq``, so its record waits (in memory, at most
-  :data:`LINK_WAIT_S`) for the link, then goes.
+  learns its ``seq``, so its record waits in memory for the link (the glue
+  names the span right after the write); a record still waiting after
+  :data:`LINK_WAIT_S` goes unlinked with the next line, or at shutdown.
 
 Delivery is never awaited and never assumed. Records go through the SDK's
 ``BatchLogRecordProcessor`` (its worker thread does the network I/O; the
