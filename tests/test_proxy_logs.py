@@ -162,8 +162,13 @@ def by_body(logs: list[ReceivedLog]) -> dict[bytes, ReceivedLog]:
 
 
 def test_every_line_arrives_once_as_its_log_record(
-    start_proxy: Callable[..., Running], otlp_receiver: HttpReceiver | GrpcReceiver
+    start_proxy: Callable[..., Running],
+    otlp_receiver: HttpReceiver | GrpcReceiver,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # A queue that holds the whole run: this is about delivery, not about a receiver
+    # (in this very process) that a busy CI machine could slow below the traffic.
+    monkeypatch.setenv("OTEL_BLRP_MAX_QUEUE_SIZE", "16384")
     requests = 2000
     running = start_proxy(otlp=otlp_url(otlp_receiver))
     run_traffic(running, requests)
