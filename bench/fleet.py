@@ -15,7 +15,8 @@ spread over 25 sessions, against three set-ups in a rotated order:
 
 - ``no OTLP``: files only;
 - ``spans``: spans exported, log records off (``OTEL_LOGS_EXPORTER=none``);
-- ``spans + logs``: spans and a log record per line (the default with an endpoint).
+- ``spans + logs``: spans and a log record per line (the default with an endpoint);
+- ``collector down``: the same, pointed at a port where connections are refused.
 
 Reported per set-up (medians over rounds): requests/s, the proxy's CPU time per
 request (``/proc/PID/stat``), lines and local bytes per request, and for log
@@ -54,11 +55,11 @@ from bench.run import (  # noqa: E402
     free_port,
     small_chat_body,
 )
-from tests.otlp_receiver import HttpReceiver, ReceivedLog  # noqa: E402
+from tests.otlp_receiver import HttpReceiver, ReceivedLog, closed_endpoint  # noqa: E402
 
 CONNECTIONS = 16
 SESSIONS = 25
-SETUPS = ("no OTLP", "spans", "spans + logs")
+SETUPS = ("no OTLP", "spans", "spans + logs", "collector down")
 FILES = ("audit.jsonl", "events.jsonl", "sessions.jsonl")
 
 
@@ -132,13 +133,20 @@ def local_lines(out: Path) -> list[bytes]:
 
 
 def one_run(
-    setup: str, up: int, work: Path, requests: int, receiver: HttpReceiver | None
+    setup: str,
+    up: int,
+    work: Path,
+    requests: int,
+    receiver: HttpReceiver | None,
+    down: int | None = None,
 ) -> dict[str, float]:
     otel: dict[str, str] = {}
     if receiver is not None:
         otel["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
         if setup == "spans":
             otel["OTEL_LOGS_EXPORTER"] = "none"
+    if down is not None:
+        otel["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{down}"
     out = work / f"out-{setup.replace(' ', '')}-{time.monotonic_ns()}"
     procs = FleetProcesses(work, otel)
     body = small_chat_body()
@@ -239,15 +247,16 @@ def main() -> None:
         try:
             up = base.upstream(sse_pause_ms=10)
             for round_ in range(args.rounds):
-                order = SETUPS[round_ % 3 :] + SETUPS[: round_ % 3]
+                order = SETUPS[round_ % len(SETUPS) :] + SETUPS[: round_ % len(SETUPS)]
                 for setup in order:
-                    with HttpReceiver() as receiver:
+                    with HttpReceiver() as receiver, closed_endpoint() as down:
                         figures = one_run(
                             setup,
                             up.port,
                             work,
                             args.requests,
-                            None if setup == "no OTLP" else receiver,
+                            None if setup in ("no OTLP", "collector down") else receiver,
+                            down if setup == "collector down" else None,
                         )
                         if setup == "spans + logs":
                             last_logs = receiver.logs
