@@ -76,6 +76,10 @@ def test_events_and_sessions_carry_their_own_facts() -> None:
         "audit.jsonl", b"{}", audit_record(api="anthropic.messages", model="claude-x")
     )
     assert anthropic["gen_ai.provider.name"] == "anthropic"
+    # The route's real provider, as the audit line says it; never guessed for other lines.
+    azure = log_attributes("audit.jsonl", b"{}", audit_record(provider="azure.ai.openai"))
+    assert azure["gen_ai.provider.name"] == "azure.ai.openai"
+    assert "gen_ai.provider.name" not in response
 
 
 @pytest.mark.parametrize(
