@@ -125,6 +125,36 @@ def test_markers_closest_wins_key_by_key(pytester: pytest.Pytester, upstream: Up
     assert len(upstream.received) == 3
 
 
+def test_the_command_lines_option_names_are_accepted(
+    pytester: pytest.Pytester, upstream: Upstream
+) -> None:
+    """``modeltap run``'s spellings work as keys (issue 15): ``listen``, ``route``, dashes."""
+    pytester.makepyfile(
+        f"""
+        import openai
+        import pytest
+
+
+        @pytest.mark.modeltap(
+            listen="127.0.0.1:0", route=["stub={upstream.url}"], **{{"max-body": "1k"}}
+        )
+        def test_cli_names(modeltap):
+            assert modeltap.url.startswith("http://127.0.0.1:")
+            client = openai.OpenAI(
+                base_url=modeltap.base_url("stub") + "/v1", api_key="sk-test", max_retries=0
+            )
+            client.chat.completions.create(model="m", messages=[])
+            big = [{{"role": "user", "content": "x" * 2048}}]
+            with pytest.raises(openai.APIStatusError, match="body_too_large"):
+                client.chat.completions.create(model="m", messages=big)
+            (record,) = modeltap.capture().records
+            assert record.route == "stub"
+        """
+    )
+    run_inner(pytester).assert_outcomes(passed=1)
+    assert len(upstream.received) == 1
+
+
 def test_quiet_unless_asked(pytester: pytest.Pytester, upstream: Upstream) -> None:
     pytester.makepyfile(
         """

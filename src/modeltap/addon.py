@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
-from modeltap import apis, control, mitm_http1, request_limit, ws_limit
+from modeltap import apis, control, mitm_http1, options, request_limit, ws_limit
 from modeltap.apis import json_body
 from modeltap.cost import response_cost
 from modeltap.deadlines import Deadlines, Watch
@@ -53,11 +53,9 @@ from modeltap.errors import (
 )
 from modeltap.failures import (
     ANSWER_STATUS,
-    DEFAULT_UPSTREAM_TIMEOUT,
     PHASE_TEXT,
     FailureFacts,
     Phase,
-    Timeouts,
     classify_failure,
     parse_seconds,
     parse_upstream_timeout,
@@ -105,8 +103,6 @@ from modeltap.ws import (
 logger = logging.getLogger(__name__)
 
 SESSION_HEADER = "x-modeltap-session"
-IMAGE_DETAILS = ("low", "high", "auto")
-MODES = ("reverse", "regular")
 METADATA_KEY = "modeltap"
 WS_KEY = "modeltap_ws"
 #: Where the control API used to be served: refused on the proxy port, never forwarded.
@@ -117,7 +113,13 @@ ENDED_SESSIONS_KEPT = 10_000
 #: WebSocket conversations (the connection is the session) whose socket closed, kept
 #: so that a reconnect with the same x-client-request-id continues the session.
 CLOSED_CONVERSATIONS_KEPT = 1_000
-CONTINUATIONS = ("explicit", "as-sent")
+#: The options this addon declares (see modeltap.options).
+OPTIONS = (
+    "out", "routes", "upstream", "mode", "strict", "fail_closed", "image_detail", "max_body",
+    "session", "continuation", "ws_allow", "max_tool_calls", "otlp", "otlp_logs",
+    "capture_content", "quiet", "control", "upstream_timeout", "client_timeout",
+    "allow_open_proxy",
+)  # fmt: skip
 #: Bodies at least this large are hashed on a worker thread while being audited.
 HASH_IN_THREAD_BYTES = 1024 * 1024
 
@@ -276,178 +278,19 @@ class ModelTap:
         self.options = loader.master.options
         self.master = loader.master
         self.deadlines = Deadlines(loader.master)
-        loader.add_option(
-            "modeltap_out",
-            str,
-            "./modeltap-out",
-            "Directory for audit.jsonl and events.jsonl. Lines are appended, one whole "
-            "line per write, so several proxies may share it.",
-        )
-        loader.add_option(
-            "modeltap_routes",
-            Sequence[str],
-            [],
-            "Extra or replacement routes as NAME=URL[,provider=P], mounted at /NAME (e.g. "
-            "azure=https://x.openai.azure.com/openai). Defaults: openai=https://api.openai.com, "
-            "anthropic=https://api.anthropic.com.",
-        )
-        loader.add_option(
-            "modeltap_upstream",
-            str | None,
-            None,
-            "One upstream mounted at / (shorthand for a single route), e.g. http://127.0.0.1:8000.",
-        )
-        loader.add_option(
-            "modeltap_mode",
-            str,
-            "reverse",
-            "reverse: agents point their base URL at the route prefixes. regular: modeltap is the "
-            "agent's HTTP(S) proxy; provider hosts are audited, other hosts pass as unaudited.",
-        )
-        loader.add_option(
-            "modeltap_strict",
-            bool,
-            False,
-            "Refuse requests that are not auditable model requests (other than GET .../models) "
-            "instead of passing them through as unaudited.",
-        )
-        loader.add_option(
-            "modeltap_fail_closed",
-            bool,
-            False,
-            "After the first refusal in a session, refuse every further model request of that "
-            "session, so an eval never continues on partial evidence.",
-        )
-        loader.add_option(
-            "modeltap_image_detail",
-            str | None,
-            None,
-            "Rewrite every outgoing image's detail to low, high or auto before forwarding; the "
-            "audit record shows the value sent.",
-        )
-        loader.add_option(
-            "modeltap_max_body",
-            str,
-            "64m",
-            "Largest request body audited, measured after content decoding (which stops there), "
-            "and largest WebSocket message, after permessage-deflate (e.g. 64m, 512k). Bigger "
-            "bodies are refused with 413; a bigger message closes the WebSocket with 1009.",
-        )
-        loader.add_option(
-            "modeltap_session",
-            str | None,
-            None,
-            "Session id for requests without an x-modeltap-session header (default: the run id).",
-        )
-        loader.add_option(
-            "modeltap_continuation",
-            str,
-            "explicit",
-            "WebSocket continuations (previous_response_id, conversation, prompt) that do not "
-            "restate their instructions or tools: explicit refuses them; as-sent audits them as "
-            "sent, listing the unstated settings in omitted_settings with their fields null. "
-            "Over HTTP such requests are always audited as sent.",
-        )
-        loader.add_option(
-            "modeltap_ws_allow",
-            Sequence[str],
-            [],
-            "Extra WebSocket message types forwarded as control messages (logged as ws_control) "
-            "besides response.processed.",
-        )
-        loader.add_option(
-            "modeltap_max_tool_calls",
-            int | None,
-            None,
-            "Tool-call budget per session: once the model has asked for N tool calls and the "
-            "request carrying the Nth result was let through, every further model request of "
-            "the session is refused (rule tool_budget_exceeded).",
-        )
-        loader.add_option(
-            "modeltap_otlp",
-            str | None,
-            None,
-            "Export spans and GenAI metrics over OTLP to this endpoint: http(s)://host:4318 "
-            "for OTLP/HTTP protobuf (/v1/traces, /v1/metrics), grpc://host:4317 for gRPC. "
-            "Unset: the standard OTEL_EXPORTER_OTLP_* variables decide; with none set, "
-            "nothing is exported. OTEL_METRICS_EXPORTER=none keeps metrics off (a "
-            "traces-only backend such as Jaeger).",
-        )
-        loader.add_option(
-            "modeltap_otlp_logs",
-            bool,
-            True,
-            "With an OTLP endpoint, also export every audit.jsonl, events.jsonl and "
-            "sessions.jsonl line as an OTLP log record: the body is the line, byte for byte, "
-            "linked to its exchange's span. Never waits for the collector; what it did not "
-            "acknowledge is counted (at exit, and otlp_logs_dropped in each session line). "
-            "OTEL_LOGS_EXPORTER=none turns it off too.",
-        )
-        loader.add_option(
-            "modeltap_capture_content",
-            bool,
-            False,
-            "Put prompt and output content into spans, in the GenAI conventions' shapes "
-            "(gen_ai.input.messages, gen_ai.output.messages, gen_ai.system_instructions, "
-            "gen_ai.tool.definitions; 64 KiB each at most, cuts marked). Off by default; also "
-            "turned on by OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true. Never into "
-            "the JSONL files.",
-        )
-        loader.add_option(
-            "modeltap_quiet",
-            bool,
-            False,
-            "Do not print one line per exchange on stderr.",
-        )
-        loader.add_option(
-            "modeltap_control",
-            str,
-            "127.0.0.1:0",
-            "HOST:PORT of the control API (modeltap session end), served apart from the "
-            "proxied traffic and only to holders of the run's token; the address and token "
-            "are written to control-RUN_ID.json (mode 0600) in the out dir. Port 0: a free one.",
-        )
-        loader.add_option(
-            "modeltap_upstream_timeout",
-            str,
-            DEFAULT_UPSTREAM_TIMEOUT,
-            "Upstream limits in seconds: connect (TCP and TLS set-up), first-byte (from "
-            "forwarding the request to the response's first byte) and idle (the longest gap "
-            "once the response started), as connect=10,first-byte=540,idle=540 (any subset) or "
-            "one number for all three. The defaults let a model think for minutes yet end a "
-            "stalled wait before the SDKs' own 600 s read timeout. When a limit passes the agent "
-            "gets a 504 (or its stream is cut) and the error event says upstream_timeout. "
-            "mitmproxy's tcp_timeout must be longer than every limit.",
-        )
-        loader.add_option(
-            "modeltap_client_timeout",
-            str,
-            f"{Timeouts().request:g}",
-            "Longest gap, in seconds, while a client sends a request body; a client that stalls "
-            "longer has its connection closed (error event client_timeout).",
-        )
-        loader.add_option(
-            "modeltap_allow_open_proxy",
-            bool,
-            False,
-            "Start even though a forwarding mode (regular, upstream, socks5) listens on a "
-            "non-loopback address without proxyauth, relaying anyone's traffic to any host. "
-            "Without it, modeltap refuses to start that way.",
-        )
+        options.declare(loader, OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         opts = self.options
+        try:
+            options.check(opts, OPTIONS, updated)
+        except ValueError as e:
+            raise exceptions.OptionsError(str(e)) from None
         if "modeltap_routes" in updated or "modeltap_upstream" in updated:
             try:
                 self.routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
             except RouteError as e:
                 raise exceptions.OptionsError(str(e)) from None
-        if "modeltap_mode" in updated and opts.modeltap_mode not in MODES:
-            raise exceptions.OptionsError("modeltap_mode must be reverse or regular")
-        if "modeltap_image_detail" in updated:
-            detail = opts.modeltap_image_detail
-            if detail is not None and detail not in IMAGE_DETAILS:
-                raise exceptions.OptionsError("modeltap_image_detail must be low, high or auto")
         if "modeltap_max_body" in updated:
             try:
                 size = human.parse_size(opts.modeltap_max_body)
@@ -468,8 +311,6 @@ class ModelTap:
                 "forwarded before the audit); unset it, modeltap_max_body bounds requests"
             )
         if "modeltap_continuation" in updated or "modeltap_ws_allow" in updated:
-            if opts.modeltap_continuation not in CONTINUATIONS:
-                raise exceptions.OptionsError("modeltap_continuation must be explicit or as-sent")
             self.ws_policy = WsPolicy(
                 continuation=opts.modeltap_continuation,
                 allow=frozenset({"response.processed", *opts.modeltap_ws_allow}),

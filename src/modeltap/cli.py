@@ -7,40 +7,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from modeltap import __version__
+from modeltap import __version__, options
 from modeltap.client_env import export_lines
-from modeltap.failures import (
-    DEFAULT_UPSTREAM_TIMEOUT,
-    Timeouts,
-    parse_seconds,
-    parse_upstream_timeout,
-)
 from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
 from modeltap.proxy import Proxy, ProxyConfig
 from modeltap.routing import RouteError, RouteTable
-
-
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError("use HOST:PORT, e.g. 127.0.0.1:8787")
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def _upstream_timeout(value: str) -> str:
-    try:
-        parse_upstream_timeout(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return value
-
-
-def _client_timeout(value: str) -> str:
-    try:
-        parse_seconds(value, "client")
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,168 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="start the proxy", description="Start the capture proxy.")
-    run.add_argument(
-        "--listen",
-        type=_listen,
-        default=("127.0.0.1", 8787),
-        metavar="HOST:PORT",
-        help="address to listen on (default 127.0.0.1:8787; loopback unless told otherwise)",
-    )
-    run.add_argument(
-        "--out",
-        default="./modeltap-out",
-        metavar="DIR",
-        help="directory for audit.jsonl and events.jsonl (default ./modeltap-out)",
-    )
-    run.add_argument(
-        "--mode",
-        choices=("reverse", "regular"),
-        default="reverse",
-        help="reverse: point SDK base URLs at the route prefixes (default); regular: be the "
-        "agent's HTTPS_PROXY (needs mitmproxy's CA); provider hosts are audited, others "
-        "pass through as unaudited",
-    )
-    run.add_argument(
-        "--route",
-        action="append",
-        default=[],
-        metavar="NAME=URL[,provider=P]",
-        help="add or replace a route mounted at /NAME (repeatable), e.g. "
-        "--route vllm=http://127.0.0.1:8000; provider=P names its gen_ai.provider.name "
-        "(default: from the upstream host, else the provider of the API it speaks)",
-    )
-    run.add_argument(
-        "--upstream", metavar="URL", help="one upstream mounted at / (single-route shorthand)"
-    )
-    run.add_argument(
-        "--strict",
-        action="store_true",
-        help="refuse requests that are not auditable model requests (GET .../models still "
-        "passes) instead of logging them as unaudited",
-    )
-    run.add_argument(
-        "--fail-closed",
-        action="store_true",
-        help="after the first refusal in a session, refuse every further model request of it",
-    )
-    run.add_argument(
-        "--image-detail",
-        choices=("low", "high", "auto"),
-        help="rewrite every outgoing image's detail before forwarding",
-    )
-    run.add_argument(
-        "--max-body",
-        default="64m",
-        metavar="SIZE",
-        help="largest request body (as sent and after content decoding; pass-through "
-        "requests too) or WebSocket message, e.g. 64m (default); larger bodies get 413 as "
-        "soon as they pass it, larger messages close the WebSocket (1009)",
-    )
-    run.add_argument(
-        "--session",
-        metavar="NAME",
-        help="session id for requests without an x-modeltap-session header (default: the run)",
-    )
-    run.add_argument(
-        "--continuation",
-        choices=("explicit", "as-sent"),
-        default="explicit",
-        help="WebSocket continuations (previous_response_id, conversation, prompt) that do not "
-        "restate instructions/tools: explicit refuses them (default); as-sent audits them as "
-        "sent, listing what was not stated in omitted_settings. HTTP continuations are always "
-        "audited as sent",
-    )
-    run.add_argument(
-        "--ws-allow",
-        action="append",
-        default=[],
-        metavar="TYPE",
-        help="extra WebSocket message type forwarded as a control message (repeatable; "
-        "response.processed is always allowed)",
-    )
-    run.add_argument(
-        "--max-tool-calls",
-        type=int,
-        metavar="N",
-        help="tool-call budget per session: after the request carrying the Nth call's result, "
-        "further model requests of the session are refused (tool_budget_exceeded)",
-    )
-    run.add_argument(
-        "--otlp",
-        metavar="URL",
-        help="export spans and GenAI metrics over OTLP: http://host:4318 (OTLP/HTTP) or "
-        "grpc://host:4317; default: the standard OTEL_EXPORTER_OTLP_* variables, else no "
-        "export (OTEL_METRICS_EXPORTER=none: spans only)",
-    )
-    run.add_argument(
-        "--otlp-logs",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="with an OTLP endpoint, also export every audit, events and sessions line as an "
-        "OTLP log record (body = the line; default on). Export never waits; what the collector "
-        "did not acknowledge is counted at exit and in each session line (otlp_logs_dropped)",
-    )
-    run.add_argument(
-        "--capture-content",
-        action="store_true",
-        help="put prompt and output content into spans, in the GenAI conventions' shapes "
-        "(also OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true); never into the "
-        "JSONL files",
-    )
-    run.add_argument(
-        "--record",
-        metavar="DIR",
-        help="also keep full exchanges in DIR for `modeltap replay DIR` (bodies, SSE chunks "
-        "and WebSocket messages with their timing; never credentials)",
-    )
-    run.add_argument(
-        "--proxyauth",
-        metavar="SPEC",
-        help="require proxy authentication (mitmproxy's proxyauth, e.g. user:pass) in "
-        "--mode regular, where clients send Proxy-Authorization; not for reverse mode, where "
-        "it would take the Authorization header that carries API keys",
-    )
-    run.add_argument(
-        "--control",
-        type=_listen,
-        default=("127.0.0.1", 0),
-        metavar="HOST:PORT",
-        help="the control API's own listener (default 127.0.0.1 on a free port); never served "
-        "on the proxy port, and only to holders of the run's token, which is written with "
-        "the address to control-RUN_ID.json (mode 0600) in the out dir",
-    )
-    run.add_argument(
-        "--allow-open-proxy",
-        action="store_true",
-        help="start --mode regular on a non-loopback address without --proxyauth anyway: "
-        "anyone who can reach the port can relay traffic through it to any host (refused "
-        "without this flag)",
-    )
-    run.add_argument(
-        "--upstream-timeout",
-        type=_upstream_timeout,
-        default=DEFAULT_UPSTREAM_TIMEOUT,
-        metavar="SPEC",
-        help="upstream limits in seconds, connect=S,first-byte=S,idle=S (any subset) or one "
-        f"number for all three (default {DEFAULT_UPSTREAM_TIMEOUT}: minutes of model thinking "
-        "pass, yet a stalled upstream is ended before the SDKs' own 600 s timeout); when one "
-        "passes the agent gets a 504 or its stream is cut, and the error is upstream_timeout",
-    )
-    run.add_argument(
-        "--client-timeout",
-        type=_client_timeout,
-        default=f"{Timeouts().request:g}",
-        metavar="SECONDS",
-        help=f"longest gap while a client sends a request body (default {Timeouts().request:g}); "
-        "a client that stalls longer is disconnected (error client_timeout)",
-    )
-    run.add_argument(
-        "--ui",
-        action="store_true",
-        help="serve the page of `modeltap view` live on the control listener (never on the "
-        "proxy port), updated as exchanges happen; start-up prints a one-time link",
-    )
-    run.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines on stderr")
+    options.add_arguments(run, options.RUN)
 
     session = sub.add_parser(
         "session",
@@ -249,34 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
-    """Turn parsed ``run`` arguments into a :class:`ProxyConfig`."""
-    host, port = args.listen
-    return ProxyConfig(
-        listen_host=host,
-        listen_port=port,
-        out=args.out,
-        mode=args.mode,
-        routes=list(args.route),
-        upstream=args.upstream,
-        strict=args.strict,
-        fail_closed=args.fail_closed,
-        image_detail=args.image_detail,
-        max_body=args.max_body,
-        session=args.session,
-        quiet=args.quiet,
-        continuation=args.continuation,
-        ws_allow=list(args.ws_allow),
-        otlp=args.otlp,
-        otlp_logs=args.otlp_logs,
-        max_tool_calls=args.max_tool_calls,
-        capture_content=args.capture_content,
-        record=args.record,
-        control=f"{args.control[0]}:{args.control[1]}",
-        upstream_timeout=args.upstream_timeout,
-        client_timeout=args.client_timeout,
-        proxyauth=args.proxyauth,
-        allow_open_proxy=args.allow_open_proxy,
-    )
+    """Turn parsed ``run`` (or ``replay``) arguments into a :class:`ProxyConfig`."""
+    names = {o.cli_name for o in options.OPTIONS if not o.cli_only}
+    return ProxyConfig.from_options({k: v for k, v in vars(args).items() if k in names})
 
 
 def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:

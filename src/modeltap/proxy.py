@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -24,13 +24,10 @@ from mitmproxy.addons import (
 )
 from mitmproxy.master import Master
 
+from modeltap import options
 from modeltap.addon import ModelTap
-from modeltap.failures import (
-    DEFAULT_UPSTREAM_TIMEOUT,
-    Timeouts,
-    parse_seconds,
-    parse_upstream_timeout,
-)
+from modeltap.failures import Timeouts, parse_seconds, parse_upstream_timeout
+from modeltap.options import parse_address
 from modeltap.record import Recorder
 
 #: The options that decide whether the proxy is open to anyone (set first).
@@ -42,76 +39,69 @@ _LISTENING = ("mode", "listen_host", "listen_port", "proxyauth", "modeltap_allow
 _PLACEHOLDER = "reverse:http://127.0.0.1:9"
 
 
+_LISTEN = parse_address(options.default("listen"))
+
+
 @dataclass
 class ProxyConfig:
-    """Everything ``modeltap run`` takes; names follow the command-line options."""
+    """Everything ``modeltap run`` takes.
 
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 8787
-    out: str = "./modeltap-out"
-    mode: str = "reverse"
-    routes: list[str] = field(default_factory=list)
-    upstream: str | None = None
-    strict: bool = False
-    fail_closed: bool = False
-    image_detail: str | None = None
-    max_body: str = "64m"
-    session: str | None = None
-    quiet: bool = False
-    continuation: str = "explicit"
-    ws_allow: list[str] = field(default_factory=list)
-    otlp: str | None = None
-    #: ``--otlp-logs`` / ``--no-otlp-logs``: every JSONL line as an OTLP log record too.
-    otlp_logs: bool = True
-    max_tool_calls: int | None = None
-    capture_content: bool = False
-    #: ``--record DIR``: also keep full exchanges there for ``modeltap replay``.
-    record: str | None = None
-    #: ``--control HOST:PORT``: the control API's own listener (port 0: a free one).
-    control: str = "127.0.0.1:0"
-    #: ``--upstream-timeout``: connect / first-byte / idle limits.
-    upstream_timeout: str = DEFAULT_UPSTREAM_TIMEOUT
-    #: ``--client-timeout``: the longest gap while a client sends a request body.
-    client_timeout: str = f"{Timeouts().request:g}"
-    #: ``--proxyauth``: mitmproxy's proxy authentication (regular mode).
-    proxyauth: str | None = None
-    #: ``--allow-open-proxy``: start a forwarding proxy on a public address anyway.
-    allow_open_proxy: bool = False
+    The fields are the rows of :data:`modeltap.options.OPTIONS`, named and
+    defaulted there (``listen`` is split into ``listen_host`` and
+    ``listen_port``); :meth:`from_options` also takes the command line's
+    spellings. ``extra`` holds further mitmproxy options, set last.
+    """
+
+    listen_host: str = _LISTEN[0]
+    listen_port: int = _LISTEN[1]
+    out: str = options.default("out")
+    mode: str = options.default("mode")
+    routes: list[str] = field(default_factory=lambda: options.default("routes"))
+    upstream: str | None = options.default("upstream")
+    strict: bool = options.default("strict")
+    fail_closed: bool = options.default("fail_closed")
+    image_detail: str | None = options.default("image_detail")
+    max_body: str = options.default("max_body")
+    session: str | None = options.default("session")
+    continuation: str = options.default("continuation")
+    ws_allow: list[str] = field(default_factory=lambda: options.default("ws_allow"))
+    max_tool_calls: int | None = options.default("max_tool_calls")
+    otlp: str | None = options.default("otlp")
+    otlp_logs: bool = options.default("otlp_logs")
+    capture_content: bool = options.default("capture_content")
+    record: str | None = options.default("record")
+    proxyauth: str | None = options.default("proxyauth")
+    control: str = options.default("control")
+    allow_open_proxy: bool = options.default("allow_open_proxy")
+    upstream_timeout: str = options.default("upstream_timeout")
+    client_timeout: str = options.default("client_timeout")
+    quiet: bool = options.default("quiet")
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any]) -> ProxyConfig:
+        """A config from option values named as the table or the command line names them.
+
+        Raises:
+            ValueError: an unknown name, or a bad ``listen`` value.
+        """
+        return cls(**options.config_values(values))
+
     def mitm_options(self) -> dict[str, Any]:
-        """The mitmproxy option values (core options and the addon's own)."""
+        """The mitmproxy option values (core options and the addons' own)."""
         opts: dict[str, Any] = {
             "mode": ["regular" if self.mode == "regular" else _PLACEHOLDER],
             "listen_host": self.listen_host,
             "listen_port": self.listen_port,
             "connection_strategy": "lazy",
-            "modeltap_out": self.out,
-            "modeltap_mode": self.mode,
-            "modeltap_routes": list(self.routes),
-            "modeltap_upstream": self.upstream,
-            "modeltap_strict": self.strict,
-            "modeltap_fail_closed": self.fail_closed,
-            "modeltap_image_detail": self.image_detail,
-            "modeltap_max_body": self.max_body,
-            "modeltap_session": self.session,
-            "modeltap_quiet": self.quiet,
-            "modeltap_continuation": self.continuation,
-            "modeltap_ws_allow": list(self.ws_allow),
-            "modeltap_otlp": self.otlp,
-            "modeltap_otlp_logs": self.otlp_logs,
-            "modeltap_max_tool_calls": self.max_tool_calls,
-            "modeltap_capture_content": self.capture_content,
-            "modeltap_control": self.control,
-            "modeltap_upstream_timeout": self.upstream_timeout,
-            "modeltap_client_timeout": self.client_timeout,
-            "modeltap_allow_open_proxy": self.allow_open_proxy,
             "tcp_timeout": self._watchdog(),
         }
-        if self.proxyauth is not None:
-            opts["proxyauth"] = self.proxyauth
-        if self.record is not None:
-            opts["modeltap_record"] = self.record
+        for opt in options.OPTIONS:
+            name = opt.mitm_name
+            value: Any = getattr(self, opt.name, None)
+            if name is None or (name in options.MITMPROXY_OWN and value is None):
+                continue  # not a mitmproxy option, or mitmproxy's own default stays
+            opts[name] = list(value) if opt.repeated else value
         opts.update(self.extra)
         return opts
 
@@ -185,8 +175,7 @@ class Proxy:
         listening = {k: config.pop(k) for k in _LISTENING if k in config}
         opts.update_defer(**listening)
         master.addons.add(self.addon)
-        if self.config.record is not None:
-            master.addons.add(Recorder())
+        master.addons.add(Recorder())
         for addon in self.extra_addons:
             master.addons.add(addon)
         opts.update(**listening)

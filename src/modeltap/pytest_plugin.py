@@ -12,8 +12,11 @@ proxy in the test's own process, on a free port of 127.0.0.1, writing into
         assert capture.evidence_complete, capture.capture_errors
         assert capture.tool_was_called("get_weather")
 
-Configuration, later entries winning key by key (the keys are the fields of
-:class:`modeltap.proxy.ProxyConfig`, named like ``modeltap run``'s options):
+Configuration, later entries winning key by key. The keys are ``modeltap
+run``'s options (:data:`modeltap.options.OPTIONS`), as the fields of
+:class:`modeltap.proxy.ProxyConfig` name them or as the command line spells
+them: ``listen="127.0.0.1:0"`` or ``listen_port=0``, ``route=[...]`` or
+``routes=[...]``, ``max_body`` or ``max-body``:
 
 1. ``modeltap_upstream = URL`` in the ini file (``[tool.pytest.ini_options]``),
    then ``--modeltap-upstream URL`` on the command line: the one-route
@@ -194,23 +197,19 @@ def modeltap(
 
     options: dict[str, Any] = {"listen_port": 0, "out": tmp_path / "modeltap", "quiet": True}
     options.update(_options(request, modeltap_config))
-    known = {f.name for f in dataclasses.fields(ProxyConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        pytest.fail(
-            f"modeltap: unknown option(s) {', '.join(unknown)}; "
-            f"use fields of ProxyConfig: {', '.join(sorted(known))}",
-            pytrace=False,
-        )
-    options["out"] = str(options["out"])
     try:
-        proxy = Proxy(ProxyConfig(**options)).start()
+        config = ProxyConfig.from_options(options)
+    except ValueError as e:
+        pytest.fail(f"modeltap: {e}", pytrace=False)
+    config.out = str(config.out)
+    try:
+        proxy = Proxy(config).start()
     except RuntimeError as exc:
         # The cause is a bad option value (mitmproxy's OptionsError names it) or a
         # start-up failure; its message is enough, mitmproxy's traceback is noise.
         reason = exc.__cause__ or "it did not listen in time"
         raise pytest.fail.Exception(f"modeltap did not start: {reason}", pytrace=False) from None
     try:
-        yield ModelTapFixture(url=proxy.url, out_dir=Path(options["out"]))
+        yield ModelTapFixture(url=proxy.url, out_dir=Path(config.out))
     finally:
         proxy.stop()

@@ -50,6 +50,7 @@ from typing import Any, BinaryIO
 import orjson
 from mitmproxy import exceptions, http
 
+from modeltap import options
 from modeltap.addon import METADATA_KEY, Exchange
 from modeltap.errors import Rejected, SinkError, error_message
 from modeltap.records import API_RESPONSES, Json, RequestFacts, redact_path
@@ -342,16 +343,7 @@ class Recorder:
 
     def load(self, loader: Any) -> None:
         self.options = loader.master.options
-        loader.add_option(
-            "modeltap_record",
-            str | None,
-            None,
-            "Also record every exchange into this directory for `modeltap replay`: full "
-            "request and response bodies (DIR/blobs, content-addressed), SSE chunks and "
-            "WebSocket messages with their timing, indexed in DIR/recording.jsonl. Only "
-            "content-type, content-encoding and request-id headers are kept, never "
-            "credentials.",
-        )
+        options.declare(loader, ["record"])
 
     def configure(self, updated: set[str]) -> None:
         if "modeltap_record" not in updated:

@@ -62,6 +62,7 @@ from websockets.http11 import Request
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
+from modeltap import options
 from modeltap.addon import METADATA_KEY, Exchange
 from modeltap.errors import provider_error_body
 from modeltap.record import (
@@ -798,12 +799,6 @@ def replay_proxy(
     return Proxy(config, addons=[replay]), replay
 
 
-def _listen(value: str) -> tuple[str, int]:
-    from modeltap.cli import _listen as parse
-
-    return parse(value)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="modeltap replay",
@@ -815,20 +810,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("recording", metavar="DIR", help="the --record directory")
     parser.add_argument(
-        "--listen",
-        type=_listen,
-        default=("127.0.0.1", 8787),
-        metavar="HOST:PORT",
-        help="address to listen on (default 127.0.0.1:8787)",
-    )
-    parser.add_argument(
-        "--out",
-        default="./modeltap-out",
-        metavar="DIR",
-        help="directory for the replayed run's audit.jsonl, events.jsonl and "
-        "replay-diff.jsonl (default ./modeltap-out)",
-    )
-    parser.add_argument(
         "--fast",
         action="store_true",
         help="send SSE chunks and WebSocket messages without the recorded delays",
@@ -839,21 +820,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 1 if any request differed from the recording or a recorded turn was not "
         "replayed (the diff is printed at exit)",
     )
-    parser.add_argument(
-        "--session", metavar="NAME", help="session id for requests without x-modeltap-session"
-    )
-    parser.add_argument(
-        "--continuation",
-        choices=("explicit", "as-sent"),
-        default="explicit",
-        help="as for `modeltap run` (use what the recording was made with)",
-    )
-    parser.add_argument(
-        "--image-detail",
-        choices=("low", "high", "auto"),
-        help="as for `modeltap run` (use what the recording was made with)",
-    )
-    parser.add_argument("-q", "--quiet", action="store_true", help="no per-exchange lines")
+    options.add_arguments(parser, options.REPLAY)
     return parser
 
 
@@ -873,15 +840,8 @@ def replay_main(argv: Sequence[str]) -> int:
     except RecordingError as e:
         print(f"modeltap replay: {e}", file=sys.stderr)
         return 2
-    host, port = args.listen
-    config = ProxyConfig(
-        listen_host=host,
-        listen_port=port,
-        out=args.out,
-        session=args.session,
-        quiet=args.quiet,
-        continuation=args.continuation,
-        image_detail=args.image_detail,
+    config = ProxyConfig.from_options(
+        {o.name: getattr(args, o.cli_name) for o in options.OPTIONS if options.REPLAY in o.commands}
     )
     proxy, replay = replay_proxy(recording, config, fast=args.fast)
 

@@ -1,0 +1,152 @@
+"""The options table: one row per option, read alike by mitmproxy, the CLI,
+ProxyConfig and the pytest plugin."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any
+
+import pytest
+from mitmproxy.test import taddons
+
+from modeltap import cli, options
+from modeltap.proxy import ProxyConfig
+
+MITM_DECLARED = [o for o in options.OPTIONS if o.mitm_name and o.mitm_name.startswith("modeltap_")]
+
+
+class Declares:
+    """An addon that declares every option of the table, as the addons do."""
+
+    def load(self, loader: Any) -> None:
+        options.declare(loader, [o.name for o in options.OPTIONS])
+
+
+def test_proxy_config_has_one_field_per_option_with_its_default() -> None:
+    fields = {f.name: f for f in dataclasses.fields(ProxyConfig)}
+    rows = options.config_names() - {"listen"}
+    assert set(fields) == rows | {"listen_host", "listen_port", "extra"}
+    config = ProxyConfig()
+    for name in rows:
+        assert getattr(config, name) == options.option(name).default, name
+    assert f"{config.listen_host}:{config.listen_port}" == options.option("listen").default
+
+
+def test_mitmproxy_sees_the_same_type_default_help_and_choices() -> None:
+    with taddons.context(Declares()) as tctx:
+        for opt in MITM_DECLARED:
+            declared = tctx.options._options[opt.mitm_name]
+            assert (declared.default, declared.help, declared.choices) == (
+                opt.default,
+                opt.help,
+                opt.choices,
+            ), opt.name
+            assert declared.typespec == opt.type
+        # Only modeltap_ options are declared: mitmproxy's own (proxyauth, declared by its
+        # proxyauth addon, not loaded here) stay mitmproxy's.
+        assert "proxyauth" not in tctx.options
+
+
+def test_mitm_options_set_every_declared_option() -> None:
+    config = ProxyConfig(routes=["a=http://127.0.0.1:1"], proxyauth="u:p", max_tool_calls=3)
+    values = config.mitm_options()
+    assert {o.mitm_name for o in MITM_DECLARED} <= values.keys()
+    assert values["modeltap_routes"] == ["a=http://127.0.0.1:1"]
+    assert values["modeltap_max_tool_calls"] == 3
+    assert values["proxyauth"] == "u:p"
+    # Unset, mitmproxy's own option keeps mitmproxy's default.
+    assert "proxyauth" not in ProxyConfig().mitm_options()
+
+
+def parser_for(command: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    options.add_arguments(parser, command)
+    return parser
+
+
+def test_the_command_line_takes_each_option_with_its_help_and_default() -> None:
+    parser = parser_for(options.RUN)
+    actions = {a.dest: a for a in parser._actions}
+    for opt in options.OPTIONS:
+        action = actions[opt.cli_name]
+        assert action.help is not None and action.help.startswith(opt.help), opt.name
+        assert opt.cli_flag in action.option_strings
+        assert action.choices == (list(opt.choices) if opt.choices else None) or (
+            tuple(action.choices or ()) == opt.choices
+        )
+    assert cli.config_from_args(parser.parse_args([])) == ProxyConfig()
+    with pytest.raises(ValueError, match="unknown"):
+        ProxyConfig.from_options({"ui": True})  # the command's own, not the proxy's
+
+
+def test_replay_takes_only_its_options() -> None:
+    dests = {a.dest for a in parser_for(options.REPLAY)._actions} - {"help"}
+    assert dests == {"listen", "out", "image_detail", "session", "continuation", "quiet"}
+
+
+def test_command_line_values_are_checked_and_normalised() -> None:
+    parser = parser_for(options.RUN)
+    args = parser.parse_args(
+        ["--listen", "[::1]:0", "--control", ":9", "--route", "a=http://x", "--route", "b=http://y"]
+    )
+    config = cli.config_from_args(args)
+    assert (config.listen_host, config.listen_port) == ("::1", 0)
+    assert config.control == "127.0.0.1:9"
+    assert config.routes == ["a=http://x", "b=http://y"]
+    for bad in (
+        ["--listen", "nowhere"],
+        ["--listen", "h:99999"],
+        ["--mode", "sideways"],
+        ["--upstream-timeout", "read=5"],
+        ["--client-timeout", "0"],
+        ["--max-tool-calls", "many"],
+    ):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+
+
+def test_config_values_take_the_command_lines_names_too() -> None:
+    config = ProxyConfig.from_options(
+        {"listen": "127.0.0.1:0", "route": ["a=http://x"], "max-body": "1m", "--fail-closed": True}
+    )
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 0)
+    assert (config.routes, config.max_body, config.fail_closed) == (["a=http://x"], "1m", True)
+    assert ProxyConfig.from_options({"listen": ("0.0.0.0", 1)}).listen_host == "0.0.0.0"
+    with pytest.raises(ValueError, match=r"unknown option\(s\) colour; use fields of ProxyConfig:"):
+        ProxyConfig.from_options({"colour": "blue", "out": "x"})
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        ProxyConfig.from_options({"listen": "8787"})
+
+
+def test_check_refuses_values_outside_the_choices() -> None:
+    with taddons.context(Declares()) as tctx:
+        names = [o.name for o in options.OPTIONS]
+        options.check(tctx.options, names, {"modeltap_image_detail"})  # None is allowed
+        for mitm, value, message in (
+            ("modeltap_mode", "sideways", "modeltap_mode must be reverse or regular"),
+            ("modeltap_image_detail", "huge", "modeltap_image_detail must be low, high or auto"),
+            ("modeltap_continuation", "x", "modeltap_continuation must be explicit or as-sent"),
+        ):
+            tctx.options.update(**{mitm: value})  # mitmproxy itself lets it through
+            with pytest.raises(ValueError, match=message):
+                options.check(tctx.options, names, {mitm})
+            # Only the options the caller owns, and only updated ones, are checked.
+            options.check(tctx.options, names, set())
+            options.check(tctx.options, ["out"], {mitm})
+            tctx.options.update(**{mitm: options.option(mitm.removeprefix("modeltap_")).default})
+
+
+def test_parse_address() -> None:
+    assert options.parse_address("[::1]:8787") == ("::1", 8787)
+    assert options.parse_address(":0") == ("127.0.0.1", 0)
+    for bad in ("8787", "host:", "host:http", "h:70000"):
+        with pytest.raises(ValueError, match="HOST:PORT"):
+            options.parse_address(bad)
+
+
+def test_default_lists_are_fresh_copies() -> None:
+    first = options.default("routes")
+    first.append("x")
+    assert options.default("routes") == []
+    assert ProxyConfig().routes == [] and ProxyConfig().routes is not ProxyConfig().routes
