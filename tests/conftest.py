@@ -1,4 +1,5 @@
-"""Shared fixtures: the upstream stub, the proxy in a background thread, JSONL readers."""
+"""Shared fixtures: the upstream stub, the proxy in a background thread, JSONL readers,
+and the exchange core alone (``core``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
+from modeltap.notices import NOTICES, Listener
 from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.run import Run
+from modeltap.sink import Sink
 from tests.upstream import Upstream
 
 
@@ -72,3 +76,62 @@ def start_proxy(tmp_path: Path, upstream: Upstream) -> Iterator[Callable[..., Ru
 def running(start_proxy: Callable[..., Running]) -> Running:
     """A proxy with default options."""
     return start_proxy()
+
+
+# ---------------------------------------------------------------- the core, alone
+
+
+class Heard(Listener):
+    """Every notice a run published, in order, as ``(name, args)``.
+
+    ``answers`` gives what a notice returns (e.g. ``forwarding``: a Reply).
+    """
+
+    def __init__(self) -> None:
+        self.notices: list[tuple[str, tuple[Any, ...]]] = []
+        self.answers: dict[str, Any] = {}
+
+    def names(self) -> list[str]:
+        return [name for name, _ in self.notices]
+
+    def args(self, name: str) -> list[tuple[Any, ...]]:
+        return [args for n, args in self.notices if n == name]
+
+
+def _hear(name: str) -> Callable[..., Any]:
+    def notice(self: Heard, *args: Any) -> Any:
+        self.notices.append((name, args))
+        return self.answers.get(name)
+
+    return notice
+
+
+for _name in NOTICES:
+    setattr(Heard, _name, _hear(_name))
+
+
+class Core:
+    """A :class:`Run` writing into a temp dir, with a listener that hears everything."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.run = Run("run-1")
+        self.run.sink = Sink(out)
+        self.run.sink.prepare()
+        self.heard = Heard()
+        self.run.subscribe(self.heard)
+
+    def audit(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.out / "audit.jsonl")
+
+    def events(self, kind: str | None = None) -> list[dict[str, Any]]:
+        lines = read_jsonl(self.out / "events.jsonl")
+        return [e for e in lines if kind is None or e["kind"] == kind]
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.out / "sessions.jsonl")
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Core:
+    return Core(tmp_path / "out")

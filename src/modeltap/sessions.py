@@ -1,4 +1,4 @@
-"""Session status and the tool-call budget (pure; no mitmproxy).
+"""Session status, the tool-call budget and the run's sessions (pure; no mitmproxy).
 
 A :class:`SessionTracker` follows one session through the lines the proxy
 writes for it — audit records, refusals, responses, errors — and produces the
@@ -26,6 +26,7 @@ the proxy stopping mid-exchange (``proxy_stopped``); else ``completed``.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -196,3 +197,77 @@ class SessionTracker:
             capture_errors=tuple(result.capture_errors),
             message=NO_REQUESTS_MESSAGE if self.requests_audited == 0 else None,
         )
+
+
+#: Sessions ended by the harness whose status is kept (for an idempotent second end,
+#: and to refuse their late requests); the oldest is forgotten first.
+ENDED_SESSIONS_KEPT = 10_000
+#: WebSocket conversations (the connection is the session) whose socket closed, kept
+#: so that a reconnect with the same x-client-request-id continues the session.
+CLOSED_CONVERSATIONS_KEPT = 1_000
+
+
+class Sessions:
+    """The sessions of a run: open ones, conversations that may resume, ended ones.
+
+    A session is open from its first request until its ``sessions.jsonl``
+    line is written. A WebSocket conversation (the connection is the session)
+    whose last socket closed gets its line, and is kept resumable: a reconnect
+    with the same id continues it, and its next line counts it all. A session
+    the harness ended stays ended: later requests in it are refused. Both
+    kinds are remembered within a bound (oldest forgotten first), so memory
+    stays flat over many sessions.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.max_tool_calls: int | None = None
+        self.open: dict[str, SessionTracker] = {}
+        self._closed: OrderedDict[str, tuple[SessionTracker, SessionStatus]] = OrderedDict()
+        self._ended: OrderedDict[str, SessionStatus] = OrderedDict()
+
+    def get(self, session_id: str) -> SessionTracker | None:
+        """The session's tracker: open, resumed or new; ``None`` once ended for good."""
+        session = self.open.get(session_id)
+        if session is not None:
+            return session
+        if session_id in self._ended:
+            return None
+        closed = self._closed.pop(session_id, None)
+        session = (
+            closed[0]
+            if closed is not None
+            else SessionTracker(self.run_id, session_id, self.max_tool_calls)
+        )
+        self.open[session_id] = session
+        return session
+
+    def holding_lines(self) -> list[SessionTracker]:
+        """The sessions whose lines the files hold and that may still write more:
+        the open ones and the conversations that may resume."""
+        return [*self.open.values(), *(tracker for tracker, _status in self._closed.values())]
+
+    def close(self, session_id: str) -> SessionStatus:
+        """An open session's status, for its line; it is open no more."""
+        return self.open.pop(session_id).status()
+
+    def park(self, session_id: str, tracker: SessionTracker, status: SessionStatus) -> None:
+        """Keep a conversation whose socket closed (its line written) resumable."""
+        self._closed[session_id] = (tracker, status)
+        while len(self._closed) > CLOSED_CONVERSATIONS_KEPT:
+            self._closed.popitem(last=False)
+
+    def ended(self, session_id: str) -> SessionStatus | None:
+        """The status of a session ended for good, if it is remembered."""
+        return self._ended.get(session_id)
+
+    def unpark(self, session_id: str) -> SessionStatus | None:
+        """Take a resumable conversation out of the kept ones; its line's status."""
+        closed = self._closed.pop(session_id, None)
+        return closed[1] if closed is not None else None
+
+    def end(self, session_id: str, status: SessionStatus) -> None:
+        """Remember a session as ended for good (later requests in it are refused)."""
+        self._ended[session_id] = status
+        while len(self._ended) > ENDED_SESSIONS_KEPT:
+            self._ended.popitem(last=False)

@@ -1,0 +1,627 @@
+"""The life of one HTTP exchange, as data: facts in, lines and notices out.
+
+The HTTP addon reads what mitmproxy saw and hands it here as plain values::
+
+    request head   ──▶ Exchange.open()     ──▶ the exchange (or its Reply: refused, no route)
+    request body   ──▶ Exchange.forward()  ──▶ audit line, then upstream
+                       Exchange.pass_through()  (not a model request, or a WebSocket handshake)
+    response head  ──▶ Exchange.started()  ──▶ a StreamTap for SSE, observed as it passes
+    response end   ──▶ Exchange.ended()    ──▶ response (or unaudited) event
+    failure        ──▶ Exchange.failed()   ──▶ error event (+ response event if audited)
+
+The run (:class:`~modeltap.run.Run`) holds what exchanges share and writes
+the lines; each step publishes what happened to the run's listeners. Times
+are ``time.perf_counter_ns()`` readings handed in by the caller, so tests
+choose them. Nothing here imports mitmproxy or OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+import orjson
+
+from modeltap import apis
+from modeltap.decoding import StreamDecompressor, decode_body
+from modeltap.errors import Rejected, UpstreamProtocolError, error_message, provider_error_body
+from modeltap.failures import ANSWER_STATUS, PHASE_TEXT, Phase
+from modeltap.gate import (
+    fail_closed,
+    identify,
+    is_control_address,
+    is_control_path,
+    judge_request_line,
+    overlong_id_header,
+    sha256_hex,
+)
+from modeltap.notices import ExchangeView, Forward, Outcome, Reply
+from modeltap.records import (
+    API_RESPONSES,
+    AuditRecord,
+    ErrorEvent,
+    RequestFacts,
+    ResponseFacts,
+    UnauditedEvent,
+    redact_path,
+)
+from modeltap.routing import Route, error_shape_for
+from modeltap.run import Run
+from modeltap.sse import SSEDecoder
+
+#: Bodies at least this large are hashed on a worker thread while being audited.
+HASH_IN_THREAD_BYTES: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """What the core reads off a request's head.
+
+    ``headers`` is looked up case-insensitively by the glue's mapping
+    (mitmproxy's ``Headers``; a test passes lower-case keys); ``fields`` are
+    the raw header lines, read for their names only when the request is routed.
+    """
+
+    id: str
+    method: str
+    target: str
+    scheme: str
+    host: str
+    port: int
+    headers: Mapping[str, str]
+    fields: Iterable[tuple[bytes, bytes]] = ()
+    #: ``x-modeltap-session``, already taken off the request (it never goes upstream).
+    session: str | None = None
+
+
+class Exchange:
+    """One HTTP exchange, from its request head to its end (the HTTP addon's own)."""
+
+    def __init__(
+        self, run: Run, id: str, session_id: str, request_id: str, method: str, path: str, now: int
+    ) -> None:
+        self.run = run
+        self.id = id
+        self.session_id = session_id
+        self.request_id = request_id
+        self.method = method
+        self.path = path
+        self.host = ""
+        self.route: Route | None = None
+        self.upstream = ""
+        self.api: str | None = None
+        self.websocket = False
+        self.traceparent: str | None = None
+        self.conversation_id: str | None = None
+        #: Answered by modeltap itself (refused, no route): never forwarded.
+        self.reply: Reply | None = None
+        self.record: AuditRecord | None = None
+        self.facts: RequestFacts | None = None
+        self.turn: int | None = None
+        self.status: int | None = None
+        self.t_start_ns = now
+        self.t_forward_ns = 0
+        self.t_first_byte_ns: int | None = None
+        self.t_first_chunk_ns: int | None = None
+        self.observer: apis.StreamObserver | None = None
+        self.streamed = False
+        self.stream_errors: list[str] = []
+        self.finished = False
+        self._view: ExchangeView | None = None
+
+    @classmethod
+    def open(cls, run: Run, head: RequestHead, now: int) -> Exchange:
+        """Judge a request's head: the exchange it starts, answered already
+        (``reply``) when it is refused or matches no route.
+
+        Args:
+            run: the run it belongs to.
+            head: the request's head.
+            now: when it arrived.
+        """
+        s = run.settings
+        headers = head.headers
+        websocket = head.method == "GET" and headers.get("upgrade", "").lower() == "websocket"
+        session_id, request_id = identify(
+            session_header=head.session,
+            client_request_id=headers.get("x-client-request-id"),
+            request_id=headers.get("x-request-id"),
+            websocket=websocket,
+            fallback_id=head.id,
+            default_session=s.session or run.run_id,
+        )
+        ex = cls(run, head.id, session_id, request_id, head.method, "", now)
+        if run.stopped:
+            ex.reply_after_stop(now)
+            return ex
+        overlong = overlong_id_header(request_id, head.session)
+        if overlong is not None:
+            # Both ids go into every line: one made of prompt text is refused by
+            # name (SPEC 8), and the refusal is filed under ids of our own.
+            ex.session_id, ex.request_id, ex.path = s.session or run.run_id, head.id, head.target
+            ex.refuse(Rejected("value_too_long", overlong), now)
+            return ex
+        ex.path = head.target
+        # A session that only sends other requests still ends (and is reported).
+        if run.session(session_id) is None:
+            # The harness ended it: nothing more goes through in its name, so a
+            # refusal in it can never be followed by traffic that looks complete.
+            ex.refuse(Rejected("session_ended"), now)
+            return ex
+        regular = s.mode == "regular"
+        if is_control_path(head.target) or (
+            regular and is_control_address(head.host, head.port, run.control_address)
+        ):
+            # The control API is the harness's: never answered or forwarded here.
+            ex.refuse(Rejected("control_not_on_proxy_port"), now)
+            return ex
+        if regular:
+            ex.route = s.routes.for_host(head.host, head.port)
+            ex.upstream, ex.host = f"{head.scheme}://{head.host}:{head.port}", head.host
+        else:
+            ex.route = s.routes.match(head.target)
+            if ex.route is None:
+                ex.host = head.host
+                ex.answer_unrouted(now)
+                return ex
+            ex.path = ex.route.upstream_path(head.target)
+            ex.upstream, ex.host = ex.route.url, ex.route.host
+        ex.traceparent = headers.get("traceparent")
+        ex.conversation_id = head.session or (s.session if not websocket else None)
+        if ex.route is not None:
+            names = (name.decode("latin-1") for name, _ in head.fields)
+            try:
+                endpoint = fail_closed(
+                    judge_request_line, head.method, head.target, ex.path, names, websocket
+                )
+            except Rejected as e:
+                ex.refuse(e, now)
+                return ex
+            if websocket and endpoint == API_RESPONSES:
+                ex.websocket = True  # audited message by message once it is open
+            elif head.method.upper() == "POST":
+                ex.api = endpoint
+        if ex.api is not None:
+            run.publish("started", ex.view, now)
+            length = headers.get("content-length", "")
+            if length.isdigit() and int(length) > s.max_body:
+                # Refuse before reading a body we would refuse anyway.
+                ex.refuse(Rejected("body_too_large"), now)
+        return ex
+
+    @classmethod
+    def open_tunnel(cls, run: Run, head: RequestHead, now: int) -> Exchange:
+        """Judge a CONNECT (regular mode): refused after stop, or to the control listener."""
+        session_id = head.session or run.settings.session or run.run_id
+        ex = cls(run, head.id, session_id, head.id, head.method, "", now)
+        if run.stopped:
+            ex.reply_after_stop(now)
+        elif is_control_address(head.host, head.port, run.control_address):
+            ex.path = head.target
+            ex.refuse(Rejected("control_not_on_proxy_port"), now)
+        return ex
+
+    @property
+    def view(self) -> ExchangeView:
+        """The frozen view of the exchange as it is now."""
+        if self._view is None:
+            self._view = ExchangeView(
+                id=self.id,
+                session_id=self.session_id,
+                request_id=self.request_id,
+                transport="http",
+                method=self.method,
+                path=self.path,
+                route=self.route,
+                upstream=self.upstream,
+                api=self.api,
+                traceparent=self.traceparent,
+                conversation_id=self.conversation_id,
+                websocket=self.websocket,
+                record=self.record,
+                turn=self.turn,
+            )
+        return self._view
+
+    @property
+    def audited(self) -> bool:
+        """Whether its audit line was written (it went, or goes, upstream)."""
+        return self.record is not None
+
+    @property
+    def rerouted(self) -> bool:
+        """Whether the request must be re-pointed at its route's upstream (reverse mode)."""
+        return self.reply is None and self.route is not None and self.run.settings.mode != "regular"
+
+    # ------------------------------------------------------------------ answers
+
+    def refuse(self, rejected: Rejected, now: int) -> Reply:
+        """Refuse the request: the provider-shaped answer, its event, its notice."""
+        self.reply = Reply(
+            rejected.status,
+            provider_error_body(
+                error_shape_for(self.api, self.route),
+                rejected.message,
+                status=rejected.status,
+                code="modeltap_rejected",
+            ),
+        )
+        self.run.refused(self.view, rejected, rejected.status, now)
+        return self.reply
+
+    def reply_after_stop(self, now: int) -> None:
+        """After stop the files are final: refuse, write nothing, only the notice."""
+        rejected = Rejected("proxy_stopped")
+        body = provider_error_body(
+            "both", rejected.message, status=rejected.status, code="modeltap_rejected"
+        )
+        self.reply = Reply(rejected.status, body, close=True)
+        self.run.publish(
+            "finished", Outcome(self.view, now, status=rejected.status, rejected=rejected)
+        )
+
+    def answer_unrouted(self, now: int) -> None:
+        """No route matches the path: a 404, logged as an unaudited request."""
+        message = "modeltap: no modeltap route matches this path"
+        body = provider_error_body("both", message, status=404, code="modeltap_no_route")
+        self.reply = Reply(404, body)
+        self._unaudited(404, now)
+
+    # ------------------------------------------------------------------ request
+
+    def pass_through(
+        self, body: Callable[[], bytes], headers: Mapping[str, str]
+    ) -> Forward | Reply:
+        """Let a request that is not audited go (a WebSocket handshake is audited
+        message by message once open), unless ``--strict`` refuses it.
+
+        Args:
+            body: its decoded body, read only if a listener asks for bodies.
+            headers: its headers.
+        """
+        now = time.perf_counter_ns()
+        if (
+            not self.websocket
+            and self.run.settings.strict
+            and not apis.is_models_listing(self.method, self.path)
+        ):
+            return self.refuse(Rejected("strict_unaudited"), now)
+        self.t_forward_ns = now
+        return self._forwarding(body() if self.run.on["forwarding"] else b"", headers)
+
+    def forward(
+        self,
+        facts: RequestFacts,
+        sent: bytes,
+        raw: bytes,
+        raw_sha256: str | None,
+        headers: Mapping[str, str],
+        now: int,
+    ) -> Forward | Reply:
+        """Write the audit line and let the request go, or refuse it.
+
+        Args:
+            facts: the request's audit facts.
+            sent: the decoded body as it goes upstream.
+            raw: the body as it goes upstream (its content coding kept).
+            raw_sha256: the SHA-256 of ``raw`` if it was hashed already.
+            headers: its headers (for the ``forwarding`` listeners).
+            now: when.
+
+        Returns:
+            How to forward it, or the answer that replaces it (a refusal, or
+            a listener's: a replay that does not match).
+        """
+        try:
+            self.record = self.run.audit(self.view, facts, len(raw), raw_sha256 or sha256_hex(raw))
+        except Rejected as e:
+            return self.refuse(e, now)
+        self.facts = facts
+        self.turn = self.run.sessions.open[self.session_id].requests_audited
+        self._view = None
+        self.run.in_flight[self.id] = self
+        self.t_forward_ns = now
+        self.run.publish("audited", self.view, facts, sent, now)
+        return self._forwarding(sent, headers)
+
+    def _forwarding(self, body: bytes, headers: Mapping[str, str]) -> Forward | Reply:
+        tags: list[tuple[str, str]] = []
+        for answer in self.run.publish("forwarding", self.view, body, headers):
+            if isinstance(answer, Reply):
+                return answer
+            if isinstance(answer, Forward):
+                tags.extend(answer.headers)
+        return Forward(tuple(tags))
+
+    # ------------------------------------------------------------------ response
+
+    def started(self, status: int, headers: Mapping[str, str], now: int) -> StreamTap | bool | None:
+        """The response head arrived.
+
+        Returns:
+            How to pass the body on: a :class:`StreamTap` (stream it through
+            the observer), True (stream it untouched), or None (mitmproxy
+            reads it whole).
+        """
+        if self.reply is not None or self.finished:
+            return None
+        self.status = status
+        self.t_first_byte_ns = now
+        self.run.publish("first_byte", self.view, status, headers, now)
+        if "text/event-stream" not in headers.get("content-type", "").lower():
+            return None
+        # Never buffer a stream: each chunk goes on to the agent as it arrives.
+        self.streamed = True
+        tap: StreamTap | None = None
+        if self.audited and self.api is not None and self.facts is not None:
+            try:
+                decompressor = StreamDecompressor(headers.get("content-encoding", ""))
+            except UpstreamProtocolError as e:
+                self.stream_errors.append(str(e))
+            else:
+                self.observer = apis.module_for(self.api).StreamObserver(
+                    self.facts, capture_content=self.run.settings.capture_content
+                )
+                tap = StreamTap(self, decompressor)
+        if self.run.on["chunk"]:
+            tap = tap or StreamTap(self, None)
+            tap.publish = True
+        return tap if tap is not None else True
+
+    def ended(
+        self,
+        status: int,
+        raw: bytes | None,
+        encoding: str | None,
+        expired: Phase | None,
+        now: int,
+    ) -> None:
+        """The response ended whole, as far as mitmproxy saw.
+
+        Args:
+            status: its status.
+            raw: its body as the upstream sent it (None when streamed).
+            encoding: its ``content-encoding``.
+            expired: the phase whose limit modeltap enforced, if one did: a
+                body that ends when the connection closes, cut by the idle
+                limit, looks whole to mitmproxy, but modeltap ended it.
+            now: when.
+        """
+        if self.reply is not None or self.finished or self.run.stopped:
+            return
+        if self.websocket and status == 101:
+            return  # the connection is reported by ws_open / ws_close
+        self.status = status
+        if expired is not None:
+            self._fail("upstream_timeout", expired, now, request_complete=True)
+            return
+        if not self.audited:
+            self._unaudited(status, now, body=raw)
+            return
+        content: bytes | None = None
+        if self.observer is not None:
+            facts = self._finish_stream(None)
+        elif self.streamed:
+            facts = ResponseFacts(
+                evidence_complete=False,
+                capture_errors=tuple(self.stream_errors) or ("the stream could not be observed",),
+            )
+        else:
+            facts, content = self._observe_body(raw or b"", encoding)
+        self._respond(facts, now, body=raw, content=content)
+
+    def failed(
+        self, kind: str, expired: Phase | None, now: int, *, request_complete: bool
+    ) -> Reply | None:
+        """mitmproxy reports the exchange broken (or a deadline ended it).
+
+        Args:
+            kind: the failure kind (:func:`modeltap.failures.classify_failure`).
+            expired: the phase whose limit modeltap enforced, if one did.
+            now: when.
+            request_complete: whether the request had been read whole.
+
+        Returns:
+            The answer the agent gets when no response reached it yet and
+            modeltap ended the exchange (a 504 for ``upstream_timeout``).
+        """
+        if self.reply is not None or self.finished or self.run.stopped:
+            return None
+        observer = self.observer
+        if kind == "client_gone" and self.audited and observer is not None and observer.done:
+            # Clients (the sync openai SDK) close right after the terminal event, before
+            # the body's last bytes (chunk terminator, a compressor's tail): the whole
+            # answer was seen, so this is the end of the response, not a client gone.
+            self._respond(self._finish_stream(None), now, failure=kind)
+            return None
+        answer = None
+        if kind in ANSWER_STATUS and self.status is None:
+            answer = self._failure_reply(kind, expired)
+        self._fail(kind, expired, now, request_complete=request_complete)
+        return answer
+
+    def stop(self, now: int) -> None:
+        """Shutdown: an audited exchange whose response has not ended ends here."""
+        if self.observer is not None and self.observer.done:
+            # The whole answer was seen; only its last bytes had not gone through.
+            self._respond(self._finish_stream(None), now)
+            return
+        self._fail("proxy_stopped", None, now, request_complete=True)
+
+    def _fail(self, kind: str, expired: Phase | None, now: int, *, request_complete: bool) -> None:
+        """An error event, then (if audited) the response event."""
+        unaudited = None
+        if not self.audited and self.api is None and request_complete:
+            unaudited = self._unaudited_event(None)  # it was passed through, then failed
+        # In modeltap's own words: mitmproxy's message can quote the upstream's
+        # (a malformed status line echoing the request, say).
+        text = PHASE_TEXT[expired] if expired else error_message(kind)
+        error = self.run.failure(self.view, self.record.seq if self.record else None, kind, text)
+        if self.audited:
+            if self.observer is not None:
+                facts = self._finish_stream(f"{kind}: {text}")
+            else:
+                facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {text}",))
+            self._respond(facts, now, error=error, failure=kind)
+            return
+        self.finished = True
+        outcome = Outcome(
+            self.view, now, unaudited=unaudited, error=error, failure=kind, streamed=self.streamed
+        )
+        self.run.publish("finished", outcome)
+
+    def _respond(
+        self,
+        facts: ResponseFacts,
+        now: int,
+        *,
+        error: ErrorEvent | None = None,
+        failure: str | None = None,
+        body: bytes | None = None,
+        content: bytes | None = None,
+    ) -> None:
+        self.finished = True
+        self.run.in_flight.pop(self.id, None)
+        event = self.run.respond(
+            self.view,
+            facts,
+            status=self.status,
+            stream=self.streamed,
+            start_ns=self.t_forward_ns,
+            first_byte_ns=self.t_first_byte_ns,
+            first_chunk_ns=self.t_first_chunk_ns,
+            end_ns=now,
+        )
+        self.run.publish(
+            "finished",
+            Outcome(
+                self.view,
+                now,
+                status=self.status,
+                response=event,
+                error=error,
+                failure=failure,
+                streamed=self.streamed,
+                body=body,
+                content=content,
+                observed=facts,
+            ),
+        )
+
+    def _unaudited_event(self, status: int | None) -> UnauditedEvent:
+        self.run.counts["unaudited"] += 1
+        event = UnauditedEvent(
+            **self.run.envelope(self.view),
+            method=self.method,
+            host=self.host or None,
+            path=redact_path(self.path),
+            status=status,
+        )
+        self.run.write_event(event)
+        return event
+
+    def _unaudited(self, status: int | None, now: int, body: bytes | None = None) -> None:
+        event = self._unaudited_event(status)
+        self.finished = True
+        outcome = Outcome(
+            self.view, now, status=status, unaudited=event, streamed=self.streamed, body=body
+        )
+        self.run.publish("finished", outcome)
+
+    def _finish_stream(self, error: str | None) -> ResponseFacts:
+        """The observed stream's facts, with any decoding trouble added."""
+        assert self.observer is not None
+        facts = self.observer.finish(error)
+        if self.stream_errors:
+            facts = replace(
+                facts,
+                evidence_complete=False,
+                capture_errors=facts.capture_errors + tuple(self.stream_errors),
+            )
+        return facts
+
+    def _observe_body(self, raw: bytes, encoding: str | None) -> tuple[ResponseFacts, bytes | None]:
+        assert self.api is not None
+        try:
+            data = decode_body(raw, encoding)
+            body = orjson.loads(data)
+        except (UpstreamProtocolError, orjson.JSONDecodeError):
+            return ResponseFacts(
+                evidence_complete=False,
+                capture_errors=("the response body is not valid JSON",),
+            ), None
+        facts: ResponseFacts = apis.module_for(self.api).observe_json(body, self.facts)
+        return facts, data
+
+    def _failure_reply(self, kind: str, expired: Phase | None) -> Reply:
+        """The answer when modeltap ends an exchange: the provider's error shape, so
+        the agent's SDK raises (and may retry) as for a gateway timeout."""
+        status = ANSWER_STATUS[kind]
+        text = PHASE_TEXT[expired] if expired else "the upstream failed"
+        body = provider_error_body(
+            error_shape_for(self.api, self.route),
+            f"modeltap: {text} [{kind}]",
+            status=status,
+            code=f"modeltap_{kind}",
+        )
+        return Reply(status, body, close=True)
+
+
+class StreamTap:
+    """The ``response.stream`` callable: passes every chunk on unchanged, and feeds
+    a copy through decompression, the SSE decoder and the API's observer (and,
+    when asked, to the ``chunk`` listeners)."""
+
+    __slots__ = ("decompressor", "ex", "publish", "sse")
+
+    def __init__(self, ex: Exchange, decompressor: StreamDecompressor | None) -> None:
+        self.ex = ex
+        self.decompressor = decompressor
+        self.sse = SSEDecoder() if decompressor is not None else None
+        self.publish = False
+
+    def __call__(self, chunk: bytes) -> bytes:
+        ex = self.ex
+        if self.sse is not None and self.decompressor is not None:
+            try:
+                if chunk:
+                    events = self.sse.feed(self.decompressor.feed(chunk))
+                else:
+                    events = self.sse.feed(self.decompressor.flush()) + self.sse.close()
+                self._observe(events)
+            except UpstreamProtocolError as e:
+                # Stop observing, never stop the stream: the agent gets its bytes.
+                ex.stream_errors.append(str(e))
+                assert ex.observer is not None
+                ex.observer, self.sse = _Stopped(ex.observer), None
+        if self.publish and chunk:
+            ex.run.publish("chunk", ex.view, chunk, time.perf_counter_ns())
+        return chunk
+
+    def _observe(self, events: Iterable[Any]) -> None:
+        ex = self.ex
+        assert ex.observer is not None
+        for event in events:
+            if ex.observer.feed(event) and ex.t_first_chunk_ns is None:
+                ex.t_first_chunk_ns = time.perf_counter_ns()
+                ex.run.publish("first_chunk", ex.view, ex.t_first_chunk_ns)
+
+
+class _Stopped:
+    """An observer whose stream became unreadable: it reports what it had."""
+
+    def __init__(self, inner: apis.StreamObserver) -> None:
+        self.inner = inner
+
+    def feed(self, event: Any) -> bool:
+        return False
+
+    @property
+    def done(self) -> bool:
+        return False
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        facts = self.inner.finish(error or "the stream could not be decoded")
+        return replace(facts, evidence_complete=False)

@@ -1,0 +1,229 @@
+"""The request gate: what is judged before anything is forwarded (SPEC 2, 5, 8).
+
+Pure functions over plain values: the ids a request carries, whether it asks
+for the control API, its request line, its body's codings, and its body's
+audit. Each either returns what the exchange goes on with or raises
+:class:`~modeltap.errors.Rejected` naming the rule; :func:`fail_closed` turns
+any other exception into a refusal, so a bug here never lets a request
+through unaudited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import logging
+from collections.abc import Callable, Iterable
+from typing import Final
+from urllib.parse import unquote
+
+import orjson
+
+from modeltap import apis
+from modeltap.apis import json_body
+from modeltap.decoding import check_transfer_coding, request_codings
+from modeltap.errors import Rejected
+from modeltap.records import API_RESPONSES, MAX_ID_CHARS, Json, RequestFacts
+from modeltap.routing import check_path, overrides_method, overrides_path
+
+logger = logging.getLogger("modeltap")
+
+#: The header naming a request's session (SPEC 5); removed before forwarding.
+SESSION_HEADER: Final = "x-modeltap-session"
+#: Where the control API used to be served: refused on the proxy port, never forwarded.
+CONTROL_PREFIX: Final = "/__modeltap/"
+
+
+def fail_closed[**P, R](audit: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """Run an audit step; any exception other than a refusal becomes one.
+
+    mitmproxy logs an exception raised in a hook and then forwards the request,
+    so a bug in the core would let a request through unaudited. Only the
+    exception's type is logged: its message could quote the request.
+
+    Raises:
+        Rejected: the step's own refusal, or ``audit_internal_error``.
+    """
+    try:
+        return audit(*args, **kwargs)
+    except Rejected:
+        raise
+    except Exception as e:
+        logger.error("modeltap: internal error while auditing (%s); refused", type(e).__name__)
+        raise Rejected("audit_internal_error") from None
+
+
+def identify(
+    *,
+    session_header: str | None,
+    client_request_id: str | None,
+    request_id: str | None,
+    websocket: bool,
+    fallback_id: str,
+    default_session: str,
+) -> tuple[str, str]:
+    """The session and request ids of a request (SPEC 2 and 5).
+
+    HTTP takes ``x-client-request-id``, else ``x-request-id``; a WebSocket
+    handshake only ``x-client-request-id``; else the proxy's own id. The
+    session is the header's, else the WebSocket connection's own id, else the
+    default (``--session``, else the run).
+
+    Args:
+        session_header: ``x-modeltap-session``, if sent.
+        client_request_id: ``x-client-request-id``, if sent.
+        request_id: ``x-request-id``, if sent.
+        websocket: whether it is a WebSocket handshake.
+        fallback_id: the proxy's own id for the exchange.
+        default_session: ``--session``, else the run id.
+
+    Returns:
+        ``(session_id, request_id)``.
+    """
+    rid = client_request_id or (None if websocket else request_id) or fallback_id
+    return session_header or (rid if websocket else None) or default_session, rid
+
+
+def overlong_id_header(request_id: str, session_header: str | None) -> str | None:
+    """The id header too long to copy into every line, if one is (a fixed name)."""
+    if session_header is not None and len(session_header) > MAX_ID_CHARS:
+        return SESSION_HEADER
+    if len(request_id) > MAX_ID_CHARS:
+        return "x-client-request-id or x-request-id"
+    return None
+
+
+def is_control_path(path: str) -> bool:
+    """Whether a request path asks for the control API (however it is spelled)."""
+    path = path.split("?", 1)[0]
+    return any(
+        p == CONTROL_PREFIX.rstrip("/") or p.startswith(CONTROL_PREFIX)
+        for p in (path, unquote(path))
+    )
+
+
+def is_control_address(host: str, port: int, control: tuple[str, int] | None) -> bool:
+    """Whether ``host:port`` reaches the control listener (regular mode's targets).
+
+    Args:
+        host: the target host.
+        port: the target port.
+        control: the control listener's address, if it is bound.
+    """
+    if control is None:
+        return False
+    control_host, control_port = control
+    if port != control_port:
+        return False
+    if host.lower() in ("localhost", control_host) or host.lower().endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_unspecified
+
+
+def judge_request_line(
+    method: str, sent_path: str, path: str, header_names: Iterable[str], websocket: bool
+) -> str | None:
+    """Judge a routed request's line before anything is forwarded (SPEC 2).
+
+    Args:
+        method: the request method.
+        sent_path: the target as the client sent it.
+        path: the target as it goes upstream.
+        header_names: the request's header names.
+        websocket: whether it is a WebSocket handshake.
+
+    Returns:
+        The API whose endpoint the decoded path names, or None.
+
+    Raises:
+        Rejected: ``noncanonical_path`` (also for an ``X-Original-URL`` or
+            ``X-Rewrite-URL`` header), ``ws_unsupported_endpoint`` (a
+            WebSocket to a model endpoint whose messages cannot be audited), or
+            ``method_override`` (another method that could become a POST).
+    """
+    check_path(sent_path)
+    names = list(header_names)
+    if overrides_path(names):
+        raise Rejected("noncanonical_path", "path override header")
+    endpoint = apis.endpoint_of(path)
+    if endpoint is None:
+        return None
+    if websocket:
+        if endpoint != API_RESPONSES:
+            raise Rejected("ws_unsupported_endpoint")
+    elif method.upper() != "POST" and overrides_method(names, path):
+        raise Rejected("method_override")
+    return endpoint
+
+
+def body_codings(
+    size: int, transfer_encoding: str | None, content_encoding: str | None, max_body: int
+) -> tuple[str, ...]:
+    """The content codings to undo before a body is audited.
+
+    Args:
+        size: the body's length as received.
+        transfer_encoding: its ``Transfer-Encoding`` header, if any.
+        content_encoding: its ``Content-Encoding`` header, if any.
+        max_body: ``--max-body`` in bytes.
+
+    Raises:
+        Rejected: ``body_too_large`` or a refused coding.
+    """
+    if size > max_body:
+        raise Rejected("body_too_large")
+    check_transfer_coding(transfer_encoding)
+    return request_codings(content_encoding)
+
+
+def parse_body(decoded: bytes, *, elide: bool) -> Json:
+    """Parse a body for the audit; with ``elide``, without materialising large
+    image payloads (the body forwarded is always the original).
+
+    Raises:
+        Rejected: the body is not a JSON object (or has duplicate keys).
+    """
+    if elide:
+        short = json_body.elide_payloads(decoded)
+        if short is not decoded:
+            try:
+                return json_body.parse_json_object(short)
+            except Rejected:
+                pass  # the full parse below names the real fault
+    return json_body.parse_json_object(decoded)
+
+
+def audit_body(
+    api: str, decoded: bytes, image_detail: str | None
+) -> tuple[RequestFacts, bytes | None]:
+    """Audit a decoded model request body, rewriting images' detail if asked.
+
+    Args:
+        api: the endpoint's API.
+        decoded: the body, content codings undone.
+        image_detail: ``--image-detail``, if set.
+
+    Returns:
+        The request's facts, and the rewritten body when ``--image-detail``
+        changed it (it must be forwarded instead: the audit shows what is
+        actually sent), else None.
+
+    Raises:
+        Rejected: the body breaks a rule.
+    """
+    module = apis.module_for(api)
+    body = parse_body(decoded, elide=image_detail is None)
+    rewritten = None
+    if image_detail is not None and module.set_image_detail(body, image_detail):
+        rewritten = orjson.dumps(body)
+    facts: RequestFacts = module.audit_request(body)
+    return facts, rewritten
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data``, 64 hex digits."""
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,134 @@
+"""The request gate's pure judgements: ids, the control API, the request line,
+codings and the body's audit."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from modeltap.errors import Rejected
+from modeltap.gate import (
+    audit_body,
+    body_codings,
+    fail_closed,
+    identify,
+    is_control_address,
+    is_control_path,
+    judge_request_line,
+    overlong_id_header,
+    parse_body,
+    sha256_hex,
+)
+from modeltap.records import API_CHAT, API_RESPONSES
+
+
+def test_identify() -> None:
+    common = {"fallback_id": "f", "default_session": "run"}
+    assert identify(
+        session_header="s", client_request_id="c", request_id="r", websocket=False, **common
+    ) == ("s", "c")
+    assert identify(
+        session_header=None, client_request_id=None, request_id="r", websocket=False, **common
+    ) == ("run", "r")
+    assert identify(
+        session_header=None, client_request_id=None, request_id="r", websocket=True, **common
+    ) == ("f", "f")
+    assert identify(
+        session_header=None, client_request_id="t", request_id=None, websocket=True, **common
+    ) == ("t", "t")
+
+
+def test_overlong_ids_are_named_by_their_header_never_quoted() -> None:
+    assert overlong_id_header("r", "s") is None
+    assert overlong_id_header("r", "s" * 257) == "x-modeltap-session"
+    assert overlong_id_header("r" * 257, None) == "x-client-request-id or x-request-id"
+
+
+@pytest.mark.parametrize(
+    ("path", "control"),
+    [
+        ("/__modeltap/sessions/x/end", True),
+        ("/__modeltap", True),
+        ("/%5F%5Fmodeltap/sessions", True),
+        ("/__modeltap?x", True),
+        ("/__modeltapx", False),
+        ("/v1/__modeltap/", False),
+    ],
+)
+def test_control_paths(path: str, control: bool) -> None:
+    assert is_control_path(path) is control
+
+
+def test_control_addresses() -> None:
+    listener = ("127.0.0.1", 9000)
+    assert is_control_address("localhost", 9000, listener)
+    assert is_control_address("a.localhost", 9000, listener)
+    assert is_control_address("[::1]", 9000, listener)
+    assert is_control_address("0.0.0.0", 9000, listener)
+    assert not is_control_address("127.0.0.1", 9001, listener)
+    assert not is_control_address("example.com", 9000, listener)
+    assert not is_control_address("127.0.0.1", 9000, None)
+
+
+def test_the_request_line() -> None:
+    assert (
+        judge_request_line("POST", "/v1/chat/completions", "/v1/chat/completions", [], False)
+        == API_CHAT
+    )
+    assert judge_request_line("GET", "/x/v1/responses", "/v1/responses", [], True) == API_RESPONSES
+    assert (
+        judge_request_line("GET", "/v1/models", "/v1/models", ["X-HTTP-Method-Override"], False)
+        is None
+    )
+    for method, path, names, websocket, rule in (
+        ("POST", "/v1/chat/./completions", [], False, "noncanonical_path"),
+        ("POST", "/v1/x", ["X-Original-URL"], False, "noncanonical_path"),
+        ("GET", "/v1/chat/completions", [], True, "ws_unsupported_endpoint"),
+        ("PUT", "/v1/messages", ["x-http-method-override"], False, "method_override"),
+    ):
+        with pytest.raises(Rejected) as e:
+            judge_request_line(method, path, path, names, websocket)
+        assert e.value.rule == rule
+
+
+def test_body_codings() -> None:
+    assert body_codings(10, None, "gzip", 100) == ("gzip",)
+    assert body_codings(10, "chunked", None, 100) == ()
+    for args, rule in (
+        ((101, None, None, 100), "body_too_large"),
+        ((10, "gzip, chunked", None, 100), "undecodable_content_encoding"),
+        ((10, None, "compress", 100), "undecodable_content_encoding"),
+    ):
+        with pytest.raises(Rejected) as e:
+            body_codings(*args)  # type: ignore[arg-type]
+        assert e.value.rule == rule
+
+
+def test_audit_body_rewrites_images_only_when_asked() -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": [image]}]})
+    facts, rewritten = audit_body(API_CHAT, body, None)
+    assert (facts.model, facts.image_details, rewritten) == ("m", (None,), None)
+    facts, rewritten = audit_body(API_CHAT, body, "low")
+    assert facts.image_details == ("low",) and rewritten is not None
+    assert orjson.loads(rewritten)["messages"][0]["content"][0]["image_url"]["detail"] == "low"
+    with pytest.raises(Rejected, match="missing_model"):
+        audit_body(API_CHAT, b"{}", None)
+
+
+def test_parse_body_names_the_real_fault_behind_an_elided_parse() -> None:
+    with pytest.raises(Rejected, match="duplicate_key"):
+        parse_body(b'{"a": 1, "a": 2}', elide=True)
+    assert parse_body(b'{"a": 1}', elide=True) == {"a": 1}
+
+
+def test_fail_closed_turns_a_bug_into_a_refusal() -> None:
+    def buggy() -> None:
+        raise KeyError("a secret from the body")
+
+    with pytest.raises(Rejected) as e:
+        fail_closed(buggy)
+    assert e.value.rule == "audit_internal_error" and "secret" not in e.value.message
+    assert fail_closed(sha256_hex, b"") == (
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+    )

@@ -1,0 +1,157 @@
+"""The recording format alone: turn keys, the blob store, index lines, reading back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from modeltap.notices import ExchangeView
+from modeltap.recording import (
+    BLOBS_DIR,
+    RECORDING_FILE,
+    BlobStore,
+    Recording,
+    RecordingError,
+    TurnKey,
+    index_line,
+    input_sha256,
+    is_ws_create,
+    kept_headers,
+)
+from modeltap.records import API_CHAT, AuditRecord, RequestFacts
+from modeltap.routing import RouteTable
+
+FACTS = RequestFacts(
+    model="gpt-5",
+    tool_names=("lookup",),
+    reasoning_effort=None,
+    thinking=None,
+    image_details=("low", None),
+    instructions_sha256=None,
+    instructions_parts=None,
+    stream=True,
+    hosted_tools=(),
+    tool_results=(),
+    previous_response_id=None,
+    generate=None,
+)
+RECORD = AuditRecord.build(
+    FACTS,
+    request_id="r1",
+    seq=4,
+    run_id="run",
+    session_id="s1",
+    transport="http",
+    api=API_CHAT,
+    provider="openai",
+    route="openai",
+    upstream="https://api.openai.com",
+    path="/v1/chat/completions",
+    body_bytes=1,
+    body_sha256="00" * 32,
+)
+ROUTE = next(r for r in RouteTable.build([], None).routes if r.name == "openai")
+VIEW = ExchangeView(
+    id="f1",
+    session_id="s1",
+    request_id="r1",
+    transport="http",
+    method="POST",
+    path="/v1/chat/completions?key=sk-1&api-version=2024-10-21",
+    route=ROUTE,
+    upstream="https://api.openai.com",
+    api=API_CHAT,
+    record=RECORD,
+    turn=2,
+)
+
+
+def test_the_input_hash_ignores_volatile_fields_and_key_order() -> None:
+    a = {"model": "m", "messages": [1], "metadata": {"user_id": "x"}, "user": "u"}
+    b = {"messages": [1], "model": "m"}
+    assert input_sha256(a) == input_sha256(b) != input_sha256({"model": "m", "messages": [2]})
+
+
+def test_a_turn_key_round_trips() -> None:
+    key = TurnKey.of(RECORD, {"model": "gpt-5"})
+    assert (key.model, key.tool_names, key.image_count, key.stream) == (
+        "gpt-5",
+        ("lookup",),
+        2,
+        True,
+    )
+    assert TurnKey.from_json(orjson.loads(orjson.dumps(key.to_json()))) == key
+    with pytest.raises(ValueError, match="bad turn key"):
+        TurnKey.from_json({"model": "m"})
+
+
+def test_index_lines_keep_no_secret_and_number_turns() -> None:
+    key = TurnKey.of(RECORD, {})
+    line = index_line("http", VIEW, key)
+    assert (line["order"], line["seq"], line["method"], line["route"]) == (2, 4, "POST", "openai")
+    assert line["path"] == "/v1/chat/completions?key=REDACTED&api-version=2024-10-21"
+    turn = index_line("websocket", VIEW, key)
+    assert (turn["transport"], turn["method"], turn["seq"]) == ("websocket", "GET", None)
+    passed = index_line("unaudited", VIEW, None)
+    assert (passed["order"], passed["key"]) == (None, None)
+
+
+def test_only_allow_listed_headers_are_kept() -> None:
+    headers = {
+        "content-type": "application/json",
+        "authorization": "Bearer sk",
+        "x-request-id": "1",
+    }
+    assert kept_headers(headers) == {"content-type": "application/json", "x-request-id": "1"}
+
+
+def test_ws_creates_are_told_apart() -> None:
+    assert is_ws_create(b'{"type": "response.create"}')
+    assert not is_ws_create(b'{"type": "response.processed"}')
+    assert not is_ws_create(b"not json")
+
+
+def test_the_blob_store_keeps_each_body_once(tmp_path: Path) -> None:
+    store = BlobStore(tmp_path)
+    sha = store.put(b"body")
+    assert store.put(b"body") == sha and store.path(sha).read_bytes() == b"body"
+    with pytest.raises(ValueError, match="64 hex digits"):
+        store.path("../../etc/passwd")
+    writer = store.writer()
+    for piece in (b"a", b"b"):
+        writer.write(piece)
+    streamed = writer.finish()
+    assert streamed is not None and store.path(streamed).read_bytes() == b"ab"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted({sha, streamed})
+
+
+def write_recording(root: Path, *lines: dict[str, object]) -> None:
+    (root / BLOBS_DIR).mkdir(parents=True)
+    (root / RECORDING_FILE).write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+
+def test_reading_back(tmp_path: Path) -> None:
+    key = TurnKey.of(RECORD, {}).to_json()
+    write_recording(
+        tmp_path,
+        {"v": 1, "kind": "http", "session_id": "s1", "order": 2, "key": key, "route": "vllm",
+         "upstream": "http://10.0.0.1:8000/base"},
+        {"v": 1, "kind": "http", "session_id": "s1", "order": 1, "key": key},
+        {"v": 1, "kind": "unaudited", "session_id": "s1", "order": None, "method": "GET"},
+    )  # fmt: skip
+    recording = Recording.load(tmp_path)
+    assert [e.order for e in recording.sessions["s1"]] == [1, 2]
+    assert [e.method for e in recording.unaudited] == ["GET"]
+    routes, upstream = recording.routes_to("http://127.0.0.1:5")
+    assert "vllm=http://127.0.0.1:5/base" in routes and upstream is None
+
+
+@pytest.mark.parametrize("text", [b"not json\n", b'{"v": 2}\n', b'{"v": 1, "key": {"model": 1}}\n'])
+def test_a_malformed_recording_is_named_by_line(tmp_path: Path, text: bytes) -> None:
+    (tmp_path / RECORDING_FILE).write_bytes(b"\n" + text)
+    with pytest.raises(RecordingError, match="line 2"):
+        Recording.load(tmp_path)
+    with pytest.raises(RecordingError, match="cannot read"):
+        Recording.load(tmp_path / "missing")
