@@ -8,7 +8,7 @@ Use reverse mode with connection_strategy=lazy, e.g.::
 or regular mode (``--mode regular --listen-host 127.0.0.1 --set modeltap_mode=regular``;
 on any other address without ``proxyauth`` the addon refuses to start an open
 proxy unless ``--set modeltap_allow_open_proxy=true``). Every option
-of the addon is listed by ``mitmdump -s addons/modeltap.py --options``;
+of the addons is listed by ``mitmdump -s addons/modeltap.py --options``;
 ``--set modeltap_record=DIR`` also records exchanges for ``modeltap replay``.
 The control API (``modeltap session end ID --out DIR``) is served on its own
 listener (``--set modeltap_control=HOST:PORT``, default a free loopback port),
@@ -23,7 +23,6 @@ import sys
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
-from modeltap.addon import ModelTap  # noqa: E402
-from modeltap.record import Recorder  # noqa: E402
+from modeltap.addons import default_addons  # noqa: E402
 
-addons = [ModelTap(), Recorder()]
+addons = default_addons()

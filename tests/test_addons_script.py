@@ -65,3 +65,14 @@ def test_mitmdump_script_audits(upstream: Upstream, tmp_path: Path) -> None:
         "upstream",
         "/v1/chat/completions",
     )
+
+
+def test_the_addons_share_one_run_under_names_of_their_own() -> None:
+    from modeltap.addons import default_addons
+    from modeltap.run import Run
+
+    run = Run()
+    addons = default_addons(run)
+    names = [getattr(a, "name", None) for a in addons]
+    assert all(n and n.startswith("modeltap_") for n in names) and len(set(names)) == len(names)
+    assert all(getattr(a, "run", run) is run for a in addons)

@@ -283,7 +283,7 @@ def test_the_queries_answer_what_the_files_say(
         chat(second, "d", "gpt-5", ["read_file"])
         second.proxy.stop()
         logs = receiver.logs
-    runs = {p.proxy.addon.run_id: p for p in (first, second)}
+    runs = {p.proxy.run_id: p for p in (first, second)}
     lines = sum(
         len(read_jsonl(p.out / f))
         for p in runs.values()
@@ -298,19 +298,19 @@ def test_the_queries_answer_what_the_files_say(
 
         gpt5 = clickhouse.run("runs_by_model.sql", model="gpt-5")
         assert [(r["run_id"], r["requests"], r["sessions"]) for r in gpt5] == [
-            (first.proxy.addon.run_id, 4, 1),
-            (second.proxy.addon.run_id, 1, 1),
+            (first.proxy.run_id, 4, 1),
+            (second.proxy.run_id, 1, 1),
         ]
         gpt41 = clickhouse.run("runs_by_model.sql", model="gpt-4.1")
-        assert [r["run_id"] for r in gpt41] == [second.proxy.addon.run_id]
+        assert [r["run_id"] for r in gpt41] == [second.proxy.run_id]
         assert clickhouse.run("runs_by_model.sql", model="no-such-model") == []
 
         changes = clickhouse.run("tool_catalogue_changes.sql")
         assert [
             (r["run_id"], r["session_id"], r["turn"], r["added"], r["removed"]) for r in changes
         ] == [
-            (first.proxy.addon.run_id, "a", 3, ["write_file"], []),
-            (first.proxy.addon.run_id, "a", 4, [], ["read_file"]),
+            (first.proxy.run_id, "a", 3, ["write_file"], []),
+            (first.proxy.run_id, "a", 4, [], ["read_file"]),
         ]
 
         tokens = clickhouse.run("tokens_per_session.sql")

@@ -47,9 +47,9 @@ def anthropic_client(running: Running) -> anthropic.Anthropic:
 
 def spans_after_stop(running: Running, receiver: Receiver) -> list[ReceivedSpan]:
     running.proxy.stop()  # flushes spans and metrics
-    summary = running.proxy.addon.telemetry_summary
+    summary = running.proxy.spans.summary
     assert summary is not None and " 0 dropped" in summary and " 0 failed" in summary, summary
-    return receiver.wait_for(running.proxy.addon.telemetry.stats().exported)
+    return receiver.wait_for(running.proxy.spans.telemetry.stats().exported)
 
 
 def by_seq(spans: list[ReceivedSpan]) -> dict[int, ReceivedSpan]:

@@ -610,7 +610,7 @@ def test_fail_closed_refuses_rest_of_session(start_proxy: Callable[..., Running]
 
 def test_unwritable_audit_file_refuses_with_503(running: Running) -> None:
     audit = running.out / "audit.jsonl"
-    running.proxy.addon.sink.audit.close()  # type: ignore[union-attr]
+    running.proxy.core.sink.audit.close()  # type: ignore[union-attr]
     audit.mkdir()  # a directory where the file should be: every open fails
     with pytest.raises(openai.InternalServerError) as exc:
         oai(running).chat.completions.create(
@@ -736,7 +736,7 @@ def test_large_body_hashed_off_thread_matches_forwarded_bytes(running: Running) 
     import base64
     import hashlib
 
-    from modeltap.addon import HASH_IN_THREAD_BYTES
+    from modeltap.exchange import HASH_IN_THREAD_BYTES
 
     image = "data:image/png;base64," + base64.b64encode(b"\x89PNG" * HASH_IN_THREAD_BYTES).decode()
     oai(running).chat.completions.create(

@@ -182,10 +182,10 @@ def test_every_line_arrives_once_as_its_log_record(
         line for _, line in lines
     )
     assert all(isinstance(log.body, str) for log in logs)
-    stats = running.proxy.addon.telemetry.log_stats()
+    stats = running.proxy.spans.telemetry.log_stats()
     assert stats is not None
     assert (stats.written, stats.exported, stats.dropped) == (len(lines), len(lines), 0)
-    summary = running.proxy.addon.telemetry_summary or ""
+    summary = running.proxy.spans.summary or ""
     assert f"logs: {len(lines)} of {len(lines)} lines exported, 0 dropped" in summary
     assert {s["otlp_logs_dropped"] for s in session_lines(lines)} == {0}
 
@@ -254,10 +254,10 @@ def test_a_collector_that_is_down_costs_nothing_and_every_line_is_counted(
         run_traffic(running, requests)
         running.proxy.stop()
     lines = check_local_lines(running, requests)
-    stats = running.proxy.addon.telemetry.log_stats()
+    stats = running.proxy.spans.telemetry.log_stats()
     assert stats is not None
     assert (stats.written, stats.exported, stats.dropped) == (len(lines), 0, len(lines))
-    summary = running.proxy.addon.telemetry_summary or ""
+    summary = running.proxy.spans.summary or ""
     assert f"logs: 0 of {len(lines)} lines exported, {len(lines)} dropped" in summary
     check_session_counts(lines, stats.dropped)
 
@@ -270,7 +270,7 @@ def test_a_silent_collector_costs_nothing_and_every_line_is_counted(
     run_traffic(running, requests)
     running.proxy.stop()
     lines = check_local_lines(running, requests)
-    stats = running.proxy.addon.telemetry.log_stats()
+    stats = running.proxy.spans.telemetry.log_stats()
     assert stats is not None
     assert otlp_hanging_receiver.logs == []
     assert otlp_hanging_receiver.requests >= 1
@@ -293,7 +293,7 @@ def test_a_slow_collector_gets_what_it_can_and_the_rest_is_counted_exactly(
         running.proxy.stop()
         received = receiver.logs
     lines = check_local_lines(running, requests)
-    stats = running.proxy.addon.telemetry.log_stats()
+    stats = running.proxy.spans.telemetry.log_stats()
     assert stats is not None
     assert stats.written == len(lines)
     assert stats.dropped == len(lines) - len(received)

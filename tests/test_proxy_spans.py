@@ -214,7 +214,7 @@ def test_collector_down_or_hanging_does_not_touch_traffic(
     assert [r["model"] for r in running.audit()] == [f"m{i}" for i in range(20)]
     assert len(running.events("response")) == 20
     running.proxy.stop()
-    summary = running.proxy.addon.telemetry_summary
+    summary = running.proxy.spans.summary
     assert summary is not None
     dropped = int(re.search(r"(\d+) dropped", summary).group(1))  # type: ignore[union-attr]
     assert dropped > 0

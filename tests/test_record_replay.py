@@ -26,8 +26,9 @@ import anthropic
 import openai
 import pytest
 
-from modeltap.proxy import Proxy, ProxyConfig
-from modeltap.replay import Replay, demo_main, replay_proxy
+from modeltap.addons.replayer import Replayer as Replay
+from modeltap.cli import demo_main
+from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
 from tests.conftest import read_jsonl
 from tests.upstream import (
     TOOL_ARGUMENTS,

@@ -1,16 +1,21 @@
-"""``modeltap run | report | view | ...``: the command line."""
+"""``modeltap run | session | report | check | view | replay | demo``: the command line."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+import time
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 
 from modeltap import __version__, options
+from modeltap.addons import Control
 from modeltap.client_env import export_lines
 from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
+from modeltap.recording import DIFF_FILE, Recording, RecordingError
 from modeltap.routing import RouteError, RouteTable
 
 
@@ -51,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         "report", help="per-session, per-turn report of an out dir", add_help=False
     )
     report.add_argument("args", nargs=argparse.REMAINDER)
-    # Listed for --help; main() hands their arguments to modeltap.replay.
+    # Listed for --help; main() hands their arguments to replay_main and demo_main.
     sub.add_parser("replay", help="answer an agent from a --record directory", add_help=False)
     sub.add_parser("demo", help="a scripted agent replayed through modeltap", add_help=False)
     sub.add_parser("view", help="write a capture as one self-contained HTML page", add_help=False)
@@ -70,7 +75,7 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
     routes = RouteTable.build(cfg.routes, cfg.upstream)
     url = proxy.url
     out = Path(cfg.out)
-    lines = [f"modeltap {__version__}  run {proxy.addon.run_id}"]
+    lines = [f"modeltap {__version__}  run {proxy.run_id}"]
     if cfg.mode == "regular":
         lines.append(f"  listening  {url}  (forward proxy)")
         lines.append("  audited    " + ", ".join(f"{r.host}:{r.port}" for r in routes.routes))
@@ -98,9 +103,9 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
     )
     if ui_link is not None:
         lines.append(f"  ui         {ui_link}  (one-time link to the live page)")
-    lines.append(f"  {proxy.addon.telemetry.describe()}")
-    lines.append(f"  {proxy.addon.telemetry.describe_logs()}")
-    timeouts = proxy.addon.deadlines.timeouts
+    lines.append(f"  {proxy.spans.telemetry.describe()}")
+    lines.append(f"  {proxy.spans.telemetry.describe_logs()}")
+    timeouts = proxy.timeouts
     lines.append(
         f"  timeouts   upstream {timeouts.describe_upstream()}; client body idle "
         f"{timeouts.request:g} s"
@@ -150,13 +155,13 @@ def run(args: argparse.Namespace) -> int:
     except Exception as e:  # bad options or a port in use: say it plainly
         print(f"modeltap: {e}", file=sys.stderr)
         return 1
-    counts = proxy.addon.counts
+    counts = proxy.counts
     print(
         f"modeltap: stopped. audited {counts['audited']}, refused {counts['refused']}, "
         f"unaudited {counts['unaudited']}, errors {counts['errors']}.",
         file=sys.stderr,
     )
-    for line in (proxy.addon.telemetry_summary or "").splitlines():
+    for line in (proxy.spans.summary or "").splitlines():
         print(f"modeltap: {line}", file=sys.stderr)
     return 0
 
@@ -165,12 +170,139 @@ def serve_ui(proxy: Proxy) -> str | None:
     """Add the live page to the running control listener; its one-time link."""
     from modeltap.view.live import LivePage
 
-    server = proxy.addon.control
+    server = proxy.addon(Control).server
     if server is None:
         return None
     page = LivePage(Path(proxy.config.out), server.token, server.url)
     server.routes.append(page)
     return page.new_link()
+
+
+# --------------------------------------------------------------------------
+# modeltap replay and modeltap demo
+
+
+def build_replay_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="modeltap replay",
+        description="Answer an agent from a recording made with `modeltap run --record DIR`: "
+        "no upstream, no network. Requests are matched in order within each session on "
+        "their audit record (model, tools, instructions hash, image count, input hash); a "
+        "changed request gets a provider-shaped error and a line in OUT/replay-diff.jsonl. "
+        "Runs until Ctrl-C.",
+    )
+    parser.add_argument("recording", metavar="DIR", help="the --record directory")
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="send SSE chunks and WebSocket messages without the recorded delays",
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if any request differed from the recording or a recorded turn was not "
+        "replayed (the diff is printed at exit)",
+    )
+    options.add_arguments(parser, options.REPLAY)
+    return parser
+
+
+def replay_main(argv: Sequence[str]) -> int:
+    """``modeltap replay DIR [--fast] [--check] [--listen HOST:PORT] [--out DIR]``.
+
+    Returns:
+        0; 1 with ``--check`` when anything differed or was not replayed; 2
+        when the recording cannot be read or the proxy cannot start.
+    """
+    args = build_replay_parser().parse_args(list(argv))
+    try:
+        recording = Recording.load(args.recording)
+    except RecordingError as e:
+        print(f"modeltap replay: {e}", file=sys.stderr)
+        return 2
+    config = ProxyConfig.from_options(
+        {o.name: getattr(args, o.cli_name) for o in options.OPTIONS if options.REPLAY in o.commands}
+    )
+    proxy, replay = replay_proxy(recording, config, fast=args.fast)
+
+    def ready(p: Proxy) -> None:
+        pace = "without delays (--fast)" if args.fast else "at the recorded pace"
+        print(startup_screen(p), file=sys.stderr)
+        print(
+            f"  replaying  {recording.root}  ({replay.player.turns_recorded} turns in "
+            f"{len(recording.sessions)} sessions) {pace}; diff -> "
+            f"{Path(config.out) / DIFF_FILE}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        proxy.run_foreground(on_ready=ready)
+    except Exception as e:  # bad options or a port in use: say it plainly
+        print(f"modeltap replay: {e}", file=sys.stderr)
+        return 2
+    for problem in replay.problems:
+        print(problem.message)
+    print(f"modeltap replay: {replay.summary()}", file=sys.stderr)
+    return 1 if args.check and replay.problems else 0
+
+
+def demo_main(argv: Sequence[str]) -> int:
+    """``modeltap demo``: a scripted agent through modeltap, answered by the
+    recording shipped in the package; prints the audit records and the report.
+
+    Returns:
+        0; 1 if the replay differed; 2 if the openai package is missing.
+    """
+    parser = argparse.ArgumentParser(
+        prog="modeltap demo",
+        description="Run a small openai-SDK tool loop through modeltap, answered by a "
+        "recording shipped with modeltap (no API key, no network), then print the audit "
+        "records and `modeltap report`.",
+    )
+    parser.add_argument("--fast", action="store_true", help="replay without recorded delays")
+    parser.add_argument(
+        "--out", metavar="DIR", help="where the run's files go (default: a new temp dir)"
+    )
+    args = parser.parse_args(list(argv))
+    try:
+        import openai
+
+        from modeltap.demo import agent
+    except ImportError:
+        print("modeltap demo needs the openai package: pip install openai", file=sys.stderr)
+        return 2
+    from modeltap.capture import Capture
+    from modeltap.report import build_report, render_text
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="modeltap-demo-"))
+    config = ProxyConfig(listen_port=0, out=str(out), session=agent.SESSION, quiet=True)
+    with resources.as_file(resources.files("modeltap") / "demo" / "recording") as directory:
+        proxy, replay = replay_proxy(Recording.load(directory), config, fast=args.fast)
+        started = time.monotonic()
+        proxy.start()
+        try:
+            client = openai.OpenAI(
+                base_url=f"{proxy.url}/openai/v1",
+                api_key="no-key-needed-for-a-replay",
+                max_retries=0,
+                # The agent talks to modeltap on loopback; never via an HTTP(S)_PROXY.
+                http_client=openai.DefaultHttpxClient(trust_env=False),
+            )
+            answer = agent.run_agent(client)
+        finally:
+            proxy.stop()
+        elapsed = time.monotonic() - started
+    print(f"== the agent (openai SDK tool loop, {elapsed:.2f}s) answered:\n{answer}\n")
+    print(f"== {out / 'audit.jsonl'}: one record per model request, written before forwarding")
+    for line in (out / "audit.jsonl").read_text().splitlines():
+        print(line)
+    print(f"\n== modeltap report {out}")
+    print(render_text(build_report(Capture.load(out))))
+    print(f"== replay: {replay.summary()}")
+    for problem in replay.problems:
+        print(f"   {problem.message}")
+    return 1 if replay.problems else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -181,12 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return report.main(argv[1:])
     if argv[:1] == ["replay"]:
-        from modeltap.replay import replay_main
-
         return replay_main(argv[1:])
     if argv[:1] == ["demo"]:
-        from modeltap.replay import demo_main
-
         return demo_main(argv[1:])
     if argv[:1] == ["view"]:
         from modeltap import view

@@ -1,5 +1,6 @@
-"""Run mitmproxy with the modeltap addon: in the foreground (``modeltap run``)
-or in a background thread (the pytest fixture, tests, benchmarks)."""
+"""Run mitmproxy with the modeltap addons: in the foreground (``modeltap run``)
+or in a background thread (the pytest fixture, tests, benchmarks); live, or
+replaying a recording (:func:`replay_proxy`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from mitmproxy import options as mitm_options
@@ -25,10 +27,14 @@ from mitmproxy.addons import (
 from mitmproxy.master import Master
 
 from modeltap import options
-from modeltap.addon import ModelTap
+from modeltap.addons import Control, Deadlines, Spans, default_addons
+from modeltap.addons.replayer import Replayer
 from modeltap.failures import Timeouts, parse_seconds, parse_upstream_timeout
+from modeltap.matching import Player
 from modeltap.options import parse_address
-from modeltap.record import Recorder
+from modeltap.recording import Recording
+from modeltap.replay_upstream import ReplayServer
+from modeltap.run import Run
 
 #: The options that decide whether the proxy is open to anyone (set first).
 _LISTENING = ("mode", "listen_host", "listen_port", "proxyauth", "modeltap_allow_open_proxy")
@@ -145,18 +151,46 @@ def _quiet_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -
 
 
 class Proxy:
-    """One mitmproxy master with a :class:`ModelTap` addon."""
+    """One mitmproxy master with the modeltap addons, sharing one :class:`Run`."""
 
     def __init__(self, config: ProxyConfig, addons: Sequence[object] = ()) -> None:
         self.config = config
-        self.addon = ModelTap()
-        #: Addons that run after ModelTap (they read its exchange from flow.metadata).
-        self.extra_addons = list(addons)
+        #: The run every addon shares: its id, counts, sessions and files.
+        self.core = Run()
+        self.addons = [*default_addons(self.core), *addons]
         self.master: Master | None = None
         self.addresses: list[tuple[str, int]] = []
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+
+    def addon[T](self, kind: type[T]) -> T:
+        """The addon of class ``kind``.
+
+        Raises:
+            StopIteration: there is none.
+        """
+        return next(a for a in self.addons if isinstance(a, kind))
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (the default session, and part of every line)."""
+        return self.core.run_id
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Exchanges audited, refused, passed through unaudited, and errors so far."""
+        return self.core.counts
+
+    @property
+    def timeouts(self) -> Timeouts:
+        """The limits in force (``--upstream-timeout``, ``--client-timeout``)."""
+        return self.addon(Deadlines).timeouts
+
+    @property
+    def spans(self) -> Spans:
+        """The spans addon: where spans go, and the line it printed at exit."""
+        return self.addon(Spans)
 
     async def run(self, on_ready: Callable[[Proxy], None] | None = None) -> None:
         """Run until :meth:`stop` (or Ctrl-C in the CLI).
@@ -174,10 +208,7 @@ class Proxy:
         # in place before the addon is added, then applied again for its check.
         listening = {k: config.pop(k) for k in _LISTENING if k in config}
         opts.update_defer(**listening)
-        master.addons.add(self.addon)
-        master.addons.add(Recorder())
-        for addon in self.extra_addons:
-            master.addons.add(addon)
+        master.addons.add(*self.addons)
         opts.update(**listening)
         opts.update(**config)
         self.master = master
@@ -188,7 +219,7 @@ class Proxy:
             ps = master.addons.get("proxyserver")
             while not master.should_exit.is_set():
                 addrs = ps.listen_addrs() if ps else []
-                if addrs and self.addon.control is not None:
+                if addrs and self.addon(Control).server is not None:
                     self.addresses = [(a[0], a[1]) for a in addrs]
                     self._ready.set()
                     if on_ready is not None:
@@ -244,7 +275,7 @@ class Proxy:
     @property
     def control_url(self) -> str | None:
         """``http://host:port`` of the control API (its own listener, token required)."""
-        return self.addon.control_url
+        return self.addon(Control).url
 
     # -------------------------------------------------------------- threads
 
@@ -270,7 +301,7 @@ class Proxy:
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Shut down and wait for the thread; files are flushed by the addon's ``done``."""
+        """Shut down and wait for the thread; files are flushed by the addons' ``done``."""
         master, self.master = self.master, None
         if master is not None and not master.event_loop.is_closed():
             master.shutdown()
@@ -283,3 +314,36 @@ class Proxy:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def replay_proxy(
+    recording: Recording | str | Path, config: ProxyConfig, *, fast: bool = False
+) -> tuple[Proxy, Replayer]:
+    """A :class:`Proxy` that replays ``recording`` (not started).
+
+    Every route points at a replay upstream (:mod:`modeltap.replay_upstream`)
+    serving the recording; the normal addons audit the replayed run like a
+    live one, and a :class:`~modeltap.addons.replayer.Replayer` matches it.
+
+    Args:
+        recording: a loaded recording or its directory.
+        config: the proxy's config; its routes and upstream are replaced by
+            routes to the replay upstream, and it runs in reverse mode
+            without recording.
+        fast: replay without the recorded delays.
+
+    Returns:
+        ``(proxy, replayer)``: start the proxy; read ``replayer.problems`` after it stopped.
+
+    Raises:
+        RecordingError: if the recording cannot be read.
+    """
+    if not isinstance(recording, Recording):
+        recording = Recording.load(recording)
+    server = ReplayServer(recording, fast=fast)
+    routes, upstream = recording.routes_to(server.url)
+    config = replace(config, mode="reverse", routes=routes, upstream=upstream, record=None)
+    proxy = Proxy(config)
+    replayer = Replayer(proxy.core, Player(recording), server, Path(config.out), quiet=config.quiet)
+    proxy.addons.append(replayer)
+    return proxy, replayer

@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from modeltap import apis, control
@@ -40,7 +40,7 @@ from modeltap.records import (
 )
 from modeltap.routing import RouteTable
 from modeltap.sessions import Sessions, SessionTracker
-from modeltap.sink import Sink
+from modeltap.sink import LineObserver, Sink
 from modeltap.ws import WsPolicy
 
 logger = logging.getLogger(__name__)
@@ -102,6 +102,24 @@ class Run:
         self.in_flight: dict[str, InFlight] = {}
         self._listeners: list[Listener] = []
         self.on: dict[str, list[Callable[..., Any]]] = {name: [] for name in NOTICES}
+        #: Copies each written line elsewhere (the OTLP log records), if set.
+        self.line_observer: LineObserver | None = None
+        #: Log records known lost so far, for each ``sessions.jsonl`` line.
+        self.logs_dropped: Callable[[], int | None] = lambda: None
+
+    def use_sink(self, sink: Sink) -> None:
+        """Write into ``sink`` from now on (the previous one is closed)."""
+        if self.sink is not None:
+            self.sink.close()
+        sink.sessions_with_lines = self.file_reopened
+        sink.observer = self.line_observer
+        self.sink = sink
+
+    def observe_lines(self, observer: LineObserver | None) -> None:
+        """Hand every line written from now on to ``observer`` too (SPEC 9)."""
+        self.line_observer = observer
+        if self.sink is not None:
+            self.sink.observer = observer
 
     # ------------------------------------------------------------------ listeners
 
@@ -207,7 +225,7 @@ class Run:
 
     def _write_end(self, session_id: str) -> SessionStatus:
         """Write an open session's ``sessions.jsonl`` line; it is open no more."""
-        status = self.sessions.close(session_id)
+        status = replace(self.sessions.close(session_id), otlp_logs_dropped=self.logs_dropped())
         if self.sink is not None and not self.sink.write_session(status):
             logger.warning("modeltap: a sessions.jsonl line could not be written")
         self.publish("session_ended", session_id)

@@ -363,16 +363,16 @@ def test_ended_sessions_are_remembered_within_a_bound(
     default; 3 here). A late request in a forgotten one opens a new session, whose
     own line is written at stop; the files keep both, so nothing reads as one
     clean session."""
-    import modeltap.addon
+    import modeltap.sessions
 
-    monkeypatch.setattr(modeltap.addon, "ENDED_SESSIONS_KEPT", 3)
+    monkeypatch.setattr(modeltap.sessions, "ENDED_SESSIONS_KEPT", 3)
     running = start_proxy()
     client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
     for n in range(5):
         headers = {"x-modeltap-session": f"s{n}"}
         client.chat.completions.create(model="gpt-5", messages=CHAT, extra_headers=headers)
         control.end_session(running.out, f"s{n}")
-    assert list(running.proxy.addon._ended) == ["s2", "s3", "s4"]
+    assert list(running.proxy.core.sessions._ended) == ["s2", "s3", "s4"]
     with pytest.raises(openai.BadRequestError, match="session_ended"):
         client.chat.completions.create(
             model="gpt-5", messages=CHAT, extra_headers={"x-modeltap-session": "s4"}

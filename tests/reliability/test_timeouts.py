@@ -247,7 +247,7 @@ def test_broken_http_from_the_client_is_bad_request(
     assert error["error"] == "bad_request"
     assert running.audit() == [] and running.upstream.received == []
     assert running.events("unaudited") == []  # it was not passed through either
-    assert stop_reason(running, running.proxy.addon.run_id) == "request_audit_error"
+    assert stop_reason(running, running.proxy.run_id) == "request_audit_error"
 
 
 def test_stalled_upload_is_client_timeout(start_proxy: Callable[..., Running]) -> None:

@@ -153,7 +153,7 @@ def test_unwritable_audit_refuses_then_recovers(
         # Nothing went upstream unaudited: no request, no WebSocket message.
         assert upstream.received == []
         assert upstream.ws_received == []
-        assert proxy.addon.counts["audited"] == 0
+        assert proxy.counts["audited"] == 0
 
         fault.mend()  # fixed: the proxy recovers by itself, no restart
         assert httpx.post(url, content=CHAT, timeout=10).status_code == 200

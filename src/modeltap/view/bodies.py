@@ -31,7 +31,7 @@ from modeltap.decoding import StreamDecompressor
 from modeltap.errors import ModelTapError
 
 if TYPE_CHECKING:
-    from modeltap.replay import Entry, Recording
+    from modeltap.recording import Entry, Recording
 
 Json = dict[str, Any]
 
@@ -60,8 +60,8 @@ def load_recording(directory: Path) -> Recording:
     Raises:
         RecordingUnreadable: it is not one (no readable ``recording.jsonl``).
     """
-    # The recording reader lives with replay; imported only when asked for.
-    from modeltap.replay import Recording, RecordingError
+    # Imported only when asked for: most pages are made without a recording.
+    from modeltap.recording import Recording, RecordingError
 
     try:
         return Recording.load(directory)

@@ -1,4 +1,6 @@
-"""The glue behind ``--upstream-timeout`` and ``--client-timeout``.
+"""The glue behind ``--upstream-timeout`` and ``--client-timeout``: an addon
+that owns both options and the timers, watched by the HTTP and WebSocket
+addons through :meth:`Deadlines.watch` and :meth:`Deadlines.stop`.
 
 One timer per live exchange. :func:`modeltap.failures.check_deadline`
 decides; this module measures and acts, through the two handles mitmproxy's
@@ -29,12 +31,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from mitmproxy import connection, http
+from mitmproxy import connection, exceptions, http
 
-from modeltap.failures import Expired, Phase, Timeouts, check_deadline
+from modeltap import options
+from modeltap.failures import (
+    Expired,
+    Phase,
+    Timeouts,
+    check_deadline,
+    parse_seconds,
+    parse_upstream_timeout,
+)
 
 DEADLINE_KEY = "modeltap_deadline"
 
@@ -61,10 +71,38 @@ def upstream_ready(server: connection.Server) -> bool:
 class Deadlines:
     """Start, move and stop the timers of live exchanges."""
 
-    def __init__(self, master: Any) -> None:
-        self.master = master
+    #: Its name among mitmproxy's addons (``master.addons.get``).
+    name = "modeltap_deadlines"
+
+    OPTIONS = ("upstream_timeout", "client_timeout")
+
+    def __init__(self) -> None:
+        self.master: Any = None
         self.timeouts = Timeouts()
         self._proxyserver: Any = None
+
+    def load(self, loader: Any) -> None:
+        self.master = loader.master
+        options.declare(loader, self.OPTIONS)
+
+    def configure(self, updated: set[str]) -> None:
+        if not {"modeltap_upstream_timeout", "modeltap_client_timeout", "tcp_timeout"} & updated:
+            return
+        opts = self.master.options
+        try:
+            timeouts = parse_upstream_timeout(opts.modeltap_upstream_timeout)
+            request = parse_seconds(opts.modeltap_client_timeout, "client")
+        except ValueError as e:
+            raise exceptions.OptionsError(str(e)) from None
+        timeouts = replace(timeouts, request=request)
+        if opts.tcp_timeout <= timeouts.longest:
+            # mitmproxy's inactivity watchdog would close the client's connection
+            # first, and the failure would read as the client's.
+            raise exceptions.OptionsError(
+                f"tcp_timeout ({opts.tcp_timeout} s) must be longer than the longest modeltap "
+                f"timeout ({timeouts.longest:g} s); set tcp_timeout={timeouts.watchdog}"
+            )
+        self.timeouts = timeouts
 
     def watch(self, flow: http.HTTPFlow, watch: Watch) -> None:
         """Start watching ``flow`` in a new phase (replacing the previous one)."""

@@ -17,7 +17,7 @@ import wsproto
 from wsproto.connection import Connection
 from wsproto.events import CloseConnection, Message, Ping
 
-from modeltap.ws_limit import BoundedPerMessageDeflate, MessageLimit, max_message_bytes
+from modeltap.addons.ws_limit import BoundedPerMessageDeflate, MessageLimit, max_message_bytes
 
 LIMIT = 64 * 1024
 

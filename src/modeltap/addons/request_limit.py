@@ -59,7 +59,7 @@ STOPPED_MESSAGE: Final = "modeltap: the request was answered before its body end
 
 
 @dataclass
-class RequestTooLargeHook(commands.StartHook):  # type: ignore[no-untyped-call]
+class RequestTooLargeHook(commands.StartHook):
     """A request body is about to pass ``modeltap_max_body``: the addon's
     ``modeltap_request_too_large(flow)`` answers it (sets ``flow.response``).
     Nothing of the body is kept; the request is stopped after the answer."""
@@ -95,7 +95,7 @@ def _is_continue(command: commands.Command) -> bool:
     )
 
 
-@expect(RequestHeaders)  # type: ignore[untyped-decorator,no-untyped-call]
+@expect(RequestHeaders)  # type: ignore[untyped-decorator]
 def state_wait_for_request_headers(
     self: Any, event: RequestHeaders
 ) -> layer.CommandGenerator[None]:
@@ -127,7 +127,7 @@ def state_wait_for_request_headers(
         yield from _answer_and_stop(self)
 
 
-@expect(RequestData, RequestTrailers, RequestEndOfMessage)  # type: ignore[untyped-decorator,no-untyped-call]
+@expect(RequestData, RequestTrailers, RequestEndOfMessage)  # type: ignore[untyped-decorator]
 def state_consume_request_body(self: Any, event: Any) -> layer.CommandGenerator[None]:
     """mitmproxy's state, with the body bounded by ``modeltap_max_body``."""
     if isinstance(event, RequestData):

@@ -1,0 +1,63 @@
+"""modeltap's mitmproxy addons: small classes over the pure core.
+
+Each addon owns its options (declared from :mod:`modeltap.options`) and keeps
+its hooks short; the decisions and the lines are the core's
+(:mod:`modeltap.run`, :mod:`modeltap.exchange`, :mod:`modeltap.ws_connection`).
+They share one :class:`~modeltap.run.Run`, handed to each on construction:
+
+- :class:`~modeltap.addons.evidence.Evidence`: ``--out`` and the sessions; ends the run.
+- :class:`~modeltap.addons.deadlines.Deadlines`: the timeouts, watched by the next two.
+- :class:`~modeltap.addons.http.Http`: HTTP hooks -> :class:`~modeltap.exchange.Exchange`.
+- :class:`~modeltap.addons.websocket.WebSocket`: WebSocket hooks -> a
+  :class:`~modeltap.ws_connection.Connection`.
+- :class:`~modeltap.addons.control.Control`: the harness's control API listener.
+- :class:`~modeltap.addons.console.Console`: one stderr line per exchange (a listener).
+- :class:`~modeltap.addons.spans.Spans`: OpenTelemetry spans (a listener).
+- :class:`~modeltap.addons.recorder.Recorder`: ``--record DIR`` (a listener).
+
+The replayer (:class:`~modeltap.addons.replayer.Replayer`) is added by
+``modeltap replay``. Listeners hear the run's notices
+(:class:`~modeltap.notices.Listener`), never another addon's state, so the
+order of this list is not a contract.
+"""
+
+from __future__ import annotations
+
+from modeltap.addons.console import Console
+from modeltap.addons.control import Control
+from modeltap.addons.deadlines import Deadlines
+from modeltap.addons.evidence import Evidence
+from modeltap.addons.http import Http
+from modeltap.addons.recorder import Recorder
+from modeltap.addons.spans import Spans
+from modeltap.addons.websocket import WebSocket
+from modeltap.run import Run
+
+
+def default_addons(run: Run | None = None) -> list[object]:
+    """Every addon of a modeltap proxy, sharing ``run`` (a new one by default)."""
+    run = run or Run()
+    deadlines = Deadlines()
+    return [
+        Evidence(run),
+        deadlines,
+        Http(run, deadlines),
+        WebSocket(run, deadlines),
+        Control(run),
+        Console(run),
+        Spans(run),
+        Recorder(run),
+    ]
+
+
+__all__ = [
+    "Console",
+    "Control",
+    "Deadlines",
+    "Evidence",
+    "Http",
+    "Recorder",
+    "Spans",
+    "WebSocket",
+    "default_addons",
+]

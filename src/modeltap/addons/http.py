@@ -1,0 +1,447 @@
+"""The HTTP addon: mitmproxy's HTTP hooks, turned into calls on the exchange core.
+
+Each hook reads what mitmproxy saw, hands it to :class:`~modeltap.exchange.Exchange`
+and acts on the answer (forward, answer, stream through the observer); the
+decisions and the lines are the core's. It owns the options of the request
+gate (mode, routes, strict, image detail, max body, the open-proxy refusal).
+
+It also puts modeltap's answers in place of mitmproxy's HTML error page
+(agents' SDKs want JSON in their provider's shape), installs the HTTP/1 body
+reader fix (:mod:`modeltap.addons.mitm_http1`) and the bound on request
+bodies as they arrive (:mod:`modeltap.addons.request_limit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Awaitable
+from dataclasses import replace
+from typing import Any, Final
+
+from mitmproxy import exceptions, http
+from mitmproxy.connection import ConnectionState
+from mitmproxy.net.http import http1, validate
+from mitmproxy.proxy.layers.http import _http1
+from mitmproxy.proxy.mode_specs import ProxyMode
+from mitmproxy.utils import human
+
+from modeltap import options
+from modeltap.addons import mitm_http1, request_limit
+from modeltap.addons.deadlines import Deadlines
+from modeltap.decoding import decode_request_body
+from modeltap.errors import Rejected, provider_error_body
+from modeltap.exchange import HASH_IN_THREAD_BYTES, Exchange, RequestHead
+from modeltap.failures import FailureFacts, Phase, classify_failure
+from modeltap.gate import SESSION_HEADER, audit_body, body_codings, fail_closed, sha256_hex
+from modeltap.listening import open_proxy_listeners, open_proxy_message
+from modeltap.notices import Forward, Reply
+from modeltap.records import RequestFacts
+from modeltap.routing import RouteError, RouteTable
+from modeltap.run import Run
+
+#: ``flow.metadata`` key of the frozen :class:`~modeltap.notices.ExchangeView`
+#: of a forwarded WebSocket handshake (the WebSocket addon opens its connection).
+VIEW_KEY: Final = "modeltap"
+#: ``flow.metadata`` key of this addon's own :class:`~modeltap.exchange.Exchange`.
+_EXCHANGE: Final = "modeltap_exchange"
+
+#: The answer modeltap chose for the failure being reported, set by the ``error``
+#: hook. mitmproxy builds its error page right after that hook returns, in the
+#: same asyncio task (the hook's task resumes the HTTP layer), so a context
+#: variable hands the choice over without leaking it to other connections.
+_FAILURE_ANSWER: contextvars.ContextVar[bytes | None] = contextvars.ContextVar(
+    "modeltap_failure_answer", default=None
+)
+
+
+class Http:
+    """Audit every model request before it is forwarded; observe what comes back."""
+
+    #: Its name among mitmproxy's addons (``master.addons.get``).
+    name = "modeltap_http"
+
+    OPTIONS = (
+        "mode",
+        "routes",
+        "upstream",
+        "strict",
+        "image_detail",
+        "max_body",
+        "allow_open_proxy",
+    )
+
+    def __init__(self, run: Run, deadlines: Deadlines) -> None:
+        self.run = run
+        self.deadlines = deadlines
+        self.options: Any = None
+
+    def load(self, loader: Any) -> None:
+        # Our master's options, not the process-global ``ctx``: tests and
+        # benchmarks may run more than one proxy in one process.
+        self.options = loader.master.options
+        options.declare(loader, self.OPTIONS)
+
+    def configure(self, updated: set[str]) -> None:
+        opts = self.options
+        try:
+            options.check(opts, self.OPTIONS, updated)
+            if {"modeltap_routes", "modeltap_upstream"} & updated:
+                routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
+                self.run.settings = replace(self.run.settings, routes=routes)
+        except (ValueError, RouteError) as e:
+            raise exceptions.OptionsError(str(e)) from None
+        if "modeltap_max_body" in updated:
+            self.run.settings = replace(self.run.settings, max_body=_size(opts.modeltap_max_body))
+        if {"modeltap_mode", "modeltap_strict", "modeltap_image_detail"} & updated:
+            self.run.settings = replace(
+                self.run.settings,
+                mode=opts.modeltap_mode,
+                strict=opts.modeltap_strict,
+                image_detail=opts.modeltap_image_detail,
+            )
+        if {"mode", "listen_host", "proxyauth", "modeltap_allow_open_proxy"} & updated:
+            _refuse_open_proxy(opts)
+        if "stream_large_bodies" in updated and opts.stream_large_bodies:
+            # mitmproxy would forward a large request body as it arrives, before the
+            # request hook: a model request would reach the upstream unaudited.
+            raise exceptions.OptionsError(
+                "modeltap cannot audit with stream_large_bodies set (request bodies would be "
+                "forwarded before the audit); unset it, modeltap_max_body bounds requests"
+            )
+        # mitmproxy answers an unreachable upstream with an HTML page; agents' SDKs
+        # want JSON they can parse, in their provider's shape.
+        _http1.make_error_response = _error_page
+        # mitmproxy's HTTP/1 reader hangs on a trailer section (see mitm_http1).
+        mitm_http1.install()
+        # Request bodies are bounded by --max-body before mitmproxy has buffered
+        # them (see request_limit).
+        request_limit.install()
+
+    # ------------------------------------------------------------------ hooks
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self.deadlines.watch(flow, "request")  # a body that stalls must not hang forever
+        req = flow.request
+        head = _head(flow, req.headers.pop(SESSION_HEADER, None))
+        ex = flow.metadata[_EXCHANGE] = Exchange.open(self.run, head, time.perf_counter_ns())
+        if ex.reply is not None:
+            _answer(flow, ex.reply)
+        elif ex.rerouted:
+            assert ex.route is not None
+            req.scheme, req.host, req.port = ex.route.scheme, ex.route.host, ex.route.port
+            req.path = ex.path
+            req.host_header = ex.route.url.split("://", 1)[1].split("/", 1)[0]
+
+    def modeltap_request_too_large(self, flow: http.HTTPFlow) -> None:
+        """A request body passed --max-body while it arrived (request_limit): refuse
+        it now; the rest is not read, nothing is forwarded. Pass-through requests
+        too: modeltap buffers every request, and the bound must hold for all."""
+        ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if ex is not None and flow.response is None and not self.run.stopped:
+            _answer(flow, ex.refuse(Rejected("body_too_large"), time.perf_counter_ns()))
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        # Regular mode: a tunnel to the control listener is refused like a request to it.
+        head = _head(flow, flow.request.headers.get(SESSION_HEADER))
+        ex = Exchange.open_tunnel(self.run, head, time.perf_counter_ns())
+        if ex.reply is not None:
+            flow.metadata[_EXCHANGE] = ex
+            _answer(flow, ex.reply)
+
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        self.deadlines.watch(flow, "waiting")
+        _frame_body(flow.request)
+        ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if ex is None or flow.response is not None:
+            return None  # already answered (no route, refused early)
+        if flow.request.trailers:
+            # Fields after the body: not part of what is audited, and mitmproxy
+            # cannot forward them to an HTTP/1 upstream. Refuse, by name.
+            _answer(flow, ex.refuse(Rejected("request_trailers"), time.perf_counter_ns()))
+            return None
+        if ex.api is None:  # passed through; a WebSocket handshake is audited once open
+            self._pass_through(flow, ex)
+            return None
+        return self._audit(flow, ex)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        resp = flow.response
+        assert resp is not None
+        if resp.status_code == 101:
+            self.deadlines.stop(flow)  # a WebSocket: open until either side closes it
+        else:
+            self.deadlines.watch(flow, "response")
+        ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if ex is not None:
+            stream = ex.started(resp.status_code, resp.headers, time.perf_counter_ns())
+            if stream is not None:
+                resp.stream = stream
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        expired = self.deadlines.stop(flow)
+        resp = flow.response
+        assert resp is not None
+        if resp.trailers and not (flow.request.is_http2 or flow.request.is_http3):
+            # mitmproxy cannot send trailers to an HTTP/1 client (it would crash
+            # mid-exchange); they carry nothing modeltap observes.
+            resp.trailers = None
+        ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if ex is not None:
+            encoding = resp.headers.get("content-encoding")
+            ex.ended(resp.status_code, resp.raw_content, encoding, expired, time.perf_counter_ns())
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        expired = self.deadlines.stop(flow)
+        _FAILURE_ANSWER.set(None)
+        ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if ex is None:
+            return
+        kind = classify_failure(_failure_facts(flow, expired, self.options))
+        complete = flow.request.timestamp_end is not None
+        reply = ex.failed(kind, expired, time.perf_counter_ns(), request_complete=complete)
+        if reply is not None and flow.response is None:
+            _FAILURE_ANSWER.set(_assemble(reply))
+
+    # ------------------------------------------------------------------ the request body
+
+    def _pass_through(self, flow: http.HTTPFlow, ex: Exchange) -> None:
+        req = flow.request
+        decision = ex.pass_through(lambda: req.get_content(strict=False) or b"", req.headers)
+        _apply(flow, decision)
+        if ex.websocket and isinstance(decision, Forward):
+            flow.metadata[VIEW_KEY] = ex.view  # the WebSocket addon opens its connection
+
+    def _audit(self, flow: http.HTTPFlow, ex: Exchange) -> Awaitable[None] | None:
+        """Audit the body, then forward it or refuse it (on a worker thread when large)."""
+        req, settings = flow.request, self.run.settings
+        raw = req.raw_content or b""
+        try:
+            codings = fail_closed(
+                body_codings,
+                len(raw),
+                req.headers.get("transfer-encoding"),
+                req.headers.get("content-encoding"),
+                settings.max_body,
+            )
+        except Rejected as e:
+            _answer(flow, ex.refuse(e, time.perf_counter_ns()))
+            return None
+        digest: asyncio.Future[str] | None = None
+        if len(raw) >= HASH_IN_THREAD_BYTES and settings.image_detail is None:
+            # hashlib lets go of the GIL: a large body is hashed on a worker thread
+            # while this one parses and audits it (the bench's large-body case).
+            digest = asyncio.get_running_loop().run_in_executor(None, sha256_hex, raw)
+        if codings:
+            return self._audit_encoded(flow, ex, raw, codings, digest)
+        try:
+            facts, rewritten = fail_closed(audit_body, ex.api or "", raw, settings.image_detail)
+        except Rejected as e:
+            _answer(flow, ex.refuse(e, time.perf_counter_ns()))
+            return None
+        if digest is None:
+            self._forward(flow, ex, facts, rewritten or raw, rewritten is not None, None)
+            return None
+        return self._forward_when_hashed(flow, ex, facts, raw, digest)
+
+    async def _audit_encoded(
+        self,
+        flow: http.HTTPFlow,
+        ex: Exchange,
+        raw: bytes,
+        codings: tuple[str, ...],
+        digest: Awaitable[str] | None,
+    ) -> None:
+        """Decode a compressed body on a worker thread, then audit and forward it.
+
+        zlib, Brotli and Zstandard let go of the GIL, so other exchanges go on
+        while a large (or hostile) body inflates; decoding stops at --max-body.
+        """
+        settings = self.run.settings
+        try:
+            decoded = await asyncio.get_running_loop().run_in_executor(
+                None, fail_closed, decode_request_body, raw, codings, settings.max_body
+            )
+            facts, rewritten = fail_closed(audit_body, ex.api or "", decoded, settings.image_detail)
+        except Rejected as e:
+            _answer(flow, ex.refuse(e, time.perf_counter_ns()))
+            return
+        sha = await digest if digest is not None else None
+        self._forward(flow, ex, facts, rewritten or decoded, rewritten is not None, sha)
+
+    async def _forward_when_hashed(
+        self,
+        flow: http.HTTPFlow,
+        ex: Exchange,
+        facts: RequestFacts,
+        sent: bytes,
+        digest: Awaitable[str],
+    ) -> None:
+        self._forward(flow, ex, facts, sent, False, await digest)
+
+    def _forward(
+        self,
+        flow: http.HTTPFlow,
+        ex: Exchange,
+        facts: RequestFacts,
+        sent: bytes,
+        rewritten: bool,
+        digest: str | None,
+    ) -> None:
+        """Write the audit line and let the request go.
+
+        Args:
+            sent: the decoded body that goes upstream.
+            rewritten: ``--image-detail`` rewrote it: forward it (re-encoded as
+                the client sent it), so the audit shows what is actually sent.
+            digest: the SHA-256 of the body, if it was hashed already.
+        """
+        req = flow.request
+        if rewritten:
+            req.content = sent
+        now = time.perf_counter_ns()
+        _apply(flow, ex.forward(facts, sent, req.raw_content or b"", digest, req.headers, now))
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _head(flow: http.HTTPFlow, session: str | None) -> RequestHead:
+    req = flow.request
+    return RequestHead(
+        id=flow.id,
+        method=req.method,
+        target=req.path,
+        scheme=req.scheme,
+        host=req.host,
+        port=req.port,
+        headers=req.headers,
+        # Header names from the raw fields: mitmproxy's headers.keys() costs ~10 us.
+        fields=req.headers.fields,
+        session=session,
+    )
+
+
+def _answer(flow: http.HTTPFlow, reply: Reply) -> None:
+    """Answer the flow with modeltap's own reply; it is never forwarded."""
+    headers = {"Content-Type": "application/json"}
+    if reply.close:
+        headers["Connection"] = "close"
+    flow.response = http.Response.make(reply.status, reply.body, headers)
+
+
+def _apply(flow: http.HTTPFlow, decision: Forward | Reply) -> None:
+    if isinstance(decision, Reply):
+        _answer(flow, decision)
+        return
+    for name, value in decision.headers:
+        flow.request.headers[name] = value
+
+
+def _assemble(reply: Reply) -> bytes:
+    headers = {"Content-Type": "application/json", "Connection": "close"}
+    data: bytes = http1.assemble_response(http.Response.make(reply.status, reply.body, headers))
+    return data
+
+
+def _error_page(status_code: int, message: str = "") -> bytes:
+    """Replacement for mitmproxy's HTML error page (e.g. the 502 of an unreachable
+    upstream): a JSON body that both the OpenAI and the Anthropic SDK parse, so the
+    agent's SDK raises a clear error instead of choking on HTML. When modeltap
+    itself ended the exchange (an upstream timeout), its own answer is sent."""
+    answer = _FAILURE_ANSWER.get()
+    if answer is not None:
+        _FAILURE_ANSWER.set(None)
+        return answer
+    body = provider_error_body(
+        "both",
+        f"modeltap: the upstream could not be reached or failed ({message})",
+        status=status_code,
+        code="modeltap_upstream_error",
+    )
+    return _assemble(Reply(status_code, body, close=True))
+
+
+def _size(value: str) -> int:
+    try:
+        size = human.parse_size(value)
+    except ValueError:
+        size = None
+    if size is None or size <= 0:
+        raise exceptions.OptionsError("modeltap_max_body must be a size such as 64m")
+    return size
+
+
+def _refuse_open_proxy(opts: Any) -> None:
+    """Refuse to start a forwarding proxy that anyone can reach (SPEC 8)."""
+    if opts.modeltap_allow_open_proxy:
+        return
+    listeners = []
+    for spec in opts.mode:
+        try:
+            mode = ProxyMode.parse(spec)
+        except ValueError:
+            continue  # mitmproxy's proxyserver reports a bad mode itself
+        listeners.append(
+            (mode.type_name, mode.listen_host(opts.listen_host), mode.listen_port(opts.listen_port))
+        )
+    open_ones = open_proxy_listeners(listeners, opts.proxyauth)
+    if open_ones:
+        raise exceptions.OptionsError(
+            open_proxy_message(
+                open_ones,
+                "set listen_host=127.0.0.1, proxyauth=USER:PASS, or modeltap_allow_open_proxy=true",
+            )
+        )
+
+
+def _failure_facts(flow: http.HTTPFlow, expired: Phase | None, opts: Any) -> FailureFacts:
+    """What the flow and its connections say about whose fault the failure was."""
+    message = flow.error.msg if flow.error is not None else None
+    validate_headers = opts.validate_inbound_headers
+    return FailureFacts(
+        timed_out=expired,
+        client_broke_http=message == mitm_http1.REQUEST_FRAMING_ERROR
+        or _framing_refused(flow.request, None, validate_headers),
+        upstream_broke_http=message == mitm_http1.RESPONSE_FRAMING_ERROR
+        or (
+            flow.response is not None
+            and _framing_refused(flow.request, flow.response, validate_headers)
+        ),
+        client_closed=not (flow.client_conn.state & ConnectionState.CAN_WRITE),
+        upstream_connected=flow.server_conn.timestamp_tcp_setup is not None,
+    )
+
+
+def _framing_refused(
+    request: http.Request, response: http.Response | None, validate_headers: bool
+) -> bool:
+    """True if mitmproxy refuses the framing headers of the request (or, given one,
+    of the response): both Content-Length and Transfer-Encoding, an invalid length
+    or coding. The same checks mitmproxy ran, run again on the flow's headers."""
+    try:
+        if validate_headers:
+            validate.validate_headers(response if response is not None else request)
+        http1.expected_http_body_size(request, response)
+    except ValueError:
+        return True
+    return False
+
+
+def _frame_body(request: http.Request) -> None:
+    """Give an HTTP/2 or HTTP/3 request body a Content-Length if it came without one.
+
+    Those protocols frame bodies themselves, so the header is optional there;
+    mitmproxy forwards such a request to an HTTP/1 upstream with no framing at
+    all, and the upstream reads the body as the next request on the connection:
+    a model request smuggled inside a pass-through body would reach it unaudited.
+    The body is whole at this point (modeltap never streams requests).
+    """
+    if (
+        (request.is_http2 or request.is_http3)
+        and request.raw_content
+        and "content-length" not in request.headers
+        and "transfer-encoding" not in request.headers
+    ):
+        request.headers["content-length"] = str(len(request.raw_content))

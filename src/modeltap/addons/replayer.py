@@ -1,0 +1,127 @@
+"""The replayer addon: ``modeltap replay DIR`` answers an agent from a recording.
+
+It listens to the run. Each request about to go upstream is matched with the
+next recorded turn of its session (:class:`~modeltap.matching.Player`): a
+match is forwarded to the replay upstream (:mod:`modeltap.replay_upstream`)
+tagged with the recorded exchange to serve; a mismatch or an exhausted
+recording is answered right there with a provider-shaped error, and noted in
+``OUT/replay-diff.jsonl`` and on stderr. A WebSocket turn's decision is
+queued for the replay upstream, which answers each ``response.create`` it
+receives in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections import deque
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import orjson
+
+from modeltap.errors import provider_error_body
+from modeltap.matching import MISMATCH, UNRECORDED, Player, Problem
+from modeltap.notices import ExchangeView, Forward, Listener, Reply
+from modeltap.recording import DIFF_FILE, TurnKey
+from modeltap.records import API_RESPONSES, WsCloseEvent, redact_path
+from modeltap.replay_upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
+from modeltap.routing import error_shape_for
+from modeltap.run import Run
+from modeltap.sink import JsonlFile
+
+
+class Replayer(Listener):
+    """Answer audited requests from a recording."""
+
+    #: Its name among mitmproxy's addons (``master.addons.get``).
+    name = "modeltap_replayer"
+
+    def __init__(
+        self, run: Run, player: Player, server: ReplayServer, out: Path, *, quiet: bool = False
+    ) -> None:
+        self.player = player
+        self.server = server
+        self.out = out
+        self.quiet = quiet
+        self.diff_file = JsonlFile(out / DIFF_FILE)
+        #: Every difference noted so far (the unplayed turns are added at the end).
+        self.problems: list[Problem] = []
+        self.turns_played = 0
+        run.subscribe(self)
+
+    async def running(self) -> None:
+        await self.server.start()
+
+    # ------------------------------------------------------------------ notices
+
+    def forwarding(
+        self, view: ExchangeView, body: bytes, headers: Mapping[str, str]
+    ) -> Forward | Reply | None:
+        if view.parent is not None:
+            self._play_turn(view, body)
+            return None
+        if view.websocket:
+            self.server.connections[view.id] = deque()
+            return Forward(((CONNECTION_HEADER, view.id),))
+        if view.record is None:
+            entry = self.player.unaudited(view.method or "", redact_path(view.path))
+            if entry is None:
+                return _reply(view, 404, "this request is not in the recording", UNRECORDED)
+            return Forward(((ENTRY_HEADER, str(entry.index)),))
+        key = TurnKey.of(view.record, orjson.loads(body or b"null"))
+        played = self.player.play(view.session_id, "http", view.api, key)
+        if played.entry is None:
+            self._note(played.problems)
+            return _reply(view, 400, played.error_message, played.code or MISMATCH)
+        self.turns_played += 1
+        return Forward(((ENTRY_HEADER, str(played.entry.index)),))
+
+    def closed(self, view: ExchangeView, event: WsCloseEvent, t_ns: int) -> None:
+        self.server.connections.pop(view.id, None)
+
+    def stopped(self) -> None:
+        self.server.close()
+        self._note(self.player.unplayed())
+        self.diff_file.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _play_turn(self, view: ExchangeView, body: bytes) -> None:
+        decisions = self.server.connections.get(view.parent or "")
+        if decisions is None or view.record is None:
+            return
+        key = TurnKey.of(view.record, orjson.loads(body))
+        played = self.player.play(view.session_id, "websocket", API_RESPONSES, key)
+        if played.entry is None:
+            self._note(played.problems)
+        else:
+            self.turns_played += 1
+        # The replay upstream takes one decision per create it receives, in order.
+        decisions.append(played)
+
+    def _note(self, problems: Sequence[Problem]) -> None:
+        for problem in problems:
+            self.problems.append(problem)
+            with contextlib.suppress(Exception):
+                self.out.mkdir(parents=True, exist_ok=True)
+                self.diff_file.append(orjson.dumps(problem.to_json()) + b"\n")
+            if not self.quiet:
+                print(f"modeltap replay: {problem.message}", file=sys.stderr, flush=True)
+
+    def summary(self) -> str:
+        """One line: how much of the recording was replayed and how much differed."""
+        differing = sum(1 for p in self.problems if p.kind != "unplayed")
+        return (
+            f"replayed {self.turns_played} of {self.player.turns_recorded} recorded turns; "
+            f"{differing} differences, {len(self.problems) - differing} not replayed"
+        )
+
+
+def _reply(view: ExchangeView, status: int, message: str, code: str) -> Reply:
+    """The provider-shaped error a replayed request gets instead of an answer."""
+    text = message if message.startswith("modeltap") else f"modeltap replay: {message}"
+    body = provider_error_body(
+        error_shape_for(view.api, view.route), text, status=status, code=code
+    )
+    return Reply(status, body)

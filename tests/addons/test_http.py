@@ -1,0 +1,217 @@
+"""The HTTP addon's hooks, called directly (taddons, tflow)."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+import pytest
+from mitmproxy import exceptions, http
+from mitmproxy.test import tflow, tutils
+
+from modeltap.addons import http as http_addon
+from modeltap.addons.deadlines import DEADLINE_KEY, Deadline
+from modeltap.addons.http import VIEW_KEY, Http
+from modeltap.exchange import HASH_IN_THREAD_BYTES, StreamTap
+from tests.addons.conftest import CHAT, json_response, model_flow, tap
+from tests.upstream import chat_text_json
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("modeltap_routes", ["no-equals-sign"], "--route takes NAME=URL"),
+        ("modeltap_upstream", "ftp://x", "upstream"),
+        ("modeltap_mode", "sideways", "modeltap_mode must be reverse or regular"),
+        ("modeltap_image_detail", "huge", "modeltap_image_detail must be low, high or auto"),
+        ("modeltap_max_body", "lots", "modeltap_max_body must be a size such as 64m"),
+        ("modeltap_max_body", "0", "modeltap_max_body must be a size such as 64m"),
+        ("stream_large_bodies", "1m", "cannot audit with stream_large_bodies set"),
+    ],
+)
+async def test_bad_options_are_refused(
+    tmp_path: Path, option: str, value: object, message: str
+) -> None:
+    with tap(tmp_path) as t, pytest.raises(exceptions.OptionsError, match=message):
+        t.tctx.options.update(**{option: value})
+
+
+async def test_an_open_proxy_is_refused_unless_allowed(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        with pytest.raises(exceptions.OptionsError, match="modeltap_allow_open_proxy=true"):
+            t.tctx.options.update(mode=["regular"], listen_host="0.0.0.0")
+        t.tctx.options.update(modeltap_allow_open_proxy=True)
+        t.tctx.options.update(mode=["regular"], listen_host="0.0.0.0")
+
+
+async def test_options_reach_the_core(tmp_path: Path) -> None:
+    with tap(tmp_path, mode="regular", strict=True, image_detail="low", max_body="1k") as t:
+        s = t.run.settings
+        assert (s.mode, s.strict, s.image_detail, s.max_body) == ("regular", True, "low", 1024)
+        assert {r.name for r in s.routes.routes} == {"openai", "anthropic", "stub"}
+
+
+async def test_a_model_request_is_re_pointed_audited_and_answered(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = model_flow(**{"x-modeltap-session": "s1"})
+        http_.requestheaders(flow)
+        req = flow.request
+        assert (req.host, req.port, req.path) == ("127.0.0.1", 9, "/v1/chat/completions")
+        assert "x-modeltap-session" not in req.headers  # never forwarded
+        assert http_.request(flow) is None and flow.response is None
+        (record,) = t.audit()
+        assert (record["session_id"], record["route"], record["body_sha256"]) == (
+            "s1",
+            "stub",
+            __import__("hashlib").sha256(CHAT).hexdigest(),
+        )
+        flow.response = json_response(orjson.dumps(chat_text_json("gpt-5").json))
+        http_.responseheaders(flow)
+        http_.response(flow)
+        (event,) = t.events("response")
+        assert (event["status"], event["model"], event["evidence_complete"]) == (200, "gpt-5", True)
+
+
+async def test_refusals_answer_in_the_providers_shape(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = model_flow("/__modeltap/sessions/x/end")
+        http_.requestheaders(flow)
+        assert flow.response is not None and flow.response.status_code == 403
+        assert orjson.loads(flow.response.content)["error"]["code"] == "modeltap_rejected"
+        flow = model_flow(body=b'{"messages": []}')
+        http_.requestheaders(flow)
+        http_.request(flow)
+        assert flow.response is not None and flow.response.status_code == 400
+        http_.response(flow)  # an answer of modeltap's own: nothing more is written
+        assert [e["rule"] for e in t.events("rejected")] == [
+            "control_not_on_proxy_port",
+            "missing_model",
+        ]
+
+
+async def test_request_trailers_are_refused(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = model_flow()
+        http_.requestheaders(flow)
+        flow.request.trailers = http.Headers(x_checksum="1")
+        http_.request(flow)
+        assert flow.response is not None and b"request_trailers" in flow.response.content
+
+
+async def test_image_detail_rewrites_the_forwarded_body(tmp_path: Path) -> None:
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": [image]}]})
+    with tap(tmp_path, image_detail="high") as t:
+        http_ = t.addon(Http)
+        flow = model_flow(body=gzip.compress(body), **{"content-encoding": "gzip"})
+        http_.requestheaders(flow)
+        pending = http_.request(flow)
+        assert pending is not None  # decoded on a worker thread
+        await pending
+        sent = orjson.loads(flow.request.get_content())
+        assert sent["messages"][0]["content"][0]["image_url"]["detail"] == "high"
+        assert flow.request.headers["content-encoding"] == "gzip"  # re-encoded as sent
+        assert t.audit()[0]["image_details"] == ["high"]
+
+
+async def test_a_large_body_is_hashed_off_the_event_loop(tmp_path: Path) -> None:
+    filler = "x" * HASH_IN_THREAD_BYTES
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": filler}]})
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = model_flow(body=body)
+        http_.requestheaders(flow)
+        pending = http_.request(flow)
+        assert pending is not None
+        await pending
+        assert t.audit()[0]["body_sha256"] == __import__("hashlib").sha256(body).hexdigest()
+
+
+async def test_an_event_stream_is_tapped_and_other_bodies_are_not(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = model_flow(body=orjson.dumps({"model": "m", "messages": [], "stream": True}))
+        http_.requestheaders(flow)
+        http_.request(flow)
+        flow.response = tutils.tresp(headers=http.Headers(content_type="text/event-stream"))
+        http_.responseheaders(flow)
+        assert isinstance(flow.response.stream, StreamTap)
+        passed = model_flow("/stub/v1/models")
+        http_.requestheaders(passed)
+        http_.request(passed)
+        passed.response = tutils.tresp()
+        http_.responseheaders(passed)
+        assert not passed.response.stream
+        http_.response(passed)
+        (event,) = t.events("unaudited")
+        assert (event["method"], event["path"], event["status"]) == ("POST", "/v1/models", 200)
+
+
+async def test_a_websocket_handshake_leaves_its_view(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = tflow.twebsocketflow()
+        flow.response = None
+        flow.request.path = "/stub/v1/responses"
+        http_.requestheaders(flow)
+        http_.request(flow)
+        view = flow.metadata[VIEW_KEY]
+        assert (view.websocket, view.path, view.route.name) == (True, "/v1/responses", "stub")
+
+
+async def test_a_failure_is_named_and_a_timeout_answered(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = model_flow()
+        http_.requestheaders(flow)
+        http_.request(flow)
+        # The deadline fired: modeltap closed the upstream while waiting for a byte.
+        flow.metadata[DEADLINE_KEY] = Deadline("waiting", 0.0, expired="first_byte")
+        flow.error = tflow.terr("connection closed")
+        http_.error(flow)
+        (error,) = t.events("error")
+        assert error["error"] == "upstream_timeout"
+        page = http_addon._error_page(502, "upstream gone")
+        assert page.startswith(b"HTTP/1.1 504") and b"modeltap_upstream_timeout" in page
+        # Only once: the next error page is mitmproxy's own failure, in JSON.
+        assert b"modeltap_upstream_error" in http_addon._error_page(502, "gone")
+
+
+async def test_response_trailers_are_dropped_for_http1_clients(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        flow = tflow.tflow(resp=True)
+        flow.response.trailers = http.Headers(x_t="1")
+        t.addon(Http).response(flow)
+        assert flow.response.trailers is None
+
+
+async def test_a_tunnel_to_the_control_listener_is_refused(tmp_path: Path) -> None:
+    with tap(tmp_path, mode="regular") as t:
+        control = t.run.control_address
+        assert control is not None
+        flow = tflow.tflow()
+        flow.request = tutils.treq(method=b"CONNECT", host=control[0], port=control[1], path=b"")
+        t.addon(Http).http_connect(flow)
+        assert flow.response is not None and flow.response.status_code == 403
+        elsewhere = tflow.tflow()
+        elsewhere.request = tutils.treq(method=b"CONNECT", host="example.com", port=443, path=b"")
+        t.addon(Http).http_connect(elsewhere)
+        assert elsewhere.response is None
+
+
+async def test_a_body_past_max_body_while_it_arrives_is_refused(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        http_ = t.addon(Http)
+        flow = model_flow()
+        http_.requestheaders(flow)
+        http_.modeltap_request_too_large(flow)  # request_limit's hook
+        assert flow.response is not None and flow.response.status_code == 413
+        assert t.events("rejected")[0]["rule"] == "body_too_large"
+        http_.modeltap_request_too_large(flow)  # answered already: once
+        assert len(t.events("rejected")) == 1
