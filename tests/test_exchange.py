@@ -9,9 +9,10 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.exchange import Exchange, RequestHead, StreamTap
-from modeltap.gate import audit_body
+from modeltap.exchange import Exchange
+from modeltap.gate import RequestHead, audit_body
 from modeltap.notices import Forward, Listener, Outcome, Reply
+from modeltap.observe import StreamTap
 from modeltap.records import API_CHAT
 from modeltap.routing import RouteTable
 from tests.conftest import Core

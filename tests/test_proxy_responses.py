@@ -1156,8 +1156,8 @@ def test_long_stream_keeps_facts_only(running: Running) -> None:
         )
         flow = keep.flows[-1]
         assert not flow.response.raw_content  # mitmproxy streamed it, kept nothing
-        ex, tap = flow.metadata["modeltap_exchange"], flow.response.stream
-        sizes.append(_retained_bytes((ex.observer, tap.sse, tap.decompressor)))
+        tap = flow.response.stream
+        sizes.append(_retained_bytes((tap.observer, tap.sse, tap.decompressor)))
     # Nothing grows with the stream (4 MB here); the SSE decoder's line buffer
     # may keep a few bytes of capacity from the last network chunk.
     short, long = sizes

@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import orjson
 
-from modeltap.exchange import Exchange, RequestHead
+from modeltap.exchange import Exchange
+from modeltap.gate import RequestHead
 from modeltap.notices import ExchangeView
 from modeltap.ws_connection import Connection
 from tests.conftest import Core

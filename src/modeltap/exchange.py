@@ -18,17 +18,14 @@ choose them. Nothing here imports mitmproxy or OpenTelemetry.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any, Final
+from collections.abc import Callable, Mapping
+from typing import Final
 
-import orjson
-
-from modeltap import apis
-from modeltap.decoding import StreamDecompressor, decode_body
-from modeltap.errors import Rejected, UpstreamProtocolError, error_message, provider_error_body
+from modeltap import answers, apis
+from modeltap.errors import Rejected, error_message
 from modeltap.failures import ANSWER_STATUS, PHASE_TEXT, Phase
 from modeltap.gate import (
+    RequestHead,
     fail_closed,
     identify,
     is_control_address,
@@ -38,6 +35,7 @@ from modeltap.gate import (
     sha256_hex,
 )
 from modeltap.notices import ExchangeView, Forward, Outcome, Reply
+from modeltap.observe import StreamTap, observe_body
 from modeltap.records import (
     API_RESPONSES,
     AuditRecord,
@@ -47,40 +45,18 @@ from modeltap.records import (
     UnauditedEvent,
     redact_path,
 )
-from modeltap.routing import Route, error_shape_for
+from modeltap.routing import Route
 from modeltap.run import Run
-from modeltap.sse import SSEDecoder
 
 #: Bodies at least this large are hashed on a worker thread while being audited.
 HASH_IN_THREAD_BYTES: Final = 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class RequestHead:
-    """What the core reads off a request's head.
-
-    ``headers`` is looked up case-insensitively by the glue's mapping
-    (mitmproxy's ``Headers``; a test passes lower-case keys); ``fields`` are
-    the raw header lines, read for their names only when the request is routed.
-    """
-
-    id: str
-    method: str
-    target: str
-    scheme: str
-    host: str
-    port: int
-    headers: Mapping[str, str]
-    fields: Iterable[tuple[bytes, bytes]] = ()
-    #: ``x-modeltap-session``, already taken off the request (it never goes upstream).
-    session: str | None = None
 
 
 class Exchange:
     """One HTTP exchange, from its request head to its end (the HTTP addon's own)."""
 
     def __init__(
-        self, run: Run, id: str, session_id: str, request_id: str, method: str, path: str, now: int
+        self, run: Run, id: str, session_id: str, request_id: str, method: str, path: str
     ) -> None:
         self.run = run
         self.id = id
@@ -101,13 +77,11 @@ class Exchange:
         self.facts: RequestFacts | None = None
         self.turn: int | None = None
         self.status: int | None = None
-        self.t_start_ns = now
         self.t_forward_ns = 0
         self.t_first_byte_ns: int | None = None
-        self.t_first_chunk_ns: int | None = None
-        self.observer: apis.StreamObserver | None = None
+        #: Observes an audited event stream as it passes.
+        self.tap: StreamTap | None = None
         self.streamed = False
-        self.stream_errors: list[str] = []
         self.finished = False
         self._view: ExchangeView | None = None
 
@@ -132,7 +106,7 @@ class Exchange:
             fallback_id=head.id,
             default_session=s.session or run.run_id,
         )
-        ex = cls(run, head.id, session_id, request_id, head.method, "", now)
+        ex = cls(run, head.id, session_id, request_id, head.method, "")
         if run.stopped:
             ex.reply_after_stop(now)
             return ex
@@ -195,7 +169,7 @@ class Exchange:
     def open_tunnel(cls, run: Run, head: RequestHead, now: int) -> Exchange:
         """Judge a CONNECT (regular mode): refused after stop, or to the control listener."""
         session_id = head.session or run.settings.session or run.run_id
-        ex = cls(run, head.id, session_id, head.id, head.method, "", now)
+        ex = cls(run, head.id, session_id, head.id, head.method, "")
         if run.stopped:
             ex.reply_after_stop(now)
         elif is_control_address(head.host, head.port, run.control_address):
@@ -239,34 +213,21 @@ class Exchange:
 
     def refuse(self, rejected: Rejected, now: int) -> Reply:
         """Refuse the request: the provider-shaped answer, its event, its notice."""
-        self.reply = Reply(
-            rejected.status,
-            provider_error_body(
-                error_shape_for(self.api, self.route),
-                rejected.message,
-                status=rejected.status,
-                code="modeltap_rejected",
-            ),
-        )
+        self.reply = answers.refusal(rejected, self.api, self.route)
         self.run.refused(self.view, rejected, rejected.status, now)
         return self.reply
 
     def reply_after_stop(self, now: int) -> None:
         """After stop the files are final: refuse, write nothing, only the notice."""
         rejected = Rejected("proxy_stopped")
-        body = provider_error_body(
-            "both", rejected.message, status=rejected.status, code="modeltap_rejected"
-        )
-        self.reply = Reply(rejected.status, body, close=True)
+        self.reply = answers.stopping()
         self.run.publish(
             "finished", Outcome(self.view, now, status=rejected.status, rejected=rejected)
         )
 
     def answer_unrouted(self, now: int) -> None:
         """No route matches the path: a 404, logged as an unaudited request."""
-        message = "modeltap: no modeltap route matches this path"
-        body = provider_error_body("both", message, status=404, code="modeltap_no_route")
-        self.reply = Reply(404, body)
+        self.reply = answers.no_route()
         self._unaudited(404, now)
 
     # ------------------------------------------------------------------ request
@@ -354,21 +315,25 @@ class Exchange:
             return None
         # Never buffer a stream: each chunk goes on to the agent as it arrives.
         self.streamed = True
-        tap: StreamTap | None = None
+        on_chunk = self._chunk if self.run.on["chunk"] else None
         if self.audited and self.api is not None and self.facts is not None:
-            try:
-                decompressor = StreamDecompressor(headers.get("content-encoding", ""))
-            except UpstreamProtocolError as e:
-                self.stream_errors.append(str(e))
-            else:
-                self.observer = apis.module_for(self.api).StreamObserver(
-                    self.facts, capture_content=self.run.settings.capture_content
-                )
-                tap = StreamTap(self, decompressor)
-        if self.run.on["chunk"]:
-            tap = tap or StreamTap(self, None)
-            tap.publish = True
-        return tap if tap is not None else True
+            self.tap = StreamTap.observing(
+                self.api,
+                self.facts,
+                headers.get("content-encoding", ""),
+                capture_content=self.run.settings.capture_content,
+                on_first_chunk=self._first_chunk,
+                on_chunk=on_chunk,
+            )
+        elif on_chunk is not None:
+            self.tap = StreamTap(None, None, on_chunk=on_chunk)
+        return self.tap if self.tap is not None else True
+
+    def _first_chunk(self, t_ns: int) -> None:
+        self.run.publish("first_chunk", self.view, t_ns)
+
+    def _chunk(self, data: bytes, t_ns: int) -> None:
+        self.run.publish("chunk", self.view, data, t_ns)
 
     def ended(
         self,
@@ -401,15 +366,11 @@ class Exchange:
             self._unaudited(status, now, body=raw)
             return
         content: bytes | None = None
-        if self.observer is not None:
-            facts = self._finish_stream(None)
-        elif self.streamed:
-            facts = ResponseFacts(
-                evidence_complete=False,
-                capture_errors=tuple(self.stream_errors) or ("the stream could not be observed",),
-            )
+        if self.tap is not None:
+            facts = self.tap.finish()
         else:
-            facts, content = self._observe_body(raw or b"", encoding)
+            assert self.api is not None
+            facts, content = observe_body(self.api, self.facts, raw or b"", encoding)
         self._respond(facts, now, body=raw, content=content)
 
     def failed(
@@ -429,24 +390,23 @@ class Exchange:
         """
         if self.reply is not None or self.finished or self.run.stopped:
             return None
-        observer = self.observer
-        if kind == "client_gone" and self.audited and observer is not None and observer.done:
+        if kind == "client_gone" and self.audited and self.tap is not None and self.tap.done:
             # Clients (the sync openai SDK) close right after the terminal event, before
             # the body's last bytes (chunk terminator, a compressor's tail): the whole
             # answer was seen, so this is the end of the response, not a client gone.
-            self._respond(self._finish_stream(None), now, failure=kind)
+            self._respond(self.tap.finish(), now, failure=kind)
             return None
         answer = None
         if kind in ANSWER_STATUS and self.status is None:
-            answer = self._failure_reply(kind, expired)
+            answer = answers.failure(kind, expired, self.api, self.route)
         self._fail(kind, expired, now, request_complete=request_complete)
         return answer
 
     def stop(self, now: int) -> None:
         """Shutdown: an audited exchange whose response has not ended ends here."""
-        if self.observer is not None and self.observer.done:
+        if self.tap is not None and self.tap.done:
             # The whole answer was seen; only its last bytes had not gone through.
-            self._respond(self._finish_stream(None), now)
+            self._respond(self.tap.finish(), now)
             return
         self._fail("proxy_stopped", None, now, request_complete=True)
 
@@ -460,8 +420,8 @@ class Exchange:
         text = PHASE_TEXT[expired] if expired else error_message(kind)
         error = self.run.failure(self.view, self.record.seq if self.record else None, kind, text)
         if self.audited:
-            if self.observer is not None:
-                facts = self._finish_stream(f"{kind}: {text}")
+            if self.tap is not None:
+                facts = self.tap.finish(f"{kind}: {text}")
             else:
                 facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {text}",))
             self._respond(facts, now, error=error, failure=kind)
@@ -491,7 +451,7 @@ class Exchange:
             stream=self.streamed,
             start_ns=self.t_forward_ns,
             first_byte_ns=self.t_first_byte_ns,
-            first_chunk_ns=self.t_first_chunk_ns,
+            first_chunk_ns=self.tap.first_chunk_ns if self.tap is not None else None,
             end_ns=now,
         )
         self.run.publish(
@@ -529,99 +489,3 @@ class Exchange:
             self.view, now, status=status, unaudited=event, streamed=self.streamed, body=body
         )
         self.run.publish("finished", outcome)
-
-    def _finish_stream(self, error: str | None) -> ResponseFacts:
-        """The observed stream's facts, with any decoding trouble added."""
-        assert self.observer is not None
-        facts = self.observer.finish(error)
-        if self.stream_errors:
-            facts = replace(
-                facts,
-                evidence_complete=False,
-                capture_errors=facts.capture_errors + tuple(self.stream_errors),
-            )
-        return facts
-
-    def _observe_body(self, raw: bytes, encoding: str | None) -> tuple[ResponseFacts, bytes | None]:
-        assert self.api is not None
-        try:
-            data = decode_body(raw, encoding)
-            body = orjson.loads(data)
-        except (UpstreamProtocolError, orjson.JSONDecodeError):
-            return ResponseFacts(
-                evidence_complete=False,
-                capture_errors=("the response body is not valid JSON",),
-            ), None
-        facts: ResponseFacts = apis.module_for(self.api).observe_json(body, self.facts)
-        return facts, data
-
-    def _failure_reply(self, kind: str, expired: Phase | None) -> Reply:
-        """The answer when modeltap ends an exchange: the provider's error shape, so
-        the agent's SDK raises (and may retry) as for a gateway timeout."""
-        status = ANSWER_STATUS[kind]
-        text = PHASE_TEXT[expired] if expired else "the upstream failed"
-        body = provider_error_body(
-            error_shape_for(self.api, self.route),
-            f"modeltap: {text} [{kind}]",
-            status=status,
-            code=f"modeltap_{kind}",
-        )
-        return Reply(status, body, close=True)
-
-
-class StreamTap:
-    """The ``response.stream`` callable: passes every chunk on unchanged, and feeds
-    a copy through decompression, the SSE decoder and the API's observer (and,
-    when asked, to the ``chunk`` listeners)."""
-
-    __slots__ = ("decompressor", "ex", "publish", "sse")
-
-    def __init__(self, ex: Exchange, decompressor: StreamDecompressor | None) -> None:
-        self.ex = ex
-        self.decompressor = decompressor
-        self.sse = SSEDecoder() if decompressor is not None else None
-        self.publish = False
-
-    def __call__(self, chunk: bytes) -> bytes:
-        ex = self.ex
-        if self.sse is not None and self.decompressor is not None:
-            try:
-                if chunk:
-                    events = self.sse.feed(self.decompressor.feed(chunk))
-                else:
-                    events = self.sse.feed(self.decompressor.flush()) + self.sse.close()
-                self._observe(events)
-            except UpstreamProtocolError as e:
-                # Stop observing, never stop the stream: the agent gets its bytes.
-                ex.stream_errors.append(str(e))
-                assert ex.observer is not None
-                ex.observer, self.sse = _Stopped(ex.observer), None
-        if self.publish and chunk:
-            ex.run.publish("chunk", ex.view, chunk, time.perf_counter_ns())
-        return chunk
-
-    def _observe(self, events: Iterable[Any]) -> None:
-        ex = self.ex
-        assert ex.observer is not None
-        for event in events:
-            if ex.observer.feed(event) and ex.t_first_chunk_ns is None:
-                ex.t_first_chunk_ns = time.perf_counter_ns()
-                ex.run.publish("first_chunk", ex.view, ex.t_first_chunk_ns)
-
-
-class _Stopped:
-    """An observer whose stream became unreadable: it reports what it had."""
-
-    def __init__(self, inner: apis.StreamObserver) -> None:
-        self.inner = inner
-
-    def feed(self, event: Any) -> bool:
-        return False
-
-    @property
-    def done(self) -> bool:
-        return False
-
-    def finish(self, error: str | None = None) -> ResponseFacts:
-        facts = self.inner.finish(error or "the stream could not be decoded")
-        return replace(facts, evidence_complete=False)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote
 
@@ -32,6 +33,27 @@ logger = logging.getLogger("modeltap")
 SESSION_HEADER: Final = "x-modeltap-session"
 #: Where the control API used to be served: refused on the proxy port, never forwarded.
 CONTROL_PREFIX: Final = "/__modeltap/"
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHead:
+    """What the core reads off a request's head.
+
+    ``headers`` is looked up case-insensitively by the glue's mapping
+    (mitmproxy's ``Headers``; a test passes lower-case keys); ``fields`` are
+    the raw header lines, read for their names only when the request is routed.
+    """
+
+    id: str
+    method: str
+    target: str
+    scheme: str
+    host: str
+    port: int
+    headers: Mapping[str, str]
+    fields: Iterable[tuple[bytes, bytes]] = ()
+    #: ``x-modeltap-session``, already taken off the request (it never goes upstream).
+    session: str | None = None
 
 
 def fail_closed[**P, R](audit: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

@@ -27,14 +27,21 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
-from modeltap import options
+from modeltap import answers, options
 from modeltap.addons import mitm_http1, request_limit
 from modeltap.addons.deadlines import Deadlines
 from modeltap.decoding import decode_request_body
-from modeltap.errors import Rejected, provider_error_body
-from modeltap.exchange import HASH_IN_THREAD_BYTES, Exchange, RequestHead
+from modeltap.errors import Rejected
+from modeltap.exchange import HASH_IN_THREAD_BYTES, Exchange
 from modeltap.failures import FailureFacts, Phase, classify_failure
-from modeltap.gate import SESSION_HEADER, audit_body, body_codings, fail_closed, sha256_hex
+from modeltap.gate import (
+    SESSION_HEADER,
+    RequestHead,
+    audit_body,
+    body_codings,
+    fail_closed,
+    sha256_hex,
+)
 from modeltap.listening import open_proxy_listeners, open_proxy_message
 from modeltap.notices import Forward, Reply
 from modeltap.records import RequestFacts
@@ -354,13 +361,7 @@ def _error_page(status_code: int, message: str = "") -> bytes:
     if answer is not None:
         _FAILURE_ANSWER.set(None)
         return answer
-    body = provider_error_body(
-        "both",
-        f"modeltap: the upstream could not be reached or failed ({message})",
-        status=status_code,
-        code="modeltap_upstream_error",
-    )
-    return _assemble(Reply(status_code, body, close=True))
+    return _assemble(answers.upstream_error(status_code, message))
 
 
 def _size(value: str) -> int:

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import orjson
 
-from modeltap.errors import provider_error_body
+from modeltap import answers
 from modeltap.matching import MISMATCH, UNRECORDED, Player, Problem
 from modeltap.notices import ExchangeView, Forward, Listener, Reply
 from modeltap.recording import DIFF_FILE, TurnKey
 from modeltap.records import API_RESPONSES, WsCloseEvent, redact_path
 from modeltap.replay_upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
-from modeltap.routing import error_shape_for
 from modeltap.run import Run
 from modeltap.sink import JsonlFile
 
@@ -121,7 +120,4 @@ class Replayer(Listener):
 def _reply(view: ExchangeView, status: int, message: str, code: str) -> Reply:
     """The provider-shaped error a replayed request gets instead of an answer."""
     text = message if message.startswith("modeltap") else f"modeltap replay: {message}"
-    body = provider_error_body(
-        error_shape_for(view.api, view.route), text, status=status, code=code
-    )
-    return Reply(status, body)
+    return answers.error(status, text, code, view.api, view.route)

@@ -1,0 +1,183 @@
+"""Observing what came back for an audited request (pure).
+
+- A whole body (:func:`observe_body`): decoded, parsed, handed to the API's
+  ``observe_json``.
+- A stream (:class:`StreamTap`, the ``response.stream`` callable). Never
+  buffer a stream: every chunk goes on to the agent unchanged, as it arrives;
+  a copy goes through the content decoding, the SSE decoder and the API's
+  stream observer. When the copy cannot be decoded, observing stops, never
+  the stream, and the response's evidence says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from modeltap import apis
+from modeltap.decoding import StreamDecompressor, decode_body
+from modeltap.errors import UpstreamProtocolError
+from modeltap.records import RequestFacts, ResponseFacts
+from modeltap.sse import SSEDecoder
+
+
+def observe_body(
+    api: str, facts: RequestFacts | None, raw: bytes, encoding: str | None
+) -> tuple[ResponseFacts, bytes | None]:
+    """Observe a whole response body.
+
+    Args:
+        api: the request's API.
+        facts: the request's audit facts.
+        raw: the body as the upstream sent it.
+        encoding: its ``content-encoding``.
+
+    Returns:
+        What it says, and the decoded body (None when it could not be read).
+    """
+    try:
+        data = decode_body(raw, encoding)
+        body = orjson.loads(data)
+    except (UpstreamProtocolError, orjson.JSONDecodeError):
+        unreadable = ("the response body is not valid JSON",)
+        return ResponseFacts(evidence_complete=False, capture_errors=unreadable), None
+    observed: ResponseFacts = apis.module_for(api).observe_json(body, facts)
+    return observed, data
+
+
+class StreamTap:
+    """Pass chunks on; observe a copy.
+
+    Args:
+        observer: the API's stream observer (None: pass the chunks only).
+        decompressor: undoes the response's content coding.
+        errors: what already kept the stream from being observed.
+        on_first_chunk: called with the time of the first model output.
+        on_chunk: called with each chunk and its time (a listener asked).
+    """
+
+    __slots__ = (
+        "decompressor",
+        "errors",
+        "first_chunk_ns",
+        "observer",
+        "on_chunk",
+        "on_first_chunk",
+        "sse",
+    )
+
+    def __init__(
+        self,
+        observer: apis.StreamObserver | None,
+        decompressor: StreamDecompressor | None,
+        *,
+        errors: tuple[str, ...] = (),
+        on_first_chunk: Callable[[int], None] | None = None,
+        on_chunk: Callable[[bytes, int], None] | None = None,
+    ) -> None:
+        self.observer = observer
+        self.decompressor = decompressor
+        self.sse = SSEDecoder() if observer is not None else None
+        self.errors = list(errors)
+        self.first_chunk_ns: int | None = None
+        self.on_first_chunk = on_first_chunk
+        self.on_chunk = on_chunk
+
+    @classmethod
+    def observing(
+        cls,
+        api: str,
+        facts: RequestFacts,
+        content_encoding: str,
+        *,
+        capture_content: bool = False,
+        **callbacks: Any,
+    ) -> StreamTap:
+        """A tap observing an audited request's stream with ``api``'s observer.
+
+        Args:
+            api: the request's API.
+            facts: its audit facts (what the observer checks the answer against).
+            content_encoding: the response's ``content-encoding``.
+            capture_content: keep the output for spans (content capture is on).
+            callbacks: ``on_first_chunk``, ``on_chunk``.
+        """
+        try:
+            decompressor = StreamDecompressor(content_encoding)
+        except UpstreamProtocolError as e:
+            return cls(None, None, errors=(str(e),), **callbacks)
+        observer = apis.module_for(api).StreamObserver(facts, capture_content=capture_content)
+        return cls(observer, decompressor, **callbacks)
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if self.sse is not None and self.decompressor is not None:
+            try:
+                if chunk:
+                    events = self.sse.feed(self.decompressor.feed(chunk))
+                else:
+                    events = self.sse.feed(self.decompressor.flush()) + self.sse.close()
+                self._observe(events)
+            except UpstreamProtocolError as e:
+                # Stop observing, never stop the stream: the agent gets its bytes.
+                self.errors.append(str(e))
+                assert self.observer is not None
+                self.observer, self.sse = _Stopped(self.observer), None
+        if self.on_chunk is not None and chunk:
+            self.on_chunk(chunk, time.perf_counter_ns())
+        return chunk
+
+    def _observe(self, events: list[Any]) -> None:
+        assert self.observer is not None
+        for event in events:
+            if self.observer.feed(event) and self.first_chunk_ns is None:
+                self.first_chunk_ns = time.perf_counter_ns()
+                if self.on_first_chunk is not None:
+                    self.on_first_chunk(self.first_chunk_ns)
+
+    @property
+    def done(self) -> bool:
+        """Whether the whole answer was seen (its terminal event)."""
+        return self.observer is not None and self.observer.done
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        """The stream's facts, with any decoding trouble added.
+
+        Args:
+            error: why it ended early (a failure), if it did.
+        """
+        if self.observer is None:
+            reasons = (error,) if error else tuple(self.errors)
+            return ResponseFacts(
+                evidence_complete=False,
+                capture_errors=reasons or ("the stream could not be observed",),
+            )
+        facts = self.observer.finish(error)
+        if self.errors:
+            facts = replace(
+                facts,
+                evidence_complete=False,
+                capture_errors=facts.capture_errors + tuple(self.errors),
+            )
+        return facts
+
+
+class _Stopped:
+    """An observer whose stream became unreadable: it reports what it had."""
+
+    def __init__(self, inner: apis.StreamObserver) -> None:
+        self.inner = inner
+
+    def feed(self, event: Any) -> bool:
+        return False
+
+    @property
+    def done(self) -> bool:
+        return False
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        facts = self.inner.finish(error or "the stream could not be decoded")
+        return replace(facts, evidence_complete=False)

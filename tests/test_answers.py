@@ -1,0 +1,44 @@
+"""What modeltap answers itself: provider-shaped, naming the rule, quoting nothing."""
+
+from __future__ import annotations
+
+import orjson
+
+from modeltap import answers
+from modeltap.errors import Rejected
+from modeltap.records import API_ANTHROPIC, API_CHAT
+from modeltap.routing import RouteTable
+
+ANTHROPIC_ROUTE = next(r for r in RouteTable.build([], None).routes if r.name == "anthropic")
+
+
+def test_a_refusal_takes_its_providers_shape() -> None:
+    openai = answers.refusal(Rejected("missing_model"), API_CHAT, None)
+    assert (openai.status, openai.close) == (400, False)
+    assert orjson.loads(openai.body)["error"]["code"] == "modeltap_rejected"
+    anthropic = answers.refusal(Rejected("body_too_large"), None, ANTHROPIC_ROUTE)
+    body = orjson.loads(anthropic.body)
+    assert anthropic.status == 413 and body["type"] == "error" and "code" not in body["error"]
+    assert (
+        orjson.loads(answers.refusal(Rejected("missing_model"), API_ANTHROPIC, None).body)["type"]
+        == "error"
+    )
+
+
+def test_answers_both_sdks_read_when_the_provider_is_unknown() -> None:
+    for reply, status, code in (
+        (answers.stopping(), 503, "modeltap_rejected"),
+        (answers.no_route(), 404, "modeltap_no_route"),
+        (answers.upstream_error(502, "refused"), 502, "modeltap_upstream_error"),
+    ):
+        body = orjson.loads(reply.body)
+        assert reply.status == status and body["type"] == "error"
+        assert body["error"]["code"] == code and body["error"]["message"].startswith("modeltap")
+    assert answers.stopping().close and not answers.no_route().close
+
+
+def test_a_timeout_is_a_gateway_timeout_that_closes() -> None:
+    reply = answers.failure("upstream_timeout", "idle", API_CHAT, None)
+    error = orjson.loads(reply.body)["error"]
+    assert (reply.status, reply.close, error["code"]) == (504, True, "modeltap_upstream_timeout")
+    assert "[upstream_timeout]" in error["message"]

@@ -1,0 +1,65 @@
+"""Observing responses alone: whole bodies, and streams as they pass."""
+
+from __future__ import annotations
+
+import gzip
+
+import orjson
+
+from modeltap.gate import audit_body
+from modeltap.observe import StreamTap, observe_body
+from modeltap.records import API_CHAT
+from tests.upstream import chat_text_json, chat_text_sse, sse_bytes
+
+FACTS, _ = audit_body(API_CHAT, b'{"model": "gpt-5", "messages": []}', None)
+REPLY = chat_text_sse("gpt-5")
+assert REPLY.sse is not None
+WIRE = b"".join(sse_bytes(name, data) for name, data in REPLY.sse)
+
+
+def test_a_whole_body_decoded_and_observed() -> None:
+    raw = gzip.compress(orjson.dumps(chat_text_json("gpt-5").json))
+    facts, data = observe_body(API_CHAT, FACTS, raw, "gzip")
+    assert (facts.model, facts.evidence_complete) == ("gpt-5", True)
+    assert data == gzip.decompress(raw)
+    facts, data = observe_body(API_CHAT, FACTS, b"<html>", None)
+    assert (facts.evidence_complete, data) == (False, None)
+    assert facts.capture_errors == ("the response body is not valid JSON",)
+
+
+def test_a_stream_passes_unchanged_and_is_observed() -> None:
+    firsts: list[int] = []
+    chunks: list[bytes] = []
+    tap = StreamTap.observing(
+        API_CHAT,
+        FACTS,
+        "",
+        on_first_chunk=firsts.append,
+        on_chunk=lambda data, t: chunks.append(data),
+    )
+    pieces = [WIRE[i : i + 50] for i in range(0, len(WIRE), 50)]
+    assert [tap(p) for p in pieces] == pieces
+    assert tap(b"") == b""
+    assert b"".join(chunks) == WIRE and len(firsts) == 1 and tap.first_chunk_ns == firsts[0]
+    assert tap.done
+    facts = tap.finish()
+    assert (facts.finish_reasons, facts.evidence_complete) == (("stop",), True)
+
+
+def test_an_undecodable_stream_is_passed_on_and_named() -> None:
+    tap = StreamTap.observing(API_CHAT, FACTS, "gzip")
+    assert tap(b"not gzip") == b"not gzip" and not tap.done
+    facts = tap.finish()
+    assert not facts.evidence_complete and facts.capture_errors
+    unknown = StreamTap.observing(API_CHAT, FACTS, "compress")
+    assert unknown.observer is None and unknown(b"x") == b"x"
+    assert unknown.finish().capture_errors != ("the stream could not be observed",)
+    assert unknown.finish("upstream_reset: gone").capture_errors == ("upstream_reset: gone",)
+
+
+def test_a_cut_stream_says_why() -> None:
+    tap = StreamTap.observing(API_CHAT, FACTS, "")
+    tap(WIRE[:80])
+    facts = tap.finish("upstream_reset: the upstream connection broke")
+    assert not facts.evidence_complete
+    assert any("upstream_reset" in e for e in facts.capture_errors)
