@@ -1,0 +1,152 @@
+"""The shape of the package, read from its source: no import cycle anywhere, and
+a core that never reaches mitmproxy or OpenTelemetry, even through another
+modeltap module.
+
+Every ``import`` counts, at module level or inside a function (a lazy import
+still ties two modules together: ``cli`` and ``replay`` once imported each
+other that way). ruff's banned-api rule (TID251) checks each file's own
+imports; this checks the graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+PACKAGE = "modeltap"
+
+#: The glue: what may import mitmproxy (and what the core must not import).
+GLUE_PREFIXES = (f"{PACKAGE}.addons", f"{PACKAGE}.cli", f"{PACKAGE}.proxy")
+#: Neither core nor mitmproxy glue: the pytest plugin (it starts a proxy, lazily).
+PLUGIN = f"{PACKAGE}.pytest_plugin"
+#: The only importers of OpenTelemetry.
+TELEMETRY = f"{PACKAGE}.telemetry"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted((SRC / PACKAGE).rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, known: Iterable[str]) -> set[str]:
+    """Every module ``name`` imports (modeltap's by module; others by top-level name)."""
+    known = set(known)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in known else base)
+    return {m if m.startswith(PACKAGE) else m.split(".")[0] for m in found}
+
+
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    return {name: imports_of(name, path, found) for name, path in found.items()}
+
+
+def find_cycle(edges: Mapping[str, Iterable[str]]) -> list[str] | None:
+    """One import cycle, as the list of modules around it, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in edges:
+                continue
+            if state.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt not in state and (cycle := visit(nxt)) is not None:
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(edges):
+        if start not in state and (cycle := visit(start)) is not None:
+            return cycle
+    return None
+
+
+def reach(edges: Mapping[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports, directly or through other modeltap modules."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in edges.get(todo.pop(), set()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def is_glue(name: str) -> bool:
+    return name.startswith(GLUE_PREFIXES) or name == PLUGIN or name.startswith(TELEMETRY)
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "os"}, "b": set()}) is None
+    assert find_cycle({"a": {"a"}}) == ["a", "a"]
+
+
+def test_relative_and_lazy_imports_are_read(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from . import sibling\nfrom .sub import thing\n"
+        "def f():\n    import mitmproxy.http\n    from modeltap.x import y\n"
+    )
+    known = {"modeltap.pkg.sibling", "modeltap.pkg.sub", "modeltap.x.y"}
+    assert imports_of("modeltap.pkg.m", source, known) == {
+        "modeltap.pkg.sibling",
+        "modeltap.pkg.sub",
+        "mitmproxy",
+        "modeltap.x.y",
+    }
+
+
+def test_no_import_cycle_anywhere() -> None:
+    edges = graph()
+    assert len(edges) > 40  # the whole package was read
+    assert find_cycle(edges) is None, " -> ".join(find_cycle(edges) or [])
+
+
+def test_the_core_never_reaches_mitmproxy_or_opentelemetry() -> None:
+    edges = graph()
+    core = [name for name in edges if not is_glue(name)]
+    assert f"{PACKAGE}.exchange" in core and f"{PACKAGE}.run" in core
+    for name in core:
+        reached = reach(edges, name)
+        assert not reached & {"mitmproxy", "opentelemetry"}, name
+        assert not any(is_glue(m) for m in reached), (name, sorted(filter(is_glue, reached)))
+
+
+@pytest.mark.parametrize("name", sorted(graph()))
+def test_only_the_telemetry_package_imports_opentelemetry(name: str) -> None:
+    direct = graph()[name]
+    if not name.startswith(TELEMETRY):
+        assert "opentelemetry" not in direct
+    if name.startswith(TELEMETRY) or name == PLUGIN:
+        assert "mitmproxy" not in direct
