@@ -325,19 +325,40 @@ class ControlServer:
 def write_control_file(out_dir: Path, run_id: str, url: str, token: str) -> Path:
     """Write ``control-<run_id>.json`` (0600: the token is in it).
 
+    It appears whole: written under a private name first, then linked to its
+    own (a reader that sees the file can read it; ``modeltap session end``
+    and the pytest fixture look as soon as it exists).
+
     Raises:
         OSError: it cannot be created (or already exists: never write through
             a file someone else put there).
     """
     path = out_dir / control_file_name(run_id)
+    body = orjson.dumps(
+        {"run_id": run_id, "url": url, "token": token, "pid": os.getpid()},
+        option=orjson.OPT_APPEND_NEWLINE,
+    )
+    draft = out_dir / f".{path.name}.{secrets.token_hex(8)}"
+    _write_new(draft, body)
+    try:
+        os.link(draft, path)  # fails if the name is taken, like O_EXCL
+    except FileExistsError:
+        raise
+    except OSError:
+        _write_new(path, body)  # a file system without hard links: written in place
+    finally:
+        draft.unlink(missing_ok=True)
+    return path
+
+
+def _write_new(path: Path, body: bytes) -> None:
+    """Create ``path`` (never an existing file, never through a link), mode 0600."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(path, flags, 0o600)
     try:
-        body = {"run_id": run_id, "url": url, "token": token, "pid": os.getpid()}
-        os.write(fd, orjson.dumps(body, option=orjson.OPT_APPEND_NEWLINE))
+        os.write(fd, body)
     finally:
         os.close(fd)
-    return path
 
 
 def new_token() -> str:
