@@ -13,28 +13,19 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
 
-from modeltap import options
+from modeltap.addons.base import Addon
 from modeltap.notices import Listener, Outcome
 from modeltap.records import Usage
 
 
-class Console(Listener):
+class Console(Addon, Listener):
     """Print one line per exchange (and per WebSocket turn)."""
 
     #: Its name among mitmproxy's addons (``master.addons.get``).
     name = "modeltap_console"
 
     OPTIONS = ("quiet",)
-
-    def __init__(self, run: Any) -> None:
-        self.run = run
-        self.options: Any = None
-
-    def load(self, loader: Any) -> None:
-        self.options = loader.master.options
-        options.declare(loader, self.OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         if "modeltap_quiet" in updated:

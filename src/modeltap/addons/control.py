@@ -15,13 +15,14 @@ from typing import Any
 
 from mitmproxy import exceptions
 
-from modeltap import control, options
+from modeltap import control
+from modeltap.addons.base import Addon
 from modeltap.run import Run
 
 logger = logging.getLogger(__name__)
 
 
-class Control:
+class Control(Addon):
     """The harness's control API, apart from the proxied traffic."""
 
     #: Its name among mitmproxy's addons (``master.addons.get``).
@@ -30,17 +31,12 @@ class Control:
     OPTIONS = ("control",)
 
     def __init__(self, run: Run) -> None:
-        self.run = run
-        self.options: Any = None
+        super().__init__(run)
         self.server: control.ControlServer | None = None
         self.file: Path | None = None
         self._sock: Any = None
         #: ``http://host:port`` of the listener (None before it is bound).
         self.url: str | None = None
-
-    def load(self, loader: Any) -> None:
-        self.options = loader.master.options
-        options.declare(loader, self.OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         if "modeltap_control" in updated and self.server is None:

@@ -12,31 +12,21 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from mitmproxy import exceptions
 
-from modeltap import options
+from modeltap.addons.base import Addon
 from modeltap.errors import SinkError
-from modeltap.run import Run
 from modeltap.sink import Sink
 
 
-class Evidence:
+class Evidence(Addon):
     """Write the run's lines into ``--out``; end every session at the end."""
 
     #: Its name among mitmproxy's addons (``master.addons.get``).
     name = "modeltap_evidence"
 
     OPTIONS = ("out", "session", "fail_closed", "max_tool_calls")
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self.options: Any = None
-
-    def load(self, loader: Any) -> None:
-        self.options = loader.master.options
-        options.declare(loader, self.OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         opts, run = self.options, self.run

@@ -27,8 +27,9 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
-from modeltap import answers, options
+from modeltap import answers
 from modeltap.addons import mitm_http1, request_limit
+from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
 from modeltap.decoding import decode_request_body
 from modeltap.errors import Rejected
@@ -63,7 +64,7 @@ _FAILURE_ANSWER: contextvars.ContextVar[bytes | None] = contextvars.ContextVar(
 )
 
 
-class Http:
+class Http(Addon):
     """Audit every model request before it is forwarded; observe what comes back."""
 
     #: Its name among mitmproxy's addons (``master.addons.get``).
@@ -80,24 +81,17 @@ class Http:
     )
 
     def __init__(self, run: Run, deadlines: Deadlines) -> None:
-        self.run = run
+        super().__init__(run)
         self.deadlines = deadlines
-        self.options: Any = None
-
-    def load(self, loader: Any) -> None:
-        # Our master's options, not the process-global ``ctx``: tests and
-        # benchmarks may run more than one proxy in one process.
-        self.options = loader.master.options
-        options.declare(loader, self.OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         opts = self.options
+        self.check(updated)
         try:
-            options.check(opts, self.OPTIONS, updated)
             if {"modeltap_routes", "modeltap_upstream"} & updated:
                 routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
                 self.run.settings = replace(self.run.settings, routes=routes)
-        except (ValueError, RouteError) as e:
+        except RouteError as e:
             raise exceptions.OptionsError(str(e)) from None
         if "modeltap_max_body" in updated:
             self.run.settings = replace(self.run.settings, max_body=_size(opts.modeltap_max_body))

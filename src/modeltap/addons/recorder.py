@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from mitmproxy import exceptions
 
-from modeltap import options
+from modeltap.addons.base import Addon
 from modeltap.errors import SinkError, error_message
 from modeltap.notices import ExchangeView, Forward, Listener, Outcome, Reply
 from modeltap.recording import (
@@ -60,7 +60,7 @@ class _Turn:
     messages: list[Json] = field(default_factory=list)
 
 
-class Recorder(Listener):
+class Recorder(Addon, Listener):
     """Record full exchanges for ``modeltap replay`` (``--record DIR``)."""
 
     #: Its name among mitmproxy's addons (``master.addons.get``).
@@ -69,8 +69,7 @@ class Recorder(Listener):
     OPTIONS = ("record",)
 
     def __init__(self, run: Run) -> None:
-        self.run = run
-        self.options: Any = None
+        super().__init__(run)
         self.index: JsonlFile | None = None
         self.blobs: BlobStore | None = None
         self._exchanges: dict[str, _Exchange] = {}
@@ -78,10 +77,6 @@ class Recorder(Listener):
         self._turns: dict[str, _Turn] = {}
         #: Exchanges that could not be recorded (reported at exit).
         self.lost = 0
-
-    def load(self, loader: Any) -> None:
-        self.options = loader.master.options
-        options.declare(loader, self.OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         if "modeltap_record" not in updated:

@@ -14,7 +14,8 @@ from typing import Any
 
 from mitmproxy import exceptions
 
-from modeltap import apis, options
+from modeltap import apis
+from modeltap.addons.base import Addon
 from modeltap.notices import ExchangeView, Listener, Outcome
 from modeltap.records import RequestFacts, WsCloseEvent, redact_path
 from modeltap.run import Run
@@ -30,7 +31,7 @@ def epoch_ns(perf_ns: int) -> int:
     return perf_ns + _EPOCH_OFFSET_NS
 
 
-class Spans(Listener):
+class Spans(Addon, Listener):
     """Export a span per exchange, per WebSocket connection and per session."""
 
     #: Its name among mitmproxy's addons (``master.addons.get``).
@@ -39,17 +40,12 @@ class Spans(Listener):
     OPTIONS = ("otlp", "otlp_logs", "capture_content")
 
     def __init__(self, run: Run) -> None:
-        self.run = run
-        self.options: Any = None
+        super().__init__(run)
         self.telemetry = Telemetry.configure(otlp=None, capture_content=False, environ={})
         #: The line the telemetry printed at exit (dropped spans), for the CLI.
         self.summary: str | None = None
         self._exchanges: dict[str, ExchangeSpan] = {}
         self._connections: dict[str, ConnectionSpan] = {}
-
-    def load(self, loader: Any) -> None:
-        self.options = loader.master.options
-        options.declare(loader, self.OPTIONS)
 
     def configure(self, updated: set[str]) -> None:
         if not {"modeltap_otlp", "modeltap_otlp_logs", "modeltap_capture_content"} & updated:

@@ -14,10 +14,10 @@ import time
 from dataclasses import replace
 from typing import Any, Final
 
-from mitmproxy import exceptions, http
+from mitmproxy import http
 
-from modeltap import options
 from modeltap.addons import ws_limit
+from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
 from modeltap.addons.http import VIEW_KEY
 from modeltap.notices import ExchangeView
@@ -29,7 +29,7 @@ from modeltap.ws_connection import Connection
 _CONNECTION: Final = "modeltap_connection"
 
 
-class WebSocket:
+class WebSocket(Addon):
     """Audit each ``response.create`` of a WebSocket Responses connection."""
 
     #: Its name among mitmproxy's addons (``master.addons.get``).
@@ -38,20 +38,17 @@ class WebSocket:
     OPTIONS = ("continuation", "ws_allow")
 
     def __init__(self, run: Run, deadlines: Deadlines) -> None:
-        self.run = run
+        super().__init__(run)
         self.deadlines = deadlines
         self.master: Any = None
 
     def load(self, loader: Any) -> None:
-        self.master = loader.master
-        options.declare(loader, self.OPTIONS)
+        super().load(loader)
+        self.master = loader.master  # to inject a refusal into the connection
 
     def configure(self, updated: set[str]) -> None:
-        opts = self.master.options
-        try:
-            options.check(opts, self.OPTIONS, updated)
-        except ValueError as e:
-            raise exceptions.OptionsError(str(e)) from None
+        opts = self.options
+        self.check(updated)
         if {"modeltap_continuation", "modeltap_ws_allow"} & updated:
             policy = WsPolicy(
                 continuation=opts.modeltap_continuation,
