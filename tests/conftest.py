@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.notices import NOTICES, Listener
+from modeltap.notices import NOTICES, ExchangeView, Listener
 from modeltap.proxy import Proxy, ProxyConfig
 from modeltap.run import Run
 from modeltap.sink import Sink
@@ -79,6 +79,22 @@ def running(start_proxy: Callable[..., Running]) -> Running:
 
 
 # ---------------------------------------------------------------- the core, alone
+
+
+def exchange_view(**fields: Any) -> ExchangeView:
+    """A view of an HTTP chat exchange (``f1`` in session ``s1``), fields overridden."""
+    values: dict[str, Any] = {
+        "id": "f1",
+        "session_id": "s1",
+        "request_id": "r1",
+        "transport": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "route": None,
+        "upstream": "https://api.openai.com",
+        "api": "openai.chat_completions",
+    }
+    return ExchangeView(**(values | fields))
 
 
 class Heard(Listener):

@@ -7,7 +7,6 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modeltap.notices import ExchangeView
 from modeltap.recording import (
     BLOBS_DIR,
     RECORDING_FILE,
@@ -20,51 +19,22 @@ from modeltap.recording import (
     is_ws_create,
     kept_headers,
 )
-from modeltap.records import API_CHAT, AuditRecord, RequestFacts
 from modeltap.routing import RouteTable
+from tests.conftest import exchange_view
+from tests.factories import audit_record
 
-FACTS = RequestFacts(
-    model="gpt-5",
-    tool_names=("lookup",),
-    reasoning_effort=None,
-    thinking=None,
-    image_details=("low", None),
-    instructions_sha256=None,
-    instructions_parts=None,
-    stream=True,
-    hosted_tools=(),
-    tool_results=(),
-    previous_response_id=None,
-    generate=None,
-)
-RECORD = AuditRecord.build(
-    FACTS,
-    request_id="r1",
+RECORD = audit_record(
     seq=4,
-    run_id="run",
     session_id="s1",
-    transport="http",
-    api=API_CHAT,
-    provider="openai",
-    route="openai",
-    upstream="https://api.openai.com",
-    path="/v1/chat/completions",
-    body_bytes=1,
-    body_sha256="00" * 32,
+    tool_names=("lookup",),
+    image_details=("low", None),
+    image_count=2,
+    instructions_sha256="ab" * 32,
+    stream=True,
 )
 ROUTE = next(r for r in RouteTable.build([], None).routes if r.name == "openai")
-VIEW = ExchangeView(
-    id="f1",
-    session_id="s1",
-    request_id="r1",
-    transport="http",
-    method="POST",
-    path="/v1/chat/completions?key=sk-1&api-version=2024-10-21",
-    route=ROUTE,
-    upstream="https://api.openai.com",
-    api=API_CHAT,
-    record=RECORD,
-    turn=2,
+VIEW = exchange_view(
+    path="/v1/chat/completions?key=sk-1&api-version=2024-10-21", route=ROUTE, record=RECORD, turn=2
 )
 
 

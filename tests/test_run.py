@@ -9,23 +9,14 @@ from typing import Any
 import pytest
 
 from modeltap.errors import Rejected
-from modeltap.notices import ExchangeView, Listener, Outcome
-from modeltap.records import API_CHAT, RequestFacts, ResponseEvent, ToolCall, ToolResult, Usage
+from modeltap.notices import Listener, Outcome
+from modeltap.records import RequestFacts, ToolCall, ToolResult
 from modeltap.run import Run, new_run_id
 from modeltap.sink import Sink
-from tests.conftest import Core
+from tests.conftest import Core, exchange_view
+from tests.factories import response_event
 
-VIEW = ExchangeView(
-    id="f1",
-    session_id="s1",
-    request_id="r1",
-    transport="http",
-    method="POST",
-    path="/v1/chat/completions?key=sk-secret",
-    route=None,
-    upstream="http://up",
-    api=API_CHAT,
-)
+VIEW = exchange_view(path="/v1/chat/completions?key=sk-secret")
 
 
 def facts(*results: str) -> RequestFacts:
@@ -89,15 +80,7 @@ def test_the_tool_budget_is_applied_at_the_last_gate(core: Core) -> None:
     session = core.run.session("s1")
     assert session is not None
     call = ToolCall(call_id="c1", name="lookup", arguments="{}")
-    session.responded(
-        ResponseEvent(
-            ts="t", run_id="r", session_id="s1", seq=record.seq, api=API_CHAT, transport="http",
-            status=200, stream=False, response_id=None, model="m", usage=Usage(),
-            finish_reasons=None, tool_calls=(call,),
-            response_status=None, ttfb_ms=None, ttft_ms=None, duration_ms=None,
-            evidence_complete=True, capture_errors=(),
-        )
-    )  # fmt: skip
+    session.responded(response_event(session_id="s1", seq=record.seq, tool_calls=(call,)))
     core.run.audit(VIEW, facts("c1"), 1, "a" * 64)  # carries the result of call 1: spent
     with pytest.raises(Rejected, match="tool_budget_exceeded"):
         core.run.audit(VIEW, facts(), 1, "a" * 64)

@@ -83,3 +83,18 @@ def json_response(body: bytes, status: int = 200, **headers: str) -> http.Respon
     fields = [(b"content-type", b"application/json")]
     fields += [(k.encode(), v.encode()) for k, v in headers.items()]
     return tutils.tresp(status_code=status, headers=http.Headers(fields), content=body)
+
+
+def chat_through(t: Tap, **headers: str) -> http.HTTPFlow:
+    """One chat exchange through the HTTP addon's hooks, answered in JSON."""
+    from modeltap.addons.http import Http
+    from tests.upstream import chat_text_json
+
+    hooks = t.addon(Http)
+    flow = model_flow(**headers)
+    hooks.requestheaders(flow)
+    hooks.request(flow)
+    flow.response = json_response(orjson.dumps(chat_text_json("gpt-5").json))
+    hooks.responseheaders(flow)
+    hooks.response(flow)
+    return flow

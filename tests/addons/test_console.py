@@ -4,23 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 
 from modeltap.addons.console import Console, lines
 from modeltap.addons.http import Http
 from modeltap.errors import Rejected
-from modeltap.notices import ExchangeView, Outcome
-from modeltap.records import ErrorEvent, UnauditedEvent
-from tests.addons.conftest import json_response, model_flow, tap
-from tests.upstream import chat_text_json
+from modeltap.notices import Outcome
+from modeltap.records import UnauditedEvent
+from tests.addons.conftest import chat_through, model_flow, tap
+from tests.conftest import exchange_view
+from tests.factories import error_event
 
 pytestmark = pytest.mark.anyio
 
-VIEW = ExchangeView(
-    id="f", session_id="s1", request_id="r", transport="http", method="GET", path="/v1/models",
-    route=None, upstream="", api=None,
-)  # fmt: skip
+VIEW = exchange_view(method="GET", path="/v1/models", api=None)
 ENVELOPE = {"ts": "t", "run_id": "r", "session_id": "s1"}
 
 
@@ -28,9 +25,7 @@ def test_the_lines_say_what_happened() -> None:
     refused = Outcome(VIEW, 0, status=400, rejected=Rejected("missing_model"))
     assert lines(refused, "12:00:00") == ["12:00:00 s1 - - 400 - - refused: missing_model"]
     unaudited = UnauditedEvent(**ENVELOPE, method="GET", host=None, path="/v1/models", status=None)
-    error = ErrorEvent(
-        **ENVELOPE, error="upstream_reset", message="m", transport="http", method="GET", path="/"
-    )
+    error = error_event(session_id="s1", error="upstream_reset")
     broke = Outcome(VIEW, 0, unaudited=unaudited, error=error)
     assert lines(broke, "12:00:00") == [
         "12:00:00 s1 - - - - - unaudited GET /v1/models",
@@ -43,12 +38,7 @@ async def test_a_line_per_exchange_unless_quiet(
 ) -> None:
     with tap(tmp_path, quiet=False) as t:
         http_ = t.addon(Http)
-        flow = model_flow(**{"x-modeltap-session": "s1"})
-        http_.requestheaders(flow)
-        http_.request(flow)
-        flow.response = json_response(orjson.dumps(chat_text_json("gpt-5").json))
-        http_.responseheaders(flow)
-        http_.response(flow)
+        chat_through(t, **{"x-modeltap-session": "s1"})
         line = capsys.readouterr().err
         assert " s1 openai.chat_completions gpt-5 200 in=21 out=5 " in line
         t.tctx.options.update(modeltap_quiet=True)

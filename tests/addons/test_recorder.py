@@ -14,10 +14,10 @@ from modeltap.addons.http import Http
 from modeltap.addons.recorder import Recorder
 from modeltap.addons.websocket import WebSocket
 from modeltap.recording import BlobStore
-from tests.addons.conftest import json_response, model_flow, tap
+from tests.addons.conftest import chat_through, json_response, model_flow, tap
 from tests.addons.test_websocket import CREATE, opened, send
 from tests.conftest import read_jsonl
-from tests.upstream import chat_text_json, chat_text_sse, default_ws_events, sse_bytes
+from tests.upstream import chat_text_sse, default_ws_events, sse_bytes
 
 pytestmark = pytest.mark.anyio
 KEY = "sk-test-PLANTED-SECRET"
@@ -35,12 +35,7 @@ async def test_json_stream_and_pass_through_exchanges(tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     with tap(tmp_path, record=str(rec)) as t:
         http_ = t.addon(Http)
-        flow = model_flow(**{"x-modeltap-session": "s1", "authorization": f"Bearer {KEY}"})
-        http_.requestheaders(flow)
-        http_.request(flow)
-        flow.response = json_response(orjson.dumps(chat_text_json("gpt-5").json))
-        http_.responseheaders(flow)
-        http_.response(flow)
+        chat_through(t, **{"x-modeltap-session": "s1", "authorization": f"Bearer {KEY}"})
 
         stream = model_flow(body=orjson.dumps({"model": "m", "messages": [], "stream": True}))
         http_.requestheaders(stream)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import orjson
 import pytest
 from mitmproxy import exceptions
 
 from modeltap.addons.evidence import Evidence
 from modeltap.addons.http import Http
 from modeltap.addons.spans import Spans
-from tests.addons.conftest import json_response, model_flow, tap
+from tests.addons.conftest import chat_through, model_flow, tap
 from tests.otlp_receiver import HttpReceiver
-from tests.upstream import chat_text_json
 
 pytestmark = pytest.mark.anyio
 pytest_plugins = ["tests.otlp_fixtures"]
@@ -32,12 +30,7 @@ async def test_exchanges_become_spans(tmp_path: Path, otlp_http_receiver: HttpRe
         spans = t.addon(Spans)
         assert spans.telemetry.enabled and spans in t.run._listeners
         http_ = t.addon(Http)
-        flow = model_flow(**{"x-modeltap-session": "s1"})
-        http_.requestheaders(flow)
-        http_.request(flow)
-        flow.response = json_response(orjson.dumps(chat_text_json("gpt-5").json))
-        http_.responseheaders(flow)
-        http_.response(flow)
+        chat_through(t, **{"x-modeltap-session": "s1"})
         refused = model_flow(body=b"{}")
         http_.requestheaders(refused)
         http_.request(refused)
