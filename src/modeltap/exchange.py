@@ -48,6 +48,8 @@ from modeltap.records import (
 from modeltap.routing import Route
 from modeltap.run import Run
 
+#: Forward as it is (no listener tagged it).
+_FORWARD: Final = Forward()
 #: Bodies at least this large are hashed on a worker thread while being audited.
 HASH_IN_THREAD_BYTES: Final = 1024 * 1024
 
@@ -158,7 +160,8 @@ class Exchange:
             elif head.method.upper() == "POST":
                 ex.api = endpoint
         if ex.api is not None:
-            run.publish("started", ex.view, now)
+            if run.on["started"]:
+                run.publish("started", ex.view, now)
             length = headers.get("content-length", "")
             if length.isdigit() and int(length) > s.max_body:
                 # Refuse before reading a body we would refuse anyway.
@@ -284,10 +287,13 @@ class Exchange:
         self._view = None
         self.run.in_flight[self.id] = self
         self.t_forward_ns = now
-        self.run.publish("audited", self.view, facts, sent, now)
+        if self.run.on["audited"]:
+            self.run.publish("audited", self.view, facts, sent, now)
         return self._forwarding(sent, headers)
 
     def _forwarding(self, body: bytes, headers: Mapping[str, str]) -> Forward | Reply:
+        if not self.run.on["forwarding"]:
+            return _FORWARD
         tags: list[tuple[str, str]] = []
         for answer in self.run.publish("forwarding", self.view, body, headers):
             if isinstance(answer, Reply):
@@ -310,7 +316,8 @@ class Exchange:
             return None
         self.status = status
         self.t_first_byte_ns = now
-        self.run.publish("first_byte", self.view, status, headers, now)
+        if self.run.on["first_byte"]:
+            self.run.publish("first_byte", self.view, status, headers, now)
         if "text/event-stream" not in headers.get("content-type", "").lower():
             return None
         # Never buffer a stream: each chunk goes on to the agent as it arrives.
@@ -330,10 +337,12 @@ class Exchange:
         return self.tap if self.tap is not None else True
 
     def _first_chunk(self, t_ns: int) -> None:
-        self.run.publish("first_chunk", self.view, t_ns)
+        if self.run.on["first_chunk"]:
+            self.run.publish("first_chunk", self.view, t_ns)
 
     def _chunk(self, data: bytes, t_ns: int) -> None:
-        self.run.publish("chunk", self.view, data, t_ns)
+        if self.run.on["chunk"]:
+            self.run.publish("chunk", self.view, data, t_ns)
 
     def ended(
         self,
@@ -430,7 +439,8 @@ class Exchange:
         outcome = Outcome(
             self.view, now, unaudited=unaudited, error=error, failure=kind, streamed=self.streamed
         )
-        self.run.publish("finished", outcome)
+        if self.run.on["finished"]:
+            self.run.publish("finished", outcome)
 
     def _respond(
         self,
@@ -454,9 +464,8 @@ class Exchange:
             first_chunk_ns=self.tap.first_chunk_ns if self.tap is not None else None,
             end_ns=now,
         )
-        self.run.publish(
-            "finished",
-            Outcome(
+        if self.run.on["finished"]:
+            outcome = Outcome(
                 self.view,
                 now,
                 status=self.status,
@@ -467,8 +476,8 @@ class Exchange:
                 body=body,
                 content=content,
                 observed=facts,
-            ),
-        )
+            )
+            self.run.publish("finished", outcome)
 
     def _unaudited_event(self, status: int | None) -> UnauditedEvent:
         self.run.counts["unaudited"] += 1
@@ -488,4 +497,5 @@ class Exchange:
         outcome = Outcome(
             self.view, now, status=status, unaudited=event, streamed=self.streamed, body=body
         )
-        self.run.publish("finished", outcome)
+        if self.run.on["finished"]:
+            self.run.publish("finished", outcome)

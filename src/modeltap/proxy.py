@@ -27,7 +27,7 @@ from mitmproxy.addons import (
 from mitmproxy.master import Master
 
 from modeltap import options
-from modeltap.addons import Control, Deadlines, Spans, default_addons
+from modeltap.addons import Control, Deadlines, ModelTap, Spans, default_addons
 from modeltap.addons.replayer import Replayer
 from modeltap.failures import Timeouts, parse_seconds, parse_upstream_timeout
 from modeltap.matching import Player
@@ -208,7 +208,7 @@ class Proxy:
         # in place before the addon is added, then applied again for its check.
         listening = {k: config.pop(k) for k in _LISTENING if k in config}
         opts.update_defer(**listening)
-        master.addons.add(*self.addons)
+        master.addons.add(ModelTap(self.addons))
         opts.update(**listening)
         opts.update(**config)
         self.master = master

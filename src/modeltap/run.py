@@ -331,7 +331,8 @@ class Run:
             session = self.session(view.session_id)
             if session is not None:  # None: the harness ended it (rule session_ended)
                 session.refused(event)
-        self.publish("finished", Outcome(view, now, status=status, rejected=rejected))
+        if self.on["finished"]:
+            self.publish("finished", Outcome(view, now, status=status, rejected=rejected))
 
     def failure(self, view: ExchangeView, seq: int | None, kind: str, text: str) -> ErrorEvent:
         """Write an exchange's ``error`` event and count it in its session."""

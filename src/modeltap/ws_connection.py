@@ -85,7 +85,8 @@ class Connection:
             session = run.session(view.session_id)
             if session is not None:
                 session.connections += 1
-        run.publish("opened", self.view, now)
+        if run.on["opened"]:
+            run.publish("opened", self.view, now)
         run.write_event(
             WsOpenEvent(
                 **run.envelope(self.view),
@@ -132,9 +133,12 @@ class Connection:
         )
         self.observer.expect(record.seq, seen.facts)
         self.pending[record.seq] = _Turn(view, now)
-        run.publish("started", view, now)
-        run.publish("audited", view, seen.facts, content, now)
-        run.publish("forwarding", view, content, {})
+        if run.on["started"]:
+            run.publish("started", view, now)
+        if run.on["audited"]:
+            run.publish("audited", view, seen.facts, content, now)
+        if run.on["forwarding"]:
+            run.publish("forwarding", view, content, {})
         return MessageVerdict(content)
 
     def server_message(self, content: bytes, is_text: bool, now: int) -> None:
@@ -148,10 +152,12 @@ class Connection:
             return
         if turn.first_byte_ns is None:
             turn.first_byte_ns = now
-            self.run.publish("first_byte", turn.view, None, {}, now)
+            if self.run.on["first_byte"]:
+                self.run.publish("first_byte", turn.view, None, {}, now)
         if seen.first_output and turn.first_chunk_ns is None:
             turn.first_chunk_ns = now
-            self.run.publish("first_chunk", turn.view, now)
+            if self.run.on["first_chunk"]:
+                self.run.publish("first_chunk", turn.view, now)
         if seen.finished is not None:
             self._respond(seq, seen.finished, now)
 
@@ -239,7 +245,8 @@ class Connection:
             first_chunk_ns=turn.first_chunk_ns,
             end_ns=now,
         )
-        self.run.publish("finished", Outcome(turn.view, now, response=event, observed=facts))
+        if self.run.on["finished"]:
+            self.run.publish("finished", Outcome(turn.view, now, response=event, observed=facts))
 
     def _closed(
         self, code: int | None, reason: str | None, closed_by: str | None, now: int
@@ -253,4 +260,5 @@ class Connection:
             messages_from_server=self.from_server,
         )
         self.run.write_event(event)
-        self.run.publish("closed", self.view, event, now)
+        if self.run.on["closed"]:
+            self.run.publish("closed", self.view, event, now)

@@ -34,6 +34,23 @@ from modeltap.addons.websocket import WebSocket
 from modeltap.run import Run
 
 
+class ModelTap:
+    """Every modeltap addon, loaded into mitmproxy as one.
+
+    mitmproxy calls each top-level addon once per event, each call a coroutine
+    behind an error guard (the dispatch that made trimming mitmproxy's own
+    addon set worth a third of the proxy's CPU, see ``bench/README.md``), and
+    walks an addon's ``addons`` cheaply. As sub-addons of one, the small addons
+    cost what one addon did. ``mitmdump -s addons/modeltap.py`` loads them the
+    same way: a script's ``addons`` are its sub-addons.
+    """
+
+    name = "modeltap"
+
+    def __init__(self, addons: list[object]) -> None:
+        self.addons = addons
+
+
 def default_addons(run: Run | None = None) -> list[object]:
     """Every addon of a modeltap proxy, sharing ``run`` (a new one by default)."""
     run = run or Run()
@@ -56,6 +73,7 @@ __all__ = [
     "Deadlines",
     "Evidence",
     "Http",
+    "ModelTap",
     "Recorder",
     "Spans",
     "WebSocket",
