@@ -16,7 +16,7 @@ They share one :class:`~modeltap.run.Run`, handed to each on construction:
 - :class:`~modeltap.addons.recorder.Recorder`: ``--record DIR`` (a listener).
 
 The replayer (:class:`~modeltap.addons.replayer.Replayer`) is added by
-``modeltap replay``. Listeners hear the run's notices
+``modeltap replay``. :class:`ModelTap` loads them into mitmproxy as one. Listeners hear the run's notices
 (:class:`~modeltap.notices.Listener`), never another addon's state, so the
 order of this list is not a contract.
 """
