@@ -16,9 +16,9 @@ They share one :class:`~modeltap.run.Run`, handed to each on construction:
 - :class:`~modeltap.addons.recorder.Recorder`: ``--record DIR`` (a listener).
 
 The replayer (:class:`~modeltap.addons.replayer.Replayer`) is added by
-``modeltap replay``. :class:`ModelTap` loads them into mitmproxy as one. Listeners hear the run's notices
-(:class:`~modeltap.notices.Listener`), never another addon's state, so the
-order of this list is not a contract.
+``modeltap replay``; :class:`ModelTap` loads them into mitmproxy as one.
+Listeners hear the run's notices (:class:`~modeltap.notices.Listener`), never
+another addon's state, so the order of this list is not a contract.
 """
 
 from __future__ import annotations

@@ -47,7 +47,7 @@ from modeltap.listening import open_proxy_listeners, open_proxy_message
 from modeltap.notices import Forward, Reply
 from modeltap.records import RequestFacts
 from modeltap.routing import RouteError, RouteTable
-from modeltap.run import Run
+from modeltap.run import Run, Settings
 
 #: ``flow.metadata`` key of the frozen :class:`~modeltap.notices.ExchangeView`
 #: of a forwarded WebSocket handshake (the WebSocket addon opens its connection).
@@ -85,23 +85,9 @@ class Http(Addon):
         self.deadlines = deadlines
 
     def configure(self, updated: set[str]) -> None:
-        opts = self.options
         self.check(updated)
-        try:
-            if {"modeltap_routes", "modeltap_upstream"} & updated:
-                routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
-                self.run.settings = replace(self.run.settings, routes=routes)
-        except RouteError as e:
-            raise exceptions.OptionsError(str(e)) from None
-        if "modeltap_max_body" in updated:
-            self.run.settings = replace(self.run.settings, max_body=_size(opts.modeltap_max_body))
-        if {"modeltap_mode", "modeltap_strict", "modeltap_image_detail"} & updated:
-            self.run.settings = replace(
-                self.run.settings,
-                mode=opts.modeltap_mode,
-                strict=opts.modeltap_strict,
-                image_detail=opts.modeltap_image_detail,
-            )
+        self.run.settings = _settings(self.run.settings, self.options, updated)
+        opts = self.options
         if {"mode", "listen_host", "proxyauth", "modeltap_allow_open_proxy"} & updated:
             _refuse_open_proxy(opts)
         if "stream_large_bodies" in updated and opts.stream_large_bodies:
@@ -111,14 +97,7 @@ class Http(Addon):
                 "modeltap cannot audit with stream_large_bodies set (request bodies would be "
                 "forwarded before the audit); unset it, modeltap_max_body bounds requests"
             )
-        # mitmproxy answers an unreachable upstream with an HTML page; agents' SDKs
-        # want JSON they can parse, in their provider's shape.
-        _http1.make_error_response = _error_page
-        # mitmproxy's HTTP/1 reader hangs on a trailer section (see mitm_http1).
-        mitm_http1.install()
-        # Request bodies are bounded by --max-body before mitmproxy has buffered
-        # them (see request_limit).
-        request_limit.install()
+        _install()
 
     # ------------------------------------------------------------------ hooks
 
@@ -308,6 +287,18 @@ class Http(Addon):
 # ---------------------------------------------------------------------- helpers
 
 
+def _install() -> None:
+    """Put modeltap's changes to mitmproxy's HTTP layers in place (idempotent)."""
+    # mitmproxy answers an unreachable upstream with an HTML page; agents' SDKs
+    # want JSON they can parse, in their provider's shape.
+    _http1.make_error_response = _error_page
+    # mitmproxy's HTTP/1 reader hangs on a trailer section (see mitm_http1).
+    mitm_http1.install()
+    # Request bodies are bounded by --max-body before mitmproxy has buffered
+    # them (see request_limit).
+    request_limit.install()
+
+
 def _head(flow: http.HTTPFlow, session: str | None) -> RequestHead:
     req = flow.request
     return RequestHead(
@@ -356,6 +347,30 @@ def _error_page(status_code: int, message: str = "") -> bytes:
         _FAILURE_ANSWER.set(None)
         return answer
     return _assemble(answers.upstream_error(status_code, message))
+
+
+def _settings(settings: Settings, opts: Any, updated: set[str]) -> Settings:
+    """The core's settings with the request gate's updated options.
+
+    Raises:
+        OptionsError: a bad route or size.
+    """
+    if {"modeltap_routes", "modeltap_upstream"} & updated:
+        try:
+            routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
+        except RouteError as e:
+            raise exceptions.OptionsError(str(e)) from None
+        settings = replace(settings, routes=routes)
+    if "modeltap_max_body" in updated:
+        settings = replace(settings, max_body=_size(opts.modeltap_max_body))
+    if {"modeltap_mode", "modeltap_strict", "modeltap_image_detail"} & updated:
+        settings = replace(
+            settings,
+            mode=opts.modeltap_mode,
+            strict=opts.modeltap_strict,
+            image_detail=opts.modeltap_image_detail,
+        )
+    return settings
 
 
 def _size(value: str) -> int:

@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from mitmproxy import http
+from mitmproxy.websocket import WebSocketMessage
 
 from modeltap.addons import ws_limit
 from modeltap.addons.base import Addon
@@ -80,16 +81,10 @@ class WebSocket(Addon):
                 message.drop()  # the files are final: nothing more goes out unaudited
             return
         now = time.perf_counter_ns()
-        if not message.from_client:
-            conn.server_message(message.content, message.is_text, now)
+        if message.from_client:
+            self._client_message(flow, conn, message, now)
         else:
-            verdict = conn.client_message(message.content, message.is_text, now)
-            if verdict.refusal is not None:
-                # Drop it, tell the client in its own event shape; the connection stays usable.
-                message.drop()
-                self.master.commands.call("inject.websocket", flow, True, verdict.refusal, True)
-            elif verdict.content is not message.content:
-                message.content = verdict.content
+            conn.server_message(message.content, message.is_text, now)
         self._watch(flow, conn)
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
@@ -98,17 +93,26 @@ class WebSocket(Addon):
             return
         ws = flow.websocket
         assert ws is not None
-        closed_by = (
-            None if ws.closed_by_client is None else ("client" if ws.closed_by_client else "server")
-        )
         conn.close(
             ws.close_code,
             ws.close_reason or None,
-            closed_by,
+            None if ws.closed_by_client is None else "client" if ws.closed_by_client else "server",
             too_big_from_client=flow.metadata.get(ws_limit.TOO_BIG_KEY) == "client",
             expired=self.deadlines.stop(flow),
             now=time.perf_counter_ns(),
         )
+
+    def _client_message(
+        self, flow: http.HTTPFlow, conn: Connection, message: WebSocketMessage, now: int
+    ) -> None:
+        """Forward the message as judged (rewritten, maybe), or drop it and tell
+        the client in its own event shape; the connection stays usable."""
+        verdict = conn.client_message(message.content, message.is_text, now)
+        if verdict.refusal is not None:
+            message.drop()
+            self.master.commands.call("inject.websocket", flow, True, verdict.refusal, True)
+        elif verdict.content is not message.content:
+            message.content = verdict.content
 
     def _watch(self, flow: http.HTTPFlow, conn: Connection) -> None:
         """Watch the phase the connection's turns in flight are in (or none)."""
