@@ -329,7 +329,7 @@ class Exchange:
                 self.facts,
                 headers.get("content-encoding", ""),
                 capture_content=self.run.settings.capture_content,
-                on_first_chunk=self._first_chunk,
+                on_first_chunk=self._first_chunk if self.run.on["first_chunk"] else None,
                 on_chunk=on_chunk,
             )
         elif on_chunk is not None:
@@ -337,12 +337,10 @@ class Exchange:
         return self.tap if self.tap is not None else True
 
     def _first_chunk(self, t_ns: int) -> None:
-        if self.run.on["first_chunk"]:
-            self.run.publish("first_chunk", self.view, t_ns)
+        self.run.publish("first_chunk", self.view, t_ns)
 
     def _chunk(self, data: bytes, t_ns: int) -> None:
-        if self.run.on["chunk"]:
-            self.run.publish("chunk", self.view, data, t_ns)
+        self.run.publish("chunk", self.view, data, t_ns)
 
     def ended(
         self,

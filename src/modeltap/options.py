@@ -30,8 +30,7 @@ from modeltap.failures import parse_upstream_timeout as _parse_upstream_timeout
 #: mitmproxy's own options that modeltap sets but does not declare.
 MITMPROXY_OWN: Final = frozenset({"proxyauth"})
 
-RUN: Final = "run"
-REPLAY: Final = "replay"
+RUN, REPLAY = "run", "replay"
 
 
 def parse_address(value: str) -> tuple[str, int]:
@@ -402,9 +401,7 @@ def check(options: Any, names: Iterable[str], updated: Iterable[str]) -> None:
 
 
 def _either(choices: Sequence[str]) -> str:
-    if len(choices) == 1:
-        return choices[0]
-    return ", ".join(choices[:-1]) + " or " + choices[-1]
+    return " or ".join([", ".join(choices[:-1]), choices[-1]] if len(choices) > 1 else choices)
 
 
 # --------------------------------------------------------------------------
@@ -444,9 +441,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def _default_note(opt: Option) -> str:
-    if opt.default in (None, False, []):
-        return ""
-    return f" Default: {opt.default}."
+    return "" if opt.default in (None, False, []) else f" Default: {opt.default}."
 
 
 def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
