@@ -290,10 +290,6 @@ class RecordingError(ValueError):
     """A recording directory cannot be read (missing, or a line is malformed)."""
 
 
-# --------------------------------------------------------------------------
-# The recording
-
-
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One line of ``recording.jsonl``."""
