@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from modeltap import answers
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import API_ANTHROPIC, API_CHAT
 from modeltap.routing import RouteTable
 
@@ -13,14 +13,16 @@ ANTHROPIC_ROUTE = next(r for r in RouteTable.build([], None).routes if r.name ==
 
 
 def test_a_refusal_takes_its_providers_shape() -> None:
-    openai = answers.refusal(Rejected("missing_model"), API_CHAT, None)
+    openai = answers.refusal(Rejected(Rule.MISSING_MODEL), API_CHAT, None)
     assert (openai.status, openai.close) == (400, False)
     assert orjson.loads(openai.body)["error"]["code"] == "modeltap_rejected"
-    anthropic = answers.refusal(Rejected("body_too_large"), None, ANTHROPIC_ROUTE)
+    anthropic = answers.refusal(Rejected(Rule.BODY_TOO_LARGE), None, ANTHROPIC_ROUTE)
     body = orjson.loads(anthropic.body)
     assert anthropic.status == 413 and body["type"] == "error" and "code" not in body["error"]
     assert (
-        orjson.loads(answers.refusal(Rejected("missing_model"), API_ANTHROPIC, None).body)["type"]
+        orjson.loads(answers.refusal(Rejected(Rule.MISSING_MODEL), API_ANTHROPIC, None).body)[
+            "type"
+        ]
         == "error"
     )
 

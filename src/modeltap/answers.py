@@ -9,7 +9,7 @@ modeltap answers.
 
 from __future__ import annotations
 
-from modeltap.errors import Rejected, provider_error_body
+from modeltap.errors import Rejected, Rule, provider_error_body
 from modeltap.failures import ANSWER_STATUS, PHASE_TEXT, Phase
 from modeltap.notices import Reply
 from modeltap.routing import Route, error_shape_for
@@ -45,7 +45,7 @@ def refusal(rejected: Rejected, api: str | None, route: Route | None) -> Reply:
 
 def stopping() -> Reply:
     """A request that arrived after the proxy stopped (a shape both SDKs read)."""
-    rejected = Rejected("proxy_stopped")
+    rejected = Rejected(Rule.PROXY_STOPPED)
     body = provider_error_body(
         "both", rejected.message, status=rejected.status, code="modeltap_rejected"
     )

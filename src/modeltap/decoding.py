@@ -21,7 +21,7 @@ from typing import Final, Protocol
 
 import brotli
 
-from modeltap.errors import Rejected, UpstreamProtocolError
+from modeltap.errors import Rejected, Rule, UpstreamProtocolError
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -351,7 +351,7 @@ def request_codings(header: str | None) -> tuple[str, ...]:
         if not name or name == "identity":
             continue
         if name not in REQUEST_CODINGS:
-            raise Rejected("undecodable_content_encoding")
+            raise Rejected(Rule.UNDECODABLE_CONTENT_ENCODING)
         codings.append(name)
     return tuple(codings)
 
@@ -373,7 +373,7 @@ def check_transfer_coding(header: str | None) -> None:
         return
     codings = [part.strip(" \t").lower() for part in header.split(",")]
     if [name for name in codings if name] != ["chunked"]:
-        raise Rejected("undecodable_content_encoding", "transfer-coding")
+        raise Rejected(Rule.UNDECODABLE_CONTENT_ENCODING, "transfer-coding")
 
 
 def decode_request_body(data: bytes, codings: tuple[str, ...], limit: int) -> bytes:
@@ -399,7 +399,7 @@ def decode_request_body(data: bytes, codings: tuple[str, ...], limit: int) -> by
     """
     if not codings:
         if len(data) > limit:
-            raise Rejected("body_too_large")
+            raise Rejected(Rule.BODY_TOO_LARGE)
         return data
     pieces: Iterator[bytes] = (data[i : i + PIECE_BYTES] for i in range(0, len(data), PIECE_BYTES))
     # Applied left to right by the sender, so undone right to left.
@@ -410,9 +410,9 @@ def decode_request_body(data: bytes, codings: tuple[str, ...], limit: int) -> by
         for piece in pieces:
             out += piece
             if len(out) > limit:
-                raise Rejected("body_too_large")
+                raise Rejected(Rule.BODY_TOO_LARGE)
     except UpstreamProtocolError:
-        raise Rejected("undecodable_content_encoding") from None
+        raise Rejected(Rule.UNDECODABLE_CONTENT_ENCODING) from None
     return bytes(out)
 
 

@@ -4,105 +4,149 @@ The hierarchy::
 
     ModelTapError
      ├── Rejected               the client sent something we refuse to forward
-     │                          (carries the rule's name; answered 400/413/503)
+     │                          (carries its Rule; answered 400/413/503)
      ├── UpstreamProtocolError  the upstream broke its wire format (bad SSE,
      │                          undecodable compressed stream, invalid JSON)
      └── SinkError              the audit file could not be written
 
 Errors say whose fault it was and name a rule; they never carry request
-content, headers or keys. Messages come from :data:`RULES`, fixed text per
-rule, so nothing taken from a request can end up in one.
+content, headers or keys. A refusal's rule is a :class:`Rule` (an enum:
+a misspelt rule is a type error); messages come from :data:`RULES`, fixed
+text per rule, so nothing taken from a request can end up in one.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final
 
 import orjson
 
+
 #: Every refusal rule: name -> (HTTP status, fixed explanation). The message
 #: shown to the agent is built from this text only.
-RULES: Final[dict[str, tuple[int, str]]] = {
+class Rule(StrEnum):
+    """The name of every refusal rule: a misspelt one is a type error.
+
+    Its value is the name written in ``rejected`` events, refusal messages and
+    spans (``invalid_json``); :data:`RULES` gives its status and explanation.
+    """
+
+    INVALID_JSON = "invalid_json"
+    BODY_NOT_OBJECT = "body_not_object"
+    MISSING_MODEL = "missing_model"
+    MESSAGES_AND_INPUT = "messages_and_input"
+    INSTRUCTIONS_NOT_TEXT = "instructions_not_text"
+    MALFORMED_MESSAGES = "malformed_messages"
+    MALFORMED_TOOLS = "malformed_tools"
+    TOOL_WITHOUT_NAME = "tool_without_name"
+    MALFORMED_IMAGE = "malformed_image"
+    MALFORMED_SETTING = "malformed_setting"
+    VALUE_TOO_LONG = "value_too_long"
+    UNDECODABLE_CONTENT_ENCODING = "undecodable_content_encoding"
+    BODY_TOO_LARGE = "body_too_large"
+    DUPLICATE_KEY = "duplicate_key"
+    REQUEST_TRAILERS = "request_trailers"
+    NONCANONICAL_PATH = "noncanonical_path"
+    METHOD_OVERRIDE = "method_override"
+    WS_UNSUPPORTED_ENDPOINT = "ws_unsupported_endpoint"
+    FAIL_CLOSED = "fail_closed"
+    STRICT_UNAUDITED = "strict_unaudited"
+    TOOL_BUDGET_EXCEEDED = "tool_budget_exceeded"
+    SESSION_ENDED = "session_ended"
+    CONTROL_NOT_ON_PROXY_PORT = "control_not_on_proxy_port"
+    PROXY_STOPPED = "proxy_stopped"
+    AUDIT_INTERNAL_ERROR = "audit_internal_error"
+    AUDIT_WRITE_FAILED = "audit_write_failed"
+    WS_BINARY_FRAME = "ws_binary_frame"
+    WS_INVALID_JSON = "ws_invalid_json"
+    WS_UNSUPPORTED_TYPE = "ws_unsupported_type"
+    WS_MISSING_INPUT = "ws_missing_input"
+    WS_NESTED_RESPONSE = "ws_nested_response"
+    WS_IMPLICIT_CONTINUATION = "ws_implicit_continuation"
+
+
+RULES: Final[dict[Rule, tuple[int, str]]] = {
     # The body itself.
-    "invalid_json": (400, "the request body is not valid JSON"),
-    "body_not_object": (400, "the request body is not a JSON object"),
-    "missing_model": (400, "the request has no non-empty 'model' string"),
-    "messages_and_input": (400, "the request has both 'messages' and 'input'"),
-    "instructions_not_text": (400, "system/developer instruction content is not text"),
-    "malformed_messages": (400, "the message list is malformed"),
-    "malformed_tools": (400, "the tool list is malformed"),
-    "tool_without_name": (400, "a client tool has no name"),
-    "malformed_image": (400, "an image part is malformed"),
-    "malformed_setting": (400, "a setting the audit records has the wrong type"),
-    "value_too_long": (
+    Rule.INVALID_JSON: (400, "the request body is not valid JSON"),
+    Rule.BODY_NOT_OBJECT: (400, "the request body is not a JSON object"),
+    Rule.MISSING_MODEL: (400, "the request has no non-empty 'model' string"),
+    Rule.MESSAGES_AND_INPUT: (400, "the request has both 'messages' and 'input'"),
+    Rule.INSTRUCTIONS_NOT_TEXT: (400, "system/developer instruction content is not text"),
+    Rule.MALFORMED_MESSAGES: (400, "the message list is malformed"),
+    Rule.MALFORMED_TOOLS: (400, "the tool list is malformed"),
+    Rule.TOOL_WITHOUT_NAME: (400, "a client tool has no name"),
+    Rule.MALFORMED_IMAGE: (400, "an image part is malformed"),
+    Rule.MALFORMED_SETTING: (400, "a setting the audit records has the wrong type"),
+    Rule.VALUE_TOO_LONG: (
         400,
         "a value the audit records (model, setting, tool name or type, id) is longer than "
         "256 characters",
     ),
-    "undecodable_content_encoding": (
+    Rule.UNDECODABLE_CONTENT_ENCODING: (
         400,
         "the request body's content-encoding could not be decoded",
     ),
-    "body_too_large": (413, "the request body is larger than --max-body"),
-    "duplicate_key": (
+    Rule.BODY_TOO_LARGE: (413, "the request body is larger than --max-body"),
+    Rule.DUPLICATE_KEY: (
         400,
         "the request body has a duplicate key in an object (parsers disagree on which one wins)",
     ),
-    "request_trailers": (
+    Rule.REQUEST_TRAILERS: (
         400,
         "the request carries HTTP trailer fields after its body, which modeltap does not "
         "audit or forward",
     ),
     # The request line: what an upstream could read as a model request.
-    "noncanonical_path": (
+    Rule.NONCANONICAL_PATH: (
         400,
         "the request path could be read in more than one way (dot or empty segments, "
         "double or malformed percent-encoding, or characters servers treat differently)",
     ),
-    "method_override": (
+    Rule.METHOD_OVERRIDE: (
         400,
         "a method override (header or _method parameter) on a model endpoint is not forwarded",
     ),
-    "ws_unsupported_endpoint": (
+    Rule.WS_UNSUPPORTED_ENDPOINT: (
         400,
         "WebSocket connections are audited only on a Responses endpoint",
     ),
     # Policy.
-    "fail_closed": (
+    Rule.FAIL_CLOSED: (
         400,
         "an earlier request of this session was refused and --fail-closed is set",
     ),
-    "strict_unaudited": (
+    Rule.STRICT_UNAUDITED: (
         400,
         "this request is not a model request modeltap can audit and --strict is set",
     ),
-    "tool_budget_exceeded": (400, "the session used up its --max-tool-calls budget"),
-    "session_ended": (
+    Rule.TOOL_BUDGET_EXCEEDED: (400, "the session used up its --max-tool-calls budget"),
+    Rule.SESSION_ENDED: (
         400,
         "this session was ended (modeltap session end) and takes no more requests",
     ),
-    "control_not_on_proxy_port": (
+    Rule.CONTROL_NOT_ON_PROXY_PORT: (
         403,
         "modeltap's control API is not served through the proxy; the harness runs "
         "'modeltap session end ID --out DIR', which finds the control listener and its "
         "token in the out dir",
     ),
-    "proxy_stopped": (503, "modeltap is stopping, so the request was not forwarded"),
-    "audit_internal_error": (
+    Rule.PROXY_STOPPED: (503, "modeltap is stopping, so the request was not forwarded"),
+    Rule.AUDIT_INTERNAL_ERROR: (
         500,
         "modeltap failed while auditing this request (a modeltap bug), so it was not forwarded",
     ),
-    "audit_write_failed": (
+    Rule.AUDIT_WRITE_FAILED: (
         503,
         "the audit record could not be written, so the request was not forwarded",
     ),
     # WebSocket Responses mode.
-    "ws_binary_frame": (400, "binary WebSocket frames cannot be audited"),
-    "ws_invalid_json": (400, "the WebSocket message is not a JSON object"),
-    "ws_unsupported_type": (400, "this WebSocket message type is not forwarded"),
-    "ws_missing_input": (400, "response.create has no 'input'"),
-    "ws_nested_response": (400, "response.create carries a nested 'response' object"),
-    "ws_implicit_continuation": (
+    Rule.WS_BINARY_FRAME: (400, "binary WebSocket frames cannot be audited"),
+    Rule.WS_INVALID_JSON: (400, "the WebSocket message is not a JSON object"),
+    Rule.WS_UNSUPPORTED_TYPE: (400, "this WebSocket message type is not forwarded"),
+    Rule.WS_MISSING_INPUT: (400, "response.create has no 'input'"),
+    Rule.WS_NESTED_RESPONSE: (400, "response.create carries a nested 'response' object"),
+    Rule.WS_IMPLICIT_CONTINUATION: (
         400,
         "a continuation (previous_response_id, conversation or prompt) must state its model, "
         "instructions and tools; use --continuation as-sent to audit it as sent",
@@ -147,17 +191,17 @@ class Rejected(ModelTapError):
     """The client sent something modeltap will not forward.
 
     Args:
-        rule: a key of :data:`RULES`.
+        rule: the rule it breaks.
         detail: an optional *fixed* refinement written by modeltap itself (for
             example ``"tools[2]"``, a position, never a value from the body).
 
     Raises:
-        KeyError: if ``rule`` is not in :data:`RULES` (a programming error).
+        KeyError: if ``rule`` is not a :class:`Rule` (a programming error).
     """
 
-    def __init__(self, rule: str, detail: str | None = None) -> None:
+    def __init__(self, rule: Rule, detail: str | None = None) -> None:
         status, text = RULES[rule]
-        self.rule = rule
+        self.rule: Rule = Rule(rule)
         self.status = status
         self.detail = detail
         where = f" ({detail})" if detail else ""

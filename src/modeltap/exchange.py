@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Final
 
 from modeltap import answers, apis
-from modeltap.errors import Rejected, error_message
+from modeltap.errors import Rejected, Rule, error_message
 from modeltap.failures import ANSWER_STATUS, PHASE_TEXT, Phase
 from modeltap.gate import (
     RequestHead,
@@ -117,21 +117,21 @@ class Exchange:
             # Both ids go into every line: one made of prompt text is refused by
             # name (SPEC 8), and the refusal is filed under ids of our own.
             ex.session_id, ex.request_id, ex.path = s.session or run.run_id, head.id, head.target
-            ex.refuse(Rejected("value_too_long", overlong), now)
+            ex.refuse(Rejected(Rule.VALUE_TOO_LONG, overlong), now)
             return ex
         ex.path = head.target
         # A session that only sends other requests still ends (and is reported).
         if run.session(session_id) is None:
             # The harness ended it: nothing more goes through in its name, so a
             # refusal in it can never be followed by traffic that looks complete.
-            ex.refuse(Rejected("session_ended"), now)
+            ex.refuse(Rejected(Rule.SESSION_ENDED), now)
             return ex
         regular = s.mode == "regular"
         if is_control_path(head.target) or (
             regular and is_control_address(head.host, head.port, run.control_address)
         ):
             # The control API is the harness's: never answered or forwarded here.
-            ex.refuse(Rejected("control_not_on_proxy_port"), now)
+            ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
             return ex
         if regular:
             ex.route = s.routes.for_host(head.host, head.port)
@@ -165,7 +165,7 @@ class Exchange:
             length = headers.get("content-length", "")
             if length.isdigit() and int(length) > s.max_body:
                 # Refuse before reading a body we would refuse anyway.
-                ex.refuse(Rejected("body_too_large"), now)
+                ex.refuse(Rejected(Rule.BODY_TOO_LARGE), now)
         return ex
 
     @classmethod
@@ -177,7 +177,7 @@ class Exchange:
             ex.reply_after_stop(now)
         elif is_control_address(head.host, head.port, run.control_address):
             ex.path = head.target
-            ex.refuse(Rejected("control_not_on_proxy_port"), now)
+            ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
         return ex
 
     @property
@@ -222,7 +222,7 @@ class Exchange:
 
     def reply_after_stop(self, now: int) -> None:
         """After stop the files are final: refuse, write nothing, only the notice."""
-        rejected = Rejected("proxy_stopped")
+        rejected = Rejected(Rule.PROXY_STOPPED)
         self.reply = answers.stopping()
         self.run.publish(
             "finished", Outcome(self.view, now, status=rejected.status, rejected=rejected)
@@ -251,7 +251,7 @@ class Exchange:
             and self.run.settings.strict
             and not apis.is_models_listing(self.method, self.path)
         ):
-            return self.refuse(Rejected("strict_unaudited"), now)
+            return self.refuse(Rejected(Rule.STRICT_UNAUDITED), now)
         self.t_forward_ns = now
         return self._forwarding(body() if self.run.on["forwarding"] else b"", headers)
 

@@ -23,7 +23,7 @@ import orjson
 from modeltap import apis
 from modeltap.apis import json_body
 from modeltap.decoding import check_transfer_coding, request_codings
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import API_RESPONSES, MAX_ID_CHARS, Json, RequestFacts
 from modeltap.routing import check_path, overrides_method, overrides_path
 
@@ -72,7 +72,7 @@ def fail_closed[**P, R](audit: Callable[P, R], *args: P.args, **kwargs: P.kwargs
         raise
     except Exception as e:
         logger.error("modeltap: internal error while auditing (%s); refused", type(e).__name__)
-        raise Rejected("audit_internal_error") from None
+        raise Rejected(Rule.AUDIT_INTERNAL_ERROR) from None
 
 
 def identify(
@@ -170,15 +170,15 @@ def judge_request_line(
     check_path(sent_path)
     names = list(header_names)
     if overrides_path(names):
-        raise Rejected("noncanonical_path", "path override header")
+        raise Rejected(Rule.NONCANONICAL_PATH, "path override header")
     endpoint = apis.endpoint_of(path)
     if endpoint is None:
         return None
     if websocket:
         if endpoint != API_RESPONSES:
-            raise Rejected("ws_unsupported_endpoint")
+            raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT)
     elif method.upper() != "POST" and overrides_method(names, path):
-        raise Rejected("method_override")
+        raise Rejected(Rule.METHOD_OVERRIDE)
     return endpoint
 
 
@@ -197,7 +197,7 @@ def body_codings(
         Rejected: ``body_too_large`` or a refused coding.
     """
     if size > max_body:
-        raise Rejected("body_too_large")
+        raise Rejected(Rule.BODY_TOO_LARGE)
     check_transfer_coding(transfer_encoding)
     return request_codings(content_encoding)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES
 
 DEFAULT_ROUTES: dict[str, str] = {
@@ -361,29 +361,29 @@ def check_path(target: str) -> None:
         return
     raw = path.encode("utf-8", "surrogateescape")
     if not raw.startswith(b"/"):
-        raise Rejected("noncanonical_path", "not an absolute path")
+        raise Rejected(Rule.NONCANONICAL_PATH, "not an absolute path")
     pos = raw.find(b"%")
     while pos != -1:
         if pos + 2 >= len(raw) or raw[pos + 1] not in _HEX or raw[pos + 2] not in _HEX:
-            raise Rejected("noncanonical_path", "malformed percent-escape")
+            raise Rejected(Rule.NONCANONICAL_PATH, "malformed percent-escape")
         pos = raw.find(b"%", pos + 3)
     if _DOUBLE_ENCODING.search(raw):
-        raise Rejected("noncanonical_path", "double encoding")
+        raise Rejected(Rule.NONCANONICAL_PATH, "double encoding")
     if b"%3B" in raw.upper():
         # Servlet containers drop ";params" before decoding (an encoded one
         # stays), others after: the two readings route it differently.
-        raise Rejected("noncanonical_path", "encoded semicolon")
+        raise Rejected(Rule.NONCANONICAL_PATH, "encoded semicolon")
     decoded = unquote_to_bytes(raw)
     bad = set(decoded) - _PATH_CHARS
     if bad:
-        raise Rejected("noncanonical_path", _fault(min(bad)))
+        raise Rejected(Rule.NONCANONICAL_PATH, _fault(min(bad)))
     segments = decoded[1:].split(b"/")
     for i, segment in enumerate(segments):
         bare = segment.split(b";", 1)[0]
         if not bare and i != len(segments) - 1:
-            raise Rejected("noncanonical_path", "empty segment")
+            raise Rejected(Rule.NONCANONICAL_PATH, "empty segment")
         if bare.endswith(b".") or segment.endswith(b"."):
-            raise Rejected("noncanonical_path", "dot segment")
+            raise Rejected(Rule.NONCANONICAL_PATH, "dot segment")
 
 
 def _fault(byte: int) -> str:

@@ -24,7 +24,7 @@ from typing import Any, Final, Protocol
 
 from modeltap import apis, control
 from modeltap.cost import response_cost
-from modeltap.errors import Rejected, SinkError
+from modeltap.errors import Rejected, Rule, SinkError
 from modeltap.notices import NOTICES, ExchangeView, Listener, Outcome
 from modeltap.records import (
     AuditRecord,
@@ -184,12 +184,12 @@ class Run:
         """
         assert self.sink is not None and view.api is not None
         if self.stopped:
-            raise Rejected("proxy_stopped")
+            raise Rejected(Rule.PROXY_STOPPED)
         session = self.session(view.session_id)
         if session is None:
-            raise Rejected("session_ended")
+            raise Rejected(Rule.SESSION_ENDED)
         if self.settings.fail_closed and session.refusals:
-            raise Rejected("fail_closed")
+            raise Rejected(Rule.FAIL_CLOSED)
         session.admit(facts.tool_results)
         record = AuditRecord.build(
             facts,
@@ -212,7 +212,7 @@ class Run:
         except SinkError:
             # If we cannot write the audit line we must not let the request through
             # unrecorded: refuse it, visibly.
-            raise Rejected("audit_write_failed") from None
+            raise Rejected(Rule.AUDIT_WRITE_FAILED) from None
         session.audited(record)
         self.counts["audited"] += 1
         return record

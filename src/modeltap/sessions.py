@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from modeltap.coverage import NO_RESPONSE_AT_END, SessionEvidence
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.failures import stop_reason_for
 from modeltap.records import (
     NO_REQUESTS_MESSAGE,
@@ -84,12 +84,12 @@ class SessionTracker:
         if self.max_tool_calls is None:
             return
         if self.budget_spent:
-            raise Rejected("tool_budget_exceeded")
+            raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
         new = [
             r.call_id for r in tool_results if r.call_id is not None and r.call_id in self.requested
         ]
         if any(self.requested[c] > self.max_tool_calls for c in new):
-            raise Rejected("tool_budget_exceeded")
+            raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
 
     def audited(self, record: AuditRecord) -> None:
         """Take in a request whose audit line was written (it is being forwarded)."""
@@ -105,7 +105,7 @@ class SessionTracker:
     def refused(self, event: RejectedEvent) -> None:
         """Take in a refusal."""
         self.refusals += 1
-        if event.rule == "tool_budget_exceeded":
+        if event.rule == Rule.TOOL_BUDGET_EXCEEDED:
             self.budget_refusals += 1
         self.evidence.refused(event)
 

@@ -32,7 +32,7 @@ import orjson
 
 from modeltap.apis import openai_responses
 from modeltap.apis.json_body import reject_duplicate_keys
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import Json, RequestFacts, ResponseFacts
 
 
@@ -105,13 +105,13 @@ def classify_client_message(data: bytes | str, is_text: bool, policy: WsPolicy) 
             :func:`~modeltap.apis.openai_responses.audit_request`.
     """
     if not is_text:
-        raise Rejected("ws_binary_frame")
+        raise Rejected(Rule.WS_BINARY_FRAME)
     try:
         message = orjson.loads(data)
     except orjson.JSONDecodeError:
-        raise Rejected("ws_invalid_json") from None
+        raise Rejected(Rule.WS_INVALID_JSON) from None
     if not isinstance(message, dict):
-        raise Rejected("ws_invalid_json")
+        raise Rejected(Rule.WS_INVALID_JSON)
     # Every message, not only response.create: {"type": "response.create", ...,
     # "type": "response.processed"} would pass here as a control message while
     # a first-wins server runs it.
@@ -123,7 +123,7 @@ def classify_client_message(data: bytes | str, is_text: bool, policy: WsPolicy) 
         return Create(facts=_audit_create(message, policy), body=message)
     if isinstance(kind, str) and kind in policy.allow:
         return Control(type=kind)
-    raise Rejected("ws_unsupported_type")
+    raise Rejected(Rule.WS_UNSUPPORTED_TYPE)
 
 
 def _audit_create(message: Json, policy: WsPolicy) -> RequestFacts:
@@ -131,18 +131,18 @@ def _audit_create(message: Json, policy: WsPolicy) -> RequestFacts:
     # Realtime-style clients nest the body under `response`; its settings
     # would be read by the server but not by our audit.
     if "response" in message:
-        raise Rejected("ws_nested_response")
+        raise Rejected(Rule.WS_NESTED_RESPONSE)
     body = {key: value for key, value in message.items() if key != "type"}
     if "messages" in body and "input" in body:
-        raise Rejected("messages_and_input")
+        raise Rejected(Rule.MESSAGES_AND_INPUT)
     if "input" not in body:
-        raise Rejected("ws_missing_input")
+        raise Rejected(Rule.WS_MISSING_INPUT)
     if (
         policy.continuation == "explicit"
         and openai_responses.continues_server_state(body)
         and (openai_responses.unstated_settings(body) or body.get("model") is None)
     ):
-        raise Rejected("ws_implicit_continuation")
+        raise Rejected(Rule.WS_IMPLICIT_CONTINUATION)
     # Under as-sent, audit_request records the unstated settings as omitted.
     facts = openai_responses.audit_request(body)
     return dataclasses.replace(facts, stream=True)

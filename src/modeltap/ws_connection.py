@@ -16,7 +16,7 @@ from typing import Literal
 import orjson
 
 from modeltap import apis
-from modeltap.errors import Rejected, error_message
+from modeltap.errors import Rejected, Rule, error_message
 from modeltap.failures import PHASE_TEXT, Phase
 from modeltap.gate import fail_closed, sha256_hex
 from modeltap.notices import ExchangeView, Outcome
@@ -104,10 +104,10 @@ class Connection:
         try:
             session = run.session(self.view.session_id)
             if session is None:
-                raise Rejected("session_ended")
+                raise Rejected(Rule.SESSION_ENDED)
             # Fail-closed refuses every later message of the session, control ones too.
             if run.settings.fail_closed and session.refusals:
-                raise Rejected("fail_closed")
+                raise Rejected(Rule.FAIL_CLOSED)
             seen = fail_closed(classify_client_message, content, is_text, policy)
             if isinstance(seen, Control):
                 run.write_event(WsControlEvent(**run.envelope(self.view), type=seen.type))
@@ -199,7 +199,7 @@ class Connection:
             self._fail_pending("upstream_timeout", PHASE_TEXT[expired], now)
         if too_big_from_client:
             # The message was stopped part-way (close 1009), never forwarded.
-            run.refused(self.view, Rejected("body_too_large"), None, now)
+            run.refused(self.view, Rejected(Rule.BODY_TOO_LARGE), None, now)
         text = f"the WebSocket closed (code {code}) before the response ended"
         for done in self.observer.close(text):
             self._respond(done.seq, done.facts, now)

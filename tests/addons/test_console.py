@@ -8,7 +8,7 @@ import pytest
 
 from modeltap.addons.console import Console, lines
 from modeltap.addons.http import Http
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.notices import Outcome
 from modeltap.records import UnauditedEvent
 from tests.addons.conftest import chat_through, model_flow, tap
@@ -22,7 +22,7 @@ ENVELOPE = {"ts": "t", "run_id": "r", "session_id": "s1"}
 
 
 def test_the_lines_say_what_happened() -> None:
-    refused = Outcome(VIEW, 0, status=400, rejected=Rejected("missing_model"))
+    refused = Outcome(VIEW, 0, status=400, rejected=Rejected(Rule.MISSING_MODEL))
     assert lines(refused, "12:00:00") == ["12:00:00 s1 - - 400 - - refused: missing_model"]
     unaudited = UnauditedEvent(**ENVELOPE, method="GET", host=None, path="/v1/models", status=None)
     error = error_event(session_id="s1", error="upstream_reset")

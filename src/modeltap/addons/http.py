@@ -32,7 +32,7 @@ from modeltap.addons import mitm_http1, request_limit
 from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
 from modeltap.decoding import decode_request_body
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.exchange import HASH_IN_THREAD_BYTES, Exchange
 from modeltap.failures import FailureFacts, Phase, classify_failure
 from modeltap.gate import (
@@ -120,7 +120,7 @@ class Http(Addon):
         too: modeltap buffers every request, and the bound must hold for all."""
         ex: Exchange | None = flow.metadata.get(_EXCHANGE)
         if ex is not None and flow.response is None and not self.run.stopped:
-            _answer(flow, ex.refuse(Rejected("body_too_large"), time.perf_counter_ns()))
+            _answer(flow, ex.refuse(Rejected(Rule.BODY_TOO_LARGE), time.perf_counter_ns()))
 
     def http_connect(self, flow: http.HTTPFlow) -> None:
         # Regular mode: a tunnel to the control listener is refused like a request to it.
@@ -139,7 +139,7 @@ class Http(Addon):
         if flow.request.trailers:
             # Fields after the body: not part of what is audited, and mitmproxy
             # cannot forward them to an HTTP/1 upstream. Refuse, by name.
-            _answer(flow, ex.refuse(Rejected("request_trailers"), time.perf_counter_ns()))
+            _answer(flow, ex.refuse(Rejected(Rule.REQUEST_TRAILERS), time.perf_counter_ns()))
             return None
         if ex.api is None:  # passed through; a WebSocket handshake is audited once open
             self._pass_through(flow, ex)

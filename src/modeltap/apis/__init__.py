@@ -23,7 +23,7 @@ from modeltap.apis.contract import (
     StreamObserver,
     WireApi,
 )
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import MAX_ID_CHARS, RequestFacts, RequestSettings, ResponseFacts
 from modeltap.routing import Route, routed_path
 
@@ -95,9 +95,9 @@ def match_endpoint(path: str) -> EndpointMatch | None:
         if found is not None:
             model = found.model_from_path
             if model is not None and not model:
-                raise Rejected("missing_model")
+                raise Rejected(Rule.MISSING_MODEL)
             if model is not None and len(model) > MAX_ID_CHARS:
-                raise Rejected("value_too_long", "model")
+                raise Rejected(Rule.VALUE_TOO_LONG, "model")
             return found
     return None
 

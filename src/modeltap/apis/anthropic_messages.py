@@ -65,7 +65,7 @@ from modeltap.apis.fields import (
 )
 from modeltap.apis.json_body import utf8_len
 from modeltap.apis.stream_observer import StreamObserverBase, error_type
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_ANTHROPIC,
     HostedTool,
@@ -132,7 +132,7 @@ def audit_request(body: Json) -> RequestFacts:
     reject_messages_and_input(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise Rejected("malformed_messages", "messages")
+        raise Rejected(Rule.MALFORMED_MESSAGES, "messages")
     tool_names, hosted_tools = _tools(body.get("tools"), body.get("mcp_servers"))
 
     # Known keys with their values, any other key by name only (SPEC section 8):
@@ -140,7 +140,7 @@ def audit_request(body: Json) -> RequestFacts:
     thinking = setting_by_name(body.get("thinking"), _THINKING_KEYS, "thinking")
     output_config = body.get("output_config")
     if output_config is not None and not isinstance(output_config, dict):
-        raise Rejected("malformed_setting", "output_config")
+        raise Rejected(Rule.MALFORMED_SETTING, "output_config")
     effort = optional_str(
         output_config.get("effort") if output_config else None, "output_config.effort"
     )
@@ -154,7 +154,7 @@ def audit_request(body: Json) -> RequestFacts:
     tool_results: list[ToolResult] = []
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise Rejected("malformed_messages", f"messages[{i}]")
+            raise Rejected(Rule.MALFORMED_MESSAGES, f"messages[{i}]")
         content = message.get("content")
         if message.get("role") == "system":
             instructions.extend(_instruction_texts(content, f"messages[{i}]"))
@@ -195,7 +195,7 @@ def _continues_thread(thread: Any) -> bool:
     if thread is None:
         return False
     if not isinstance(thread, dict):
-        raise Rejected("malformed_setting", "thread")
+        raise Rejected(Rule.MALFORMED_SETTING, "thread")
     return thread.get("type") != "create"
 
 
@@ -223,15 +223,15 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
     names: list[str] = []
     hosted: list[HostedTool] = []
     if tools is not None and not isinstance(tools, list):
-        raise Rejected("malformed_tools", "tools")
+        raise Rejected(Rule.MALFORMED_TOOLS, "tools")
     for i, tool in enumerate(tools or ()):
         if not isinstance(tool, dict):
-            raise Rejected("malformed_tools", f"tools[{i}]")
+            raise Rejected(Rule.MALFORMED_TOOLS, f"tools[{i}]")
         kind = tool.get("type")
         name = tool.get("name")
         if kind is None or kind == "custom":
             if not isinstance(name, str) or not name:
-                raise Rejected("tool_without_name", f"tools[{i}]")
+                raise Rejected(Rule.TOOL_WITHOUT_NAME, f"tools[{i}]")
             names.append(bounded(name, f"tools[{i}]"))
         elif isinstance(kind, str):
             hosted.append(
@@ -241,12 +241,12 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
                 )
             )
         else:
-            raise Rejected("malformed_tools", f"tools[{i}]")
+            raise Rejected(Rule.MALFORMED_TOOLS, f"tools[{i}]")
     if mcp_servers is not None and not isinstance(mcp_servers, list):
-        raise Rejected("malformed_tools", "mcp_servers")
+        raise Rejected(Rule.MALFORMED_TOOLS, "mcp_servers")
     for i, server in enumerate(mcp_servers or ()):
         if not isinstance(server, dict):
-            raise Rejected("malformed_tools", f"mcp_servers[{i}]")
+            raise Rejected(Rule.MALFORMED_TOOLS, f"mcp_servers[{i}]")
         hosted.append(HostedTool("mcp", optional_name(server.get("name"), "mcp_servers")))
     return tuple(names), tuple(hosted)
 
@@ -260,13 +260,13 @@ def _instruction_texts(content: Any, where: str) -> list[str]:
         texts = []
         for block in content:
             if not isinstance(block, dict) or block.get("type") != "text":
-                raise Rejected("instructions_not_text", where)
+                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
             text = block.get("text")
             if not isinstance(text, str):
-                raise Rejected("instructions_not_text", where)
+                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
             texts.append(text)
         return texts or [""]
-    raise Rejected("instructions_not_text", where)
+    raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
 
 
 def _read_blocks(
@@ -276,11 +276,11 @@ def _read_blocks(
     for j, block in enumerate(blocks):
         here = f"{where}.content[{j}]"
         if not isinstance(block, dict):
-            raise Rejected("malformed_messages", here)
+            raise Rejected(Rule.MALFORMED_MESSAGES, here)
         kind = block.get("type")
         if kind == "image":
             if not isinstance(block.get("source"), dict):
-                raise Rejected("malformed_image", here)
+                raise Rejected(Rule.MALFORMED_IMAGE, here)
             images.append(None)
         elif kind == "tool_result":
             content = block.get("content")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import MAX_ID_CHARS, REDACTED, InstructionPart, Json
 
 
@@ -67,7 +67,7 @@ def bounded(value: str, where: str) -> str:
             when ``value`` is longer than :data:`~modeltap.records.MAX_ID_CHARS`.
     """
     if len(value) > MAX_ID_CHARS:
-        raise Rejected("value_too_long", where)
+        raise Rejected(Rule.VALUE_TOO_LONG, where)
     return value
 
 
@@ -89,7 +89,7 @@ def require_model(body: Json) -> str:
     """
     model = body.get("model")
     if not isinstance(model, str) or not model:
-        raise Rejected("missing_model")
+        raise Rejected(Rule.MISSING_MODEL)
     return bounded(model, "model")
 
 
@@ -100,7 +100,7 @@ def reject_messages_and_input(body: Json) -> None:
         Rejected: ``messages_and_input``.
     """
     if "messages" in body and "input" in body:
-        raise Rejected("messages_and_input")
+        raise Rejected(Rule.MESSAGES_AND_INPUT)
 
 
 def optional_str(value: Any, where: str) -> str | None:
@@ -114,7 +114,7 @@ def optional_str(value: Any, where: str) -> str | None:
         return None
     if isinstance(value, str):
         return bounded(value, where)
-    raise Rejected("malformed_setting", where)
+    raise Rejected(Rule.MALFORMED_SETTING, where)
 
 
 #: Keys of a recorded setting object whose values are kept, with their types
@@ -144,7 +144,7 @@ def setting_by_name(value: Any, known: SettingKeys, where: str) -> Json | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise Rejected("malformed_setting", where)
+        raise Rejected(Rule.MALFORMED_SETTING, where)
     kept: Json = {}
     for key, item in value.items():
         bounded(key, where)
@@ -158,7 +158,7 @@ def setting_by_name(value: Any, known: SettingKeys, where: str) -> Json | None:
         elif kind is str and isinstance(item, str):
             kept[key] = bounded(item, f"{where}.{key}")
         else:
-            raise Rejected("malformed_setting", f"{where}.{key}")
+            raise Rejected(Rule.MALFORMED_SETTING, f"{where}.{key}")
     return kept
 
 
@@ -170,7 +170,7 @@ def optional_bool(value: Any, where: str) -> bool | None:
     """
     if value is None or isinstance(value, bool):
         return value
-    raise Rejected("malformed_setting", where)
+    raise Rejected(Rule.MALFORMED_SETTING, where)
 
 
 def token_count(value: Any) -> int | None:

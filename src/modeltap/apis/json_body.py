@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import Json
 
 
@@ -35,9 +35,9 @@ def parse_json_object(raw: bytes) -> Json:
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise Rejected("invalid_json") from None
+        raise Rejected(Rule.INVALID_JSON) from None
     if not isinstance(value, dict):
-        raise Rejected("body_not_object")
+        raise Rejected(Rule.BODY_NOT_OBJECT)
     reject_duplicate_keys(raw, value)
     return value
 
@@ -84,12 +84,12 @@ def reject_duplicate_keys(raw: bytes, value: Any) -> None:
         written = json_bytes(value)
         if written is not None:
             if raw.count(b":") != written.count(b":"):
-                raise Rejected("duplicate_key")
+                raise Rejected(Rule.DUPLICATE_KEY)
             return
     # Escaped colons, or nesting deeper than orjson writes: count the members
     # of the text itself, outside its strings.
     if _JSON_STRING.sub(b"", raw).count(b":") != _member_count(value):
-        raise Rejected("duplicate_key")
+        raise Rejected(Rule.DUPLICATE_KEY)
 
 
 def _member_count(value: Any) -> int:

@@ -42,7 +42,7 @@ from modeltap.apis.fields import (
 )
 from modeltap.apis.json_body import utf8_len
 from modeltap.apis.stream_observer import StreamObserverBase, error_type
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_CHAT,
     HostedTool,
@@ -121,7 +121,7 @@ def audit_request(body: Json) -> RequestFacts:
     for i, message in enumerate(messages):
         role = message.get("role")
         if not isinstance(role, str):
-            raise Rejected("malformed_messages", f"messages[{i}].role")
+            raise Rejected(Rule.MALFORMED_MESSAGES, f"messages[{i}].role")
         content = message.get("content")
         if role in _INSTRUCTION_ROLES:
             instructions.extend(_instruction_texts(content, f"messages[{i}]"))
@@ -160,10 +160,10 @@ def _messages(body: Json) -> list[Json]:
     """Return ``messages``, which must be a list of objects."""
     messages = body.get("messages")
     if not isinstance(messages, list):
-        raise Rejected("malformed_messages", "messages")
+        raise Rejected(Rule.MALFORMED_MESSAGES, "messages")
     for i, message in enumerate(messages):
         if not isinstance(message, dict):
-            raise Rejected("malformed_messages", f"messages[{i}]")
+            raise Rejected(Rule.MALFORMED_MESSAGES, f"messages[{i}]")
     return messages
 
 
@@ -176,18 +176,18 @@ def _tools(tools: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
     if tools is None:
         return (), ()
     if not isinstance(tools, list):
-        raise Rejected("malformed_tools", "tools")
+        raise Rejected(Rule.MALFORMED_TOOLS, "tools")
     names: list[str] = []
     hosted: list[HostedTool] = []
     for i, tool in enumerate(tools):
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
-            raise Rejected("malformed_tools", f"tools[{i}]")
+            raise Rejected(Rule.MALFORMED_TOOLS, f"tools[{i}]")
         kind = tool["type"]
         if kind in ("function", "custom"):
             spec = tool.get(kind)
             name = spec.get("name") if isinstance(spec, dict) else None
             if not isinstance(name, str) or not name:
-                raise Rejected("tool_without_name", f"tools[{i}]")
+                raise Rejected(Rule.TOOL_WITHOUT_NAME, f"tools[{i}]")
             names.append(bounded(name, f"tools[{i}]"))
         else:
             hosted.append(
@@ -208,13 +208,13 @@ def _instruction_texts(content: Any, where: str) -> list[str]:
         texts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text":
-                raise Rejected("instructions_not_text", where)
+                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
             text = part.get("text")
             if not isinstance(text, str):
-                raise Rejected("instructions_not_text", where)
+                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
             texts.append(text)
         return texts or [""]
-    raise Rejected("instructions_not_text", where)
+    raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
 
 
 def _image_details(content: list[Any], index: int) -> list[str | None]:
@@ -223,15 +223,15 @@ def _image_details(content: list[Any], index: int) -> list[str | None]:
     for j, part in enumerate(content):
         where = f"messages[{index}].content[{j}]"
         if not isinstance(part, dict):
-            raise Rejected("malformed_messages", where)
+            raise Rejected(Rule.MALFORMED_MESSAGES, where)
         if part.get("type") != "image_url":
             continue
         image = part.get("image_url")
         if not isinstance(image, dict) or not isinstance(image.get("url"), str):
-            raise Rejected("malformed_image", where)
+            raise Rejected(Rule.MALFORMED_IMAGE, where)
         detail = image.get("detail")
         if detail is not None and not isinstance(detail, str):
-            raise Rejected("malformed_image", where)
+            raise Rejected(Rule.MALFORMED_IMAGE, where)
         details.append(None if detail is None else bounded(detail, where))
     return details
 

@@ -60,7 +60,7 @@ from modeltap.apis.fields import (
 )
 from modeltap.apis.json_body import utf8_len
 from modeltap.apis.stream_observer import StreamObserverBase
-from modeltap.errors import Rejected
+from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_RESPONSES,
     HostedTool,
@@ -147,7 +147,7 @@ def audit_request(body: Json) -> RequestFacts:
         where = f"input[{index}]"
         for key in ("type", "role"):
             if key in item and not isinstance(item[key], str):
-                raise Rejected("malformed_messages", f"{where}.{key}")
+                raise Rejected(Rule.MALFORMED_MESSAGES, f"{where}.{key}")
         kind = item.get("type")
         if _is_message(item):
             content = item.get("content")
@@ -156,7 +156,7 @@ def audit_request(body: Json) -> RequestFacts:
             elif isinstance(content, str | list):
                 _check_part_list(content, where)
             else:
-                raise Rejected("malformed_messages", where)
+                raise Rejected(Rule.MALFORMED_MESSAGES, where)
         elif kind == "additional_tools":
             _read_tools(item.get("tools"), f"{where}.tools", "", tool_names, hosted)
         elif kind in _TOOL_OUTPUT_TYPES:
@@ -269,10 +269,10 @@ def _input_items(value: Any) -> list[Json]:
     if value is None or isinstance(value, str):
         return []
     if not isinstance(value, list):
-        raise Rejected("malformed_messages", "input")
+        raise Rejected(Rule.MALFORMED_MESSAGES, "input")
     for index, item in enumerate(value):
         if not isinstance(item, dict):
-            raise Rejected("malformed_messages", f"input[{index}]")
+            raise Rejected(Rule.MALFORMED_MESSAGES, f"input[{index}]")
     return value
 
 
@@ -283,11 +283,11 @@ def _top_level_instructions(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     if not isinstance(value, list):
-        raise Rejected("instructions_not_text", "instructions")
+        raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, "instructions")
     texts = []
     for item in value:
         if not isinstance(item, dict) or not _is_message(item):
-            raise Rejected("instructions_not_text", "instructions")
+            raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, "instructions")
         texts.extend(_instruction_texts(item.get("content")))
     return texts
 
@@ -298,7 +298,7 @@ def _instruction_texts(content: Any) -> list[str]:
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
-        raise Rejected("instructions_not_text")
+        raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT)
     texts = []
     for part in content:
         if (
@@ -306,7 +306,7 @@ def _instruction_texts(content: Any) -> list[str]:
             or part.get("type") != "input_text"
             or not isinstance(part.get("text"), str)
         ):
-            raise Rejected("instructions_not_text")
+            raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT)
         texts.append(part["text"])
     return texts or [""]
 
@@ -318,7 +318,7 @@ def _check_part_list(value: Any, where: str) -> None:
     a list at all is only sized, never read, so it passes.
     """
     if isinstance(value, list) and not all(isinstance(part, dict) for part in value):
-        raise Rejected("malformed_messages", where)
+        raise Rejected(Rule.MALFORMED_MESSAGES, where)
 
 
 def _image_parts(items: Any) -> Iterator[Json]:
@@ -348,11 +348,11 @@ def _image_detail(part: Json) -> str | None:
     """The detail of an ``input_image`` part as sent, after checking its shape."""
     detail = part.get("detail")
     if detail is not None and not isinstance(detail, str):
-        raise Rejected("malformed_image", "detail")
+        raise Rejected(Rule.MALFORMED_IMAGE, "detail")
     if detail is not None:
         bounded(detail, "detail")
     if not isinstance(part.get("image_url"), str) and not isinstance(part.get("file_id"), str):
-        raise Rejected("malformed_image", "image_url or file_id")
+        raise Rejected(Rule.MALFORMED_IMAGE, "image_url or file_id")
     return detail
 
 
@@ -369,16 +369,16 @@ def _read_tools(
         hosted: hosted tools collected so far.
     """
     if not isinstance(tools, list):
-        raise Rejected("malformed_tools", where)
+        raise Rejected(Rule.MALFORMED_TOOLS, where)
     for index, tool in enumerate(tools):
         here = f"{where}[{index}]"
         if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
-            raise Rejected("malformed_tools", here)
+            raise Rejected(Rule.MALFORMED_TOOLS, here)
         kind = tool["type"]
         if kind in _CLIENT_TOOL_TYPES or kind == "namespace":
             name = tool.get("name")
             if not isinstance(name, str) or not name:
-                raise Rejected("tool_without_name", here)
+                raise Rejected(Rule.TOOL_WITHOUT_NAME, here)
             if kind == "namespace":
                 _read_tools(tool.get("tools"), f"{here}.tools", f"{prefix}{name}.", names, hosted)
             else:
@@ -400,7 +400,7 @@ def _reasoning_effort(reasoning: Any) -> str | None:
     if reasoning is None:
         return None
     if not isinstance(reasoning, dict):
-        raise Rejected("malformed_setting", "reasoning")
+        raise Rejected(Rule.MALFORMED_SETTING, "reasoning")
     return optional_str(reasoning.get("effort"), "reasoning.effort")
 
 
