@@ -4,6 +4,11 @@ Everything written to ``audit.jsonl``, ``events.jsonl`` and ``sessions.jsonl``
 is one of the frozen dataclasses below, serialised by :func:`to_json_line`.
 Unknown values are ``None`` (JSON ``null``), never ``0`` or ``""``; an empty
 tuple means "sent, and empty".
+
+Why one module of ~700 lines: the schema is read whole. Splitting the
+dataclasses from their serialiser, or requests from responses, would make a
+reader hold two files open to learn what one JSONL line can say; most of the
+length is field declarations, each with the comment that documents it.
 """
 
 from __future__ import annotations

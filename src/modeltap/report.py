@@ -72,6 +72,10 @@ A session without any audited request has ``events``, ``actions``, ``usage``
 and ``status`` unavailable: "No outbound model requests captured; audit
 unsupported". ``evidence_complete`` is true when ``events``, ``actions``,
 ``status`` and ``data`` are all complete (see :mod:`modeltap.capture`).
+
+A little over 500 lines, on purpose: the JSON builder and the text renderer
+sit side by side so a change of the report's shape is made once, in one
+file, for both outputs.
 """
 
 from __future__ import annotations

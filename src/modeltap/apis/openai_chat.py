@@ -11,6 +11,10 @@ Response side (SPEC section 4): a JSON body or a stream of ``data: {chunk}``
 events ending in ``data: [DONE]``. Evidence is complete when the whole response
 was seen and nothing it should carry is missing, so ``evidence_complete`` is
 true exactly when ``capture_errors`` is empty.
+
+Why one module of ~650 lines: it is one wire, read whole (request side,
+response side, the stream's chunks, what telemetry reads), like the other
+API modules.
 """
 
 from __future__ import annotations
