@@ -882,6 +882,7 @@ def test_response_events_carry_each_responses_usage(running: Running) -> None:
                 "priced_as": "openai/gpt-5",
                 "note": None,
             },
+            "invocation_metrics": None,  # Bedrock's only
         }
         assert 0 <= event["ttfb_ms"] <= event["ttft_ms"] <= event["duration_ms"]
 

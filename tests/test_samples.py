@@ -4,16 +4,23 @@ Each API module of the registry (:data:`modeltap.apis.APIS`) has a folder
 named after it. What a sample holds says what it checks:
 
 - ``*.json``: ``request`` (a body as a client sends it) and ``expected``, the
-  exact :class:`~modeltap.records.RequestFacts` it audits to;
-- ``refused/*.json``: ``request`` and ``rejected_rule``, the rule that
-  refuses it (the message names the rule and nothing from the body);
+  exact :class:`~modeltap.records.RequestFacts` it audits to; ``path``, when
+  given, is the request path as sent (a cloud's path names the model, asks
+  for a stream, or asks more of the body: :func:`modeltap.apis.match_endpoint`);
+- ``refused/*.json``: ``request`` (and ``path``) and ``rejected_rule``, the
+  rule that refuses it (the message names the rule and nothing from the body);
 - ``responses/*.json``: ``response`` (a JSON body) and ``expected``, the exact
   :class:`~modeltap.records.ResponseFacts` observed;
 - ``streams/*.json``: ``events`` (SSE events; ``data`` as JSON, or a string
   such as ``[DONE]``), optionally the ``request`` the stream answers and the
-  ``error`` it was cut by, ``outputs`` (which events carried model output)
+  ``error`` it was cut by (or ``"done": false`` for a stream the upstream
+  ended early itself), ``outputs`` (which events carried model output)
   and ``expected`` facts. The events go through the real SSE decoder as
-  bytes, then the API's observer.
+  bytes, then the API's observer. (Bedrock's event streams, in their binary
+  framing, are in ``tests/data/bedrock/``: ``tests/test_bedrock.py``.)
+
+A response's ``invocation_metrics`` (Bedrock's own measurements) may be left
+out of ``expected`` where the wire reports none: it is then ``null``.
 
 A new wire adds its module to the registry and its samples here; nothing in
 this file changes.
@@ -32,7 +39,7 @@ import orjson
 import pytest
 
 from modeltap import apis
-from modeltap.apis.contract import RequestContent, WireApi
+from modeltap.apis.contract import EndpointMatch, RequestContent, WireApi
 from modeltap.errors import RULES, Rejected
 from modeltap.records import RequestFacts, RequestSettings, ResponseFacts, Usage
 from modeltap.sse import SSEDecoder
@@ -45,6 +52,8 @@ REQUEST_FIELDS = {f.name for f in dataclasses.fields(RequestFacts)} - {"settings
 #: the output kept for spans (only with content capture; see
 #: :func:`test_streamed_output_in_the_conventions_shape`).
 RESPONSE_FIELDS = {f.name for f in dataclasses.fields(ResponseFacts)} - {"output_messages"}
+#: Response fields only some wires report: a sample that leaves one out expects null.
+OPTIONAL_RESPONSE_FIELDS = {"invocation_metrics"}
 
 #: Words of the wire (roles, part and block types, setting values) that a
 #: rule's fixed text may share with a refused body by chance.
@@ -55,7 +64,7 @@ WIRE_WORDS = {
 
 
 #: A refusal's detail: field paths (``messages[0].content[1]``), or a fixed phrase of them.
-FIELD_PATH = re.compile(r"[a-z_]+(\[\d+\])?(\.[a-z_]+(\[\d+\])?)*( or [a-z_]+)?")
+FIELD_PATH = re.compile(r"[A-Za-z_]+(\[\d+\])?(\.[A-Za-z_]+(\[\d+\])?)*( or [a-z_]+)?")
 
 
 def folder(api: WireApi) -> str:
@@ -91,6 +100,28 @@ def facts_json(facts: RequestFacts | ResponseFacts) -> Any:
     return data
 
 
+def endpoint(api: WireApi, sample: dict[str, Any]) -> EndpointMatch | None:
+    """What the sample's ``path`` says (it must name this API), or ``None`` without one."""
+    if "path" not in sample:
+        return None
+    found = apis.match_endpoint(sample["path"])
+    assert found is not None and found.api == api.NAME, sample["path"]
+    return found
+
+
+def audit(api: WireApi, sample: dict[str, Any]) -> RequestFacts:
+    """The sample's request audited as sent to its path."""
+    return api.audit_request(sample["request"], endpoint(api, sample))
+
+
+def expected_response(sample: dict[str, Any]) -> dict[str, Any]:
+    """A response or stream sample's ``expected``, optional fields filled in with null."""
+    expected = sample["expected"]
+    assert set(expected) <= RESPONSE_FIELDS
+    assert RESPONSE_FIELDS - set(expected) <= OPTIONAL_RESPONSE_FIELDS
+    return {name: None for name in OPTIONAL_RESPONSE_FIELDS} | expected
+
+
 def leaves(value: Any) -> list[str]:
     """Every string value (not key) inside a JSON value."""
     if isinstance(value, str):
@@ -118,7 +149,7 @@ def test_request_audits_exactly(api: WireApi, path: Path) -> None:
     assert set(sample["expected"]) == REQUEST_FIELDS
     body = sample["request"]
     before = copy.deepcopy(body)
-    facts = api.audit_request(body)
+    facts = audit(api, sample)
     assert facts_json(facts) == sample["expected"]
     assert facts.settings == api.request_settings(body)
     assert body == before  # the audit reads; it never changes what is forwarded
@@ -126,7 +157,7 @@ def test_request_audits_exactly(api: WireApi, path: Path) -> None:
 
 @pytest.mark.parametrize(("api", "path"), samples(""))
 def test_instruction_parts_are_null_exactly_when_the_hash_is(api: WireApi, path: Path) -> None:
-    facts = api.audit_request(load(path)["request"])
+    facts = audit(api, load(path))
     assert (facts.instructions_parts is None) == (facts.instructions_sha256 is None)
     if facts.instructions_parts == ():
         assert facts.instructions_sha256 == sha256(b"").hexdigest()  # none sent: ""
@@ -134,15 +165,16 @@ def test_instruction_parts_are_null_exactly_when_the_hash_is(api: WireApi, path:
 
 @pytest.mark.parametrize(("api", "path"), samples(""))
 def test_set_image_detail_rewrites_every_counted_image(api: WireApi, path: Path) -> None:
-    body = load(path)["request"]
+    sample = load(path)
+    body = sample["request"]
     before = copy.deepcopy(body)
-    counted = api.audit_request(body).image_details
+    counted = audit(api, sample).image_details
     rewritten = api.set_image_detail(body, "low")
     if rewritten == 0:  # no image, or an API whose images carry no detail
         assert body == before
     else:
         assert rewritten == len(counted)
-        assert api.audit_request(body).image_details == ("low",) * rewritten
+        assert audit(api, sample).image_details == ("low",) * rewritten
 
 
 @pytest.mark.parametrize(("api", "path"), samples(""))
@@ -159,7 +191,7 @@ def test_refused_by_its_rule_without_body_content(api: WireApi, path: Path) -> N
     sample = load(path)
     rule, body = sample["rejected_rule"], sample["request"]
     with pytest.raises(Rejected) as caught:
-        api.audit_request(body)
+        audit(api, sample)
     refusal = caught.value
     assert refusal.rule == rule
     # The message is the rule's fixed text and, at most, where in the body
@@ -189,10 +221,20 @@ REQUEST_RULES = {
 }
 
 
+#: Where an API's rules differ from :data:`REQUEST_RULES`: Converse has no
+#: ``input`` to send beside ``messages``; Bedrock's InvokeModel and Vertex's
+#: rawPredict refuse other model families' native bodies.
+RULES_BY_API = {
+    "bedrock_converse": REQUEST_RULES - {"messages_and_input"},
+    "anthropic_messages": REQUEST_RULES | {"unsupported_body"},
+}
+
+
 @pytest.mark.parametrize("api", apis.APIS, ids=folder)
 def test_every_rule_the_api_raises_has_a_refused_sample(api: WireApi) -> None:
     refused = sorted((DATA / folder(api) / "refused").glob("*.json"))
-    assert {load(path)["rejected_rule"] for path in refused} == REQUEST_RULES
+    rules = RULES_BY_API.get(folder(api), REQUEST_RULES)
+    assert {load(path)["rejected_rule"] for path in refused} == rules
 
 
 # --------------------------------------------------------------------------
@@ -202,8 +244,7 @@ def test_every_rule_the_api_raises_has_a_refused_sample(api: WireApi) -> None:
 @pytest.mark.parametrize(("api", "path"), samples("responses"))
 def test_response_observed_exactly(api: WireApi, path: Path) -> None:
     sample = load(path)
-    assert set(sample["expected"]) == RESPONSE_FIELDS
-    assert facts_json(api.observe_json(sample["response"], None)) == sample["expected"]
+    assert facts_json(api.observe_json(sample["response"], None)) == expected_response(sample)
 
 
 def sse_bytes(events: list[dict[str, Any]]) -> bytes:
@@ -221,8 +262,8 @@ def sse_bytes(events: list[dict[str, Any]]) -> bytes:
 @pytest.mark.parametrize(("api", "path"), samples("streams"))
 def test_stream_observed_exactly(api: WireApi, path: Path) -> None:
     sample = load(path)
-    assert set(sample["expected"]) == RESPONSE_FIELDS
-    facts = api.audit_request(sample["request"]) if "request" in sample else None
+    expected = expected_response(sample)
+    facts = audit(api, sample) if "request" in sample else None
     observer = api.StreamObserver(facts)
     wire = sse_bytes(sample["events"])
     decoder = SSEDecoder()
@@ -230,9 +271,11 @@ def test_stream_observed_exactly(api: WireApi, path: Path) -> None:
     events = [event for i in range(0, len(wire), 7) for event in decoder.feed(wire[i : i + 7])]
     assert len(events) == len(sample["events"])
     assert [observer.feed(event) for event in events] == sample["outputs"]
-    assert observer.done is (sample.get("error") is None)
+    # A stream ends early when cut (``error``), or when the upstream ended it
+    # with an error event of its own (``"done": false``).
+    assert observer.done is sample.get("done", sample.get("error") is None)
     facts = observer.finish(sample.get("error"))
-    assert facts_json(facts) == sample["expected"]
+    assert facts_json(facts) == expected
     assert facts.output_messages is None  # the text is not kept without content capture
 
 
@@ -241,12 +284,12 @@ def test_streamed_output_in_the_conventions_shape(api: WireApi, path: Path) -> N
     """With content capture the observer assembles the output as output messages
     (``output_messages`` of the sample), and observes the same facts as without."""
     sample = load(path)
-    facts = api.audit_request(sample["request"]) if "request" in sample else None
+    facts = audit(api, sample) if "request" in sample else None
     observer = api.StreamObserver(facts, capture_content=True)
     for event in SSEDecoder().feed(sse_bytes(sample["events"])):
         observer.feed(event)
     observed = observer.finish(sample.get("error"))
-    assert facts_json(observed) == sample["expected"]
+    assert facts_json(observed) == expected_response(sample)
     assert observed.output_messages == sample["output_messages"]
 
 

@@ -42,12 +42,15 @@ class Rule(StrEnum):
     TOOL_WITHOUT_NAME = "tool_without_name"
     MALFORMED_IMAGE = "malformed_image"
     MALFORMED_SETTING = "malformed_setting"
+    UNSUPPORTED_BODY = "unsupported_body"
     VALUE_TOO_LONG = "value_too_long"
     UNDECODABLE_CONTENT_ENCODING = "undecodable_content_encoding"
     BODY_TOO_LARGE = "body_too_large"
     DUPLICATE_KEY = "duplicate_key"
     REQUEST_TRAILERS = "request_trailers"
     NONCANONICAL_PATH = "noncanonical_path"
+    SIGNED_REQUEST = "signed_request"
+    SIGNED_REQUEST_REWRITE = "signed_request_rewrite"
     METHOD_OVERRIDE = "method_override"
     WS_UNSUPPORTED_ENDPOINT = "ws_unsupported_endpoint"
     FAIL_CLOSED = "fail_closed"
@@ -78,6 +81,12 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     Rule.TOOL_WITHOUT_NAME: (400, "a client tool has no name"),
     Rule.MALFORMED_IMAGE: (400, "an image part is malformed"),
     Rule.MALFORMED_SETTING: (400, "a setting the audit records has the wrong type"),
+    Rule.UNSUPPORTED_BODY: (
+        400,
+        "the body is not an Anthropic Messages body with its anthropic_version, the only "
+        "native body modeltap audits on Bedrock InvokeModel and Vertex rawPredict (other "
+        "model families: use Bedrock Converse)",
+    ),
     Rule.VALUE_TOO_LONG: (
         400,
         "a value the audit records (model, setting, tool name or type, id) is longer than "
@@ -102,6 +111,18 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
         400,
         "the request path could be read in more than one way (dot or empty segments, "
         "double or malformed percent-encoding, or characters servers treat differently)",
+    ),
+    Rule.SIGNED_REQUEST: (
+        400,
+        "the request is signed with AWS SigV4 for the host it was sent to, and reverse mode "
+        "must send it to another host, which breaks the signature; run modeltap in regular "
+        "mode (HTTPS_PROXY, the request goes out unchanged) or authenticate with a Bedrock "
+        "API key (bearer token, AWS_BEARER_TOKEN_BEDROCK)",
+    ),
+    Rule.SIGNED_REQUEST_REWRITE: (
+        400,
+        "the request is signed (AWS SigV4) and --image-detail would change its body, which "
+        "breaks the signature; modeltap never rewrites a signed request",
     ),
     Rule.METHOD_OVERRIDE: (
         400,

@@ -220,7 +220,7 @@ def parse_body(decoded: bytes, *, elide: bool) -> Json:
 
 
 def audit_body(
-    api: str, decoded: bytes, image_detail: str | None
+    api: str, decoded: bytes, image_detail: str | None, path: str = ""
 ) -> tuple[RequestFacts, bytes | None]:
     """Audit a decoded model request body, rewriting images' detail if asked.
 
@@ -228,6 +228,9 @@ def audit_body(
         api: the endpoint's API.
         decoded: the body, content codings undone.
         image_detail: ``--image-detail``, if set.
+        path: the request target as it goes upstream: it may name the model
+            (Azure deployments, Bedrock, Vertex), ask for a stream, or ask
+            more of the body (a cloud's native invoke body).
 
     Returns:
         The request's facts, and the rewritten body when ``--image-detail``
@@ -242,7 +245,7 @@ def audit_body(
     rewritten = None
     if image_detail is not None and module.set_image_detail(body, image_detail):
         rewritten = orjson.dumps(body)
-    facts: RequestFacts = module.audit_request(body)
+    facts: RequestFacts = module.audit_request(body, apis.match_endpoint(path) if path else None)
     return facts, rewritten
 
 

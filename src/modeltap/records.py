@@ -27,7 +27,8 @@ Json = dict[str, Any]
 API_CHAT = "openai.chat_completions"
 API_RESPONSES = "openai.responses"
 API_ANTHROPIC = "anthropic.messages"
-APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC)
+API_BEDROCK_CONVERSE = "bedrock.converse"
+APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC, API_BEDROCK_CONVERSE)
 
 
 def utc_now() -> str:
@@ -270,6 +271,10 @@ class RequestSettings:
 class RequestFacts:
     """What an API module reads off one outgoing request body (SPEC section 2)."""
 
+    #: The model the request asks for: the one its path names where the API
+    #: puts it there (Bedrock, Vertex, Azure deployments; the module is told
+    #: it, :class:`~modeltap.apis.contract.EndpointMatch`), else the body's.
+    #: Never empty: a request naming neither is refused (``missing_model``).
     model: str
     tool_names: tuple[str, ...] | None
     reasoning_effort: str | None
@@ -424,6 +429,30 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class InvocationMetrics:
+    """The provider's own measurements of one invocation, as it reported them.
+
+    Bedrock reports them beside the usage: InvokeModel in response headers
+    (``X-Amzn-Bedrock-Invocation-Latency``, ``-Input-Token-Count``,
+    ``-Output-Token-Count``), InvokeModelWithResponseStream in the last
+    chunk's ``amazon-bedrock-invocationMetrics``, Converse in ``metrics``
+    (``latencyMs``). Each value ``None`` when not reported.
+
+    Attributes:
+        input_tokens: ``inputTokenCount``.
+        output_tokens: ``outputTokenCount``.
+        latency_ms: the invocation's latency as the provider measured it
+            (``invocationLatency``, ``latencyMs``), in milliseconds.
+        first_byte_latency_ms: ``firstByteLatency``, in milliseconds.
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_ms: int | None = None
+    first_byte_latency_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ResponseFacts:
     """What an observer read off one response (JSON body, SSE stream or WS events).
 
@@ -449,6 +478,9 @@ class ResponseFacts:
     service_tier: str | None = None
     #: OpenAI's ``system_fingerprint`` (chat), for spans; not written to events.
     system_fingerprint: str | None = None
+    #: The provider's own measurements (Bedrock's invocation metrics), when it
+    #: reports them; ``None`` for wires that do not.
+    invocation_metrics: InvocationMetrics | None = None
     #: The output in the GenAI conventions' message shape, for spans only,
     #: assembled only when content capture is on (bounded by the observer);
     #: ``None`` when not captured. Never written to a file.
@@ -584,6 +616,8 @@ class ResponseEvent(Event):
     capture_errors: tuple[str, ...]
     #: The estimated price (``None`` on lines written before estimates existed).
     cost: Cost | None = None
+    #: The provider's own measurements of the invocation (Bedrock), else ``None``.
+    invocation_metrics: InvocationMetrics | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

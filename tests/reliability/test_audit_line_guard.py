@@ -35,8 +35,8 @@ def test_unserialisable_record_is_refused_not_forwarded(
 ) -> None:
     real = anthropic_messages.audit_request
 
-    def audit(body: Any) -> Any:
-        return dataclasses.replace(real(body), thinking=too_deep())
+    def audit(body: Any, endpoint: Any = None) -> Any:
+        return dataclasses.replace(real(body, endpoint), thinking=too_deep())
 
     monkeypatch.setattr(anthropic_messages, "audit_request", audit)
     resp = httpx.post(running.base() + "/v1/messages", content=orjson.dumps(BODY), timeout=10)

@@ -189,15 +189,25 @@ BEDROCK_LIKE = [
 ]
 
 
+#: What each of those paths takes: Converse's own body, else an Anthropic body without model.
+CONVERSE_BYTES = orjson.dumps({"messages": [{"role": "user", "content": [{"text": "hi"}]}]})
+CLOUD_MESSAGES_BYTES = orjson.dumps(
+    {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 1, "messages": []}
+)
+
+
 @pytest.mark.parametrize("target", BEDROCK_LIKE)
 def test_signed_style_paths_are_forwarded_byte_for_byte(
     raw_route: tuple[Running, LineRecorder], target: str
 ) -> None:
     """SigV4 signs the path as sent: %3A, %3a, %2F and %40 reach the upstream unchanged."""
     running, upstream = raw_route
-    status, _ = send(running.proxy.port, "POST", "/raw" + target, CHAT_BYTES)
+    body = CONVERSE_BYTES if "/converse" in target else CLOUD_MESSAGES_BYTES
+    status, _ = send(running.proxy.port, "POST", "/raw" + target, body)
     assert status == 200
     assert upstream.lines == [f"POST {target} HTTP/1.1".encode()]
+    (record,) = running.audit()
+    assert record["model_source"] == "path"
 
 
 NONCANONICAL = [

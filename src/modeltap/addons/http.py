@@ -216,7 +216,9 @@ class Http(Addon):
         if codings:
             return self._audit_encoded(flow, ex, raw, codings, digest)
         try:
-            facts, rewritten = fail_closed(audit_body, ex.api or "", raw, settings.image_detail)
+            facts, rewritten = fail_closed(
+                audit_body, ex.api or "", raw, settings.image_detail, ex.path
+            )
         except Rejected as e:
             _answer(flow, ex.refuse(e, time.perf_counter_ns()))
             return None
@@ -243,7 +245,9 @@ class Http(Addon):
             decoded = await asyncio.get_running_loop().run_in_executor(
                 None, fail_closed, decode_request_body, raw, codings, settings.max_body
             )
-            facts, rewritten = fail_closed(audit_body, ex.api or "", decoded, settings.image_detail)
+            facts, rewritten = fail_closed(
+                audit_body, ex.api or "", decoded, settings.image_detail, ex.path
+            )
         except Rejected as e:
             _answer(flow, ex.refuse(e, time.perf_counter_ns()))
             return

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from modeltap.apis import anthropic_messages, openai_chat, openai_responses
+from modeltap.apis import anthropic_messages, bedrock_converse, openai_chat, openai_responses
 from modeltap.apis.contract import (
     EndpointMatch,
     RequestContent,
@@ -29,7 +29,12 @@ from modeltap.routing import Route, routed_path
 
 #: Every wire API, in the order endpoints are matched. Adding an API is adding
 #: its module here (mypy checks it against :class:`WireApi`).
-APIS: Final[tuple[WireApi, ...]] = (openai_chat, openai_responses, anthropic_messages)
+APIS: Final[tuple[WireApi, ...]] = (
+    openai_chat,
+    openai_responses,
+    anthropic_messages,
+    bedrock_converse,
+)
 
 _BY_NAME: Final[dict[str, WireApi]] = {api.NAME: api for api in APIS}
 

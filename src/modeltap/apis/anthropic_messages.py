@@ -40,8 +40,11 @@ from typing import Any, Final
 
 import orjson
 
+from modeltap.apis import cloud_paths
 from modeltap.apis import message_parts as parts
 from modeltap.apis.contract import (
+    FORM_BEDROCK_INVOKE,
+    FORM_VERTEX_RAW_PREDICT,
     EndpointMatch,
     RequestContent,
     ResponseContent,
@@ -56,7 +59,7 @@ from modeltap.apis.fields import (
     optional_str,
     output_type,
     reject_messages_and_input,
-    require_model,
+    request_model,
     setting_by_name,
     str_or_none,
     string_list,
@@ -69,6 +72,7 @@ from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_ANTHROPIC,
     HostedTool,
+    InvocationMetrics,
     Json,
     RequestFacts,
     RequestSettings,
@@ -86,8 +90,17 @@ OPENAI_API_TYPE: Final = None
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:
-    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`)."""
-    return match_suffix(path, ENDPOINT, NAME)
+    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`),
+    or a cloud's path carrying Messages bodies without ``model``: Bedrock's
+    ``/model/{modelId}/invoke`` and ``/invoke-with-response-stream``
+    (:func:`~modeltap.apis.cloud_paths.bedrock_invoke`), Vertex's
+    ``…/publishers/anthropic/models/{model}:rawPredict`` and
+    ``:streamRawPredict`` (:func:`~modeltap.apis.cloud_paths.vertex_anthropic`)."""
+    return (
+        cloud_paths.bedrock_invoke(path, NAME)
+        or cloud_paths.vertex_anthropic(path, NAME)
+        or match_suffix(path, ENDPOINT, NAME)
+    )
 
 
 #: The keys of ``thinking`` whose values the record keeps; others by name only.
@@ -112,23 +125,33 @@ FINISH_REASONS: Final = {
 # Request side
 
 
-def audit_request(body: Json) -> RequestFacts:
+def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestFacts:
     """Read the audit facts off a Messages request body.
+
+    On Bedrock's InvokeModel and Vertex's rawPredict (``endpoint.form``) the
+    model is the path's and the body has none; those paths run other model
+    families' native bodies too (Titan's ``inputText``, Llama's ``prompt``,
+    the legacy Claude ``prompt``), which modeltap cannot audit, so the body
+    must be a Messages body naming its ``anthropic_version`` (as every
+    Anthropic client writes it there) and carrying ``messages``.
 
     Args:
         body: the parsed request body.
+        endpoint: what the path said (:func:`match_endpoint`), or ``None``.
 
     Returns:
         The request facts; ``previous_response_id``, ``generate`` and
         ``include_usage`` are always ``None`` (Messages has none of them).
 
     Raises:
-        Rejected: ``missing_model``, ``messages_and_input``,
-            ``malformed_messages``, ``malformed_tools``, ``tool_without_name``,
-            ``malformed_image``, ``instructions_not_text`` or
-            ``malformed_setting``.
+        Rejected: ``missing_model``, ``unsupported_body``,
+            ``messages_and_input``, ``malformed_messages``,
+            ``malformed_tools``, ``tool_without_name``, ``malformed_image``,
+            ``instructions_not_text`` or ``malformed_setting``.
     """
-    model = require_model(body)
+    model = request_model(body, endpoint)
+    if endpoint is not None and endpoint.form in _CLOUD_FORMS:
+        _require_cloud_messages_body(body)
     reject_messages_and_input(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -172,7 +195,7 @@ def audit_request(body: Json) -> RequestFacts:
         image_details=tuple(images),
         instructions_sha256=instructions_sha256,
         instructions_parts=instructions_parts,
-        stream=body.get("stream") is True,
+        stream=body.get("stream") is True or (endpoint is not None and endpoint.stream),
         hosted_tools=hosted_tools,
         tool_results=tuple(tool_results),
         previous_response_id=None,
@@ -180,6 +203,21 @@ def audit_request(body: Json) -> RequestFacts:
         omitted_settings=omitted,
         settings=request_settings(body),
     )
+
+
+#: The clouds' paths whose native bodies are audited only when they are Messages bodies.
+_CLOUD_FORMS: Final = frozenset({FORM_BEDROCK_INVOKE, FORM_VERTEX_RAW_PREDICT})
+
+
+def _require_cloud_messages_body(body: Json) -> None:
+    """Refuse a native invoke body that is not Anthropic Messages.
+
+    Raises:
+        Rejected: ``unsupported_body`` without a string ``anthropic_version``
+            or without ``messages``.
+    """
+    if not isinstance(body.get("anthropic_version"), str) or "messages" not in body:
+        raise Rejected(Rule.UNSUPPORTED_BODY)
 
 
 def _continues_thread(thread: Any) -> bool:
@@ -383,6 +421,22 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
     )
 
 
+#: Where Bedrock adds its invocation metrics to a streamed ``message_stop``.
+BEDROCK_METRICS: Final = "amazon-bedrock-invocationMetrics"
+
+
+def _bedrock_metrics(metrics: Any) -> InvocationMetrics | None:
+    """Bedrock's ``amazon-bedrock-invocationMetrics``, or ``None`` when absent."""
+    if not isinstance(metrics, dict):
+        return None
+    return InvocationMetrics(
+        input_tokens=whole_number(metrics.get("inputTokenCount")),
+        output_tokens=whole_number(metrics.get("outputTokenCount")),
+        latency_ms=whole_number(metrics.get("invocationLatency")),
+        first_byte_latency_ms=whole_number(metrics.get("firstByteLatency")),
+    )
+
+
 def _service_tier(usage: Any) -> str | None:
     """``usage.service_tier`` (``standard``, ``priority``, ``batch``), if reported."""
     return str_or_none(usage.get("service_tier")) if isinstance(usage, dict) else None
@@ -430,6 +484,7 @@ class StreamObserver(StreamObserverBase):
         self._tools: dict[int, _StreamedToolUse] = {}
         self._status: str | None = None
         self._service_tier: str | None = None
+        self._metrics: InvocationMetrics | None = None
         self._output = parts.OutputAssembler() if capture_content else None
 
     def feed(self, event: SSEEvent) -> bool:
@@ -486,6 +541,7 @@ class StreamObserver(StreamObserverBase):
                 self._service_tier = _service_tier(usage) or self._service_tier
         elif kind == "message_stop":
             self._done = True
+            self._metrics = _bedrock_metrics(data.get(BEDROCK_METRICS))
         elif kind == "error":
             self._status = "error"
             self._note(f"upstream sent an error event: {error_type(data.get('error'))}")
@@ -538,6 +594,7 @@ class StreamObserver(StreamObserverBase):
             evidence_complete=not self._errors,
             capture_errors=tuple(self._errors),
             service_tier=self._service_tier,
+            invocation_metrics=self._metrics,
             output_messages=self._assembled(calls),
         )
 

@@ -83,6 +83,23 @@ class EndpointMatch:
 
     api: str
     model_from_path: str | None = None
+    #: True when the path itself asks for a streamed answer (Bedrock's
+    #: ``converse-stream`` and ``invoke-with-response-stream``, Vertex's
+    #: ``:streamRawPredict``): the record's ``stream`` then is true whatever
+    #: the body says.
+    stream: bool = False
+    #: Which of the API's path forms matched when it is not the API's own
+    #: (:data:`FORMS`): a cloud that carries the wire under its own path
+    #: and may ask more of the body (Bedrock and Vertex want Anthropic bodies
+    #: that name their ``anthropic_version``). ``None`` for the API's own path.
+    form: str | None = None
+
+
+#: The path forms of :attr:`EndpointMatch.form`.
+FORM_AZURE_DEPLOYMENT = "azure.deployment"
+FORM_BEDROCK_INVOKE = "bedrock.invoke"
+FORM_VERTEX_RAW_PREDICT = "vertex.raw_predict"
+FORMS = (FORM_AZURE_DEPLOYMENT, FORM_BEDROCK_INVOKE, FORM_VERTEX_RAW_PREDICT)
 
 
 def match_suffix(path: str, suffix: str, api: str) -> EndpointMatch | None:
@@ -165,11 +182,22 @@ class WireApi(Protocol):
         """``openai.api.type`` for OpenAI's own wires, else ``None``."""
         ...
 
-    def audit_request(self, body: Json) -> RequestFacts:
+    def audit_request(self, body: Json, endpoint: EndpointMatch | None = None) -> RequestFacts:
         """Read the audit facts off a parsed request body.
 
+        Args:
+            body: the parsed request body.
+            endpoint: what the request's path said (:meth:`match_endpoint`):
+                the model it names decides the record's ``model`` over the
+                body's (which, when sent, is still checked), a path that asks
+                for a stream makes ``stream`` true, and a cloud's path form
+                may ask more of the body. ``None``: the API's own path,
+                naming nothing (the body must name the model).
+
         Raises:
-            Rejected: the body cannot be audited (the rule says why).
+            Rejected: the body cannot be audited (the rule says why);
+                ``missing_model`` when neither the path nor the body names
+                a model.
         """
         ...
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from modeltap.apis.contract import EndpointMatch
 from modeltap.errors import Rejected, Rule
 from modeltap.records import MAX_ID_CHARS, REDACTED, InstructionPart, Json
 
@@ -91,6 +92,31 @@ def require_model(body: Json) -> str:
     if not isinstance(model, str) or not model:
         raise Rejected(Rule.MISSING_MODEL)
     return bounded(model, "model")
+
+
+def request_model(body: Json, endpoint: EndpointMatch | None) -> str:
+    """Return the model a request asks for: the one its path names, else the body's.
+
+    Where the path names the model (an Azure deployment, a Bedrock model id,
+    a Vertex model) it decides: it is what the upstream serves, and the body
+    may name another (the AzureOpenAI client still sends the caller's
+    ``model``). A ``model`` the body sends beside it is still checked: a
+    string of at most :data:`~modeltap.records.MAX_ID_CHARS` characters.
+
+    Args:
+        body: the parsed request body.
+        endpoint: what the path said, or ``None`` (the API's own path).
+
+    Raises:
+        Rejected: ``missing_model`` when neither names one (see
+            :func:`require_model`); ``malformed_setting`` (``model``) for a
+            body model that is not a string beside a path's;
+            ``value_too_long`` for an overlong one.
+    """
+    if endpoint is None or endpoint.model_from_path is None:
+        return require_model(body)
+    optional_str(body.get("model"), "model")
+    return bounded(endpoint.model_from_path, "model")
 
 
 def reject_messages_and_input(body: Json) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Final
 
 import orjson
 
+from modeltap.apis import cloud_paths
 from modeltap.apis import message_parts as parts
 from modeltap.apis.contract import (
     EndpointMatch,
@@ -38,7 +39,7 @@ from modeltap.apis.fields import (
     optional_str,
     output_type,
     reject_messages_and_input,
-    require_model,
+    request_model,
     str_or_none,
     string_list,
     token_count,
@@ -67,8 +68,13 @@ OPENAI_API_TYPE: Final = "chat_completions"
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:
-    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`)."""
-    return match_suffix(path, ENDPOINT, NAME)
+    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`).
+
+    Azure OpenAI's deployment form (``/openai/deployments/{deployment}/chat/completions``)
+    names the model in the path: the deployment is what runs, whatever
+    ``model`` the body sends (:func:`~modeltap.apis.cloud_paths.azure_deployment_chat`).
+    """
+    return cloud_paths.azure_deployment_chat(path, NAME) or match_suffix(path, ENDPOINT, NAME)
 
 
 _INSTRUCTION_ROLES = frozenset({"system", "developer"})
@@ -97,11 +103,13 @@ FINISH_REASONS: Final = {
 # Request side
 
 
-def audit_request(body: Json) -> RequestFacts:
+def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestFacts:
     """Read the audit facts off a Chat Completions request body.
 
     Args:
         body: the parsed request body.
+        endpoint: what the path said (:func:`match_endpoint`): an Azure
+            deployment names the model; ``None`` for a plain path.
 
     Returns:
         The request facts; ``thinking``, ``previous_response_id`` and
@@ -113,7 +121,7 @@ def audit_request(body: Json) -> RequestFacts:
             ``malformed_image``, ``instructions_not_text`` or
             ``malformed_setting``.
     """
-    model = require_model(body)
+    model = request_model(body, endpoint)
     reject_messages_and_input(body)
     messages = _messages(body)
     tool_names, hosted_tools = _tools(body.get("tools"))
@@ -149,7 +157,7 @@ def audit_request(body: Json) -> RequestFacts:
         image_details=tuple(images),
         instructions_sha256=instructions_sha256,
         instructions_parts=instructions_parts,
-        stream=body.get("stream") is True,
+        stream=body.get("stream") is True or (endpoint is not None and endpoint.stream),
         hosted_tools=hosted_tools,
         tool_results=tuple(tool_results),
         previous_response_id=None,

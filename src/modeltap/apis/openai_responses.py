@@ -53,7 +53,7 @@ from modeltap.apis.fields import (
     optional_str,
     output_type,
     reject_messages_and_input,
-    require_model,
+    request_model,
     str_or_none,
     token_count,
     whole_number,
@@ -110,7 +110,7 @@ _TEXT_DELTAS = {
 # Request side
 
 
-def audit_request(body: Json) -> RequestFacts:
+def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestFacts:
     """Read the audit facts off a Responses request body (SPEC section 2).
 
     A body that continues state the server holds (:func:`continues_server_state`)
@@ -122,6 +122,8 @@ def audit_request(body: Json) -> RequestFacts:
     Args:
         body: the parsed request body (for WebSocket, the ``response.create``
             message; its ``type`` key is ignored).
+        endpoint: what the path said (no Responses path names a model: Azure
+            sends ``/openai/responses`` with the deployment in the body).
 
     Returns:
         The request facts.
@@ -132,7 +134,7 @@ def audit_request(body: Json) -> RequestFacts:
             ``malformed_tools``, ``tool_without_name``, ``malformed_image`` or
             ``malformed_setting``.
     """
-    model = require_model(body)
+    model = request_model(body, endpoint)
     reject_messages_and_input(body)
     items = _input_items(body.get("input"))
     omitted = unstated_settings(body) if continues_server_state(body) else ()
@@ -181,7 +183,7 @@ def audit_request(body: Json) -> RequestFacts:
         image_details=image_details,
         instructions_sha256=instructions_sha256,
         instructions_parts=instructions_parts,
-        stream=body.get("stream") is True,
+        stream=body.get("stream") is True or (endpoint is not None and endpoint.stream),
         hosted_tools=tuple(hosted),
         tool_results=tuple(tool_results),
         previous_response_id=optional_str(body.get("previous_response_id"), "previous_response_id"),
