@@ -20,8 +20,9 @@ from modeltap.apis.contract import (
     FORM_VERTEX_RAW_PREDICT,
     EndpointMatch,
 )
-from modeltap.errors import RULES, Rejected
+from modeltap.errors import RULES, Rejected, provider_error_body, provider_error_headers
 from modeltap.records import MAX_ID_CHARS
+from modeltap.routing import RouteTable, error_shape_for, parse_route_spec
 from modeltap.sigv4 import Signature, find_signature
 
 CHAT, MESSAGES, CONVERSE = openai_chat.NAME, anthropic_messages.NAME, bedrock_converse.NAME
@@ -334,3 +335,69 @@ def test_an_unreadable_signed_header_list_covers_everything() -> None:
         "aws4-ecdsa-p256-sha256 Credential=A, SignedHeaders=host;x-amz-date, Signature=0", ""
     )
     assert sigv4a is not None and sigv4a.signed_headers == ("host", "x-amz-date")
+
+
+# --------------------------------------------------------------------------
+# Regular mode's provider hosts, and the errors each cloud's SDKs read
+
+
+@pytest.mark.parametrize(
+    ("host", "provider"),
+    [
+        ("myres.openai.azure.com", "azure.ai.openai"),
+        ("proj-7.services.ai.azure.com", "azure.ai.openai"),
+        ("bedrock-runtime.eu-west-3.amazonaws.com", "aws.bedrock"),
+        ("us-east5-aiplatform.googleapis.com", "gcp.vertex_ai"),
+        ("aiplatform.googleapis.com", "gcp.vertex_ai"),
+    ],
+)
+def test_regular_mode_audits_every_provider_host(host: str, provider: str) -> None:
+    route = RouteTable.build([], None).for_host(host.upper(), 443)
+    assert route is not None
+    assert (route.name, route.provider, route.host, route.port) == (provider, provider, host, 443)
+
+
+def test_regular_mode_leaves_other_hosts_and_prefers_a_named_route() -> None:
+    table = RouteTable.build(["br=https://bedrock-runtime.us-east-1.amazonaws.com"], None)
+    assert table.for_host("bedrock-runtime.us-east-1.amazonaws.com", 443).name == "br"  # type: ignore[union-attr]
+    assert table.for_host("bedrock.us-east-1.amazonaws.com", 443) is None  # the control plane
+    assert table.for_host("s3.amazonaws.com", 443) is None
+    assert table.for_host("evil.com.openai.azure.com.example", 443) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "api", "shape"),
+    [
+        ("b=https://bedrock-runtime.us-east-1.amazonaws.com", CONVERSE, "bedrock"),
+        ("b=https://bedrock-runtime.us-east-1.amazonaws.com", MESSAGES, "bedrock"),
+        ("b=https://bedrock-runtime.us-east-1.amazonaws.com", None, "bedrock"),
+        ("b=https://bedrock-runtime.us-east-1.amazonaws.com", CHAT, "openai"),
+        ("v=https://us-east5-aiplatform.googleapis.com", MESSAGES, "anthropic"),
+        ("a=https://r.openai.azure.com", None, "openai"),
+        ("x=http://127.0.0.1:9,provider=anthropic", None, "anthropic"),
+        ("anthropic-like=http://127.0.0.1:9", None, "both"),  # no guessing from a name
+        ("s=http://127.0.0.1:9", CONVERSE, "bedrock"),
+    ],
+)
+def test_error_shapes_follow_the_wire_and_the_routes_provider(
+    spec: str, api: str | None, shape: str
+) -> None:
+    assert error_shape_for(api, parse_route_spec(spec)) == shape
+
+
+def test_a_bedrock_refusal_is_what_boto3_reads_as_a_client_error() -> None:
+    from botocore.parsers import RestJSONParser
+
+    status = RULES["unsupported_body"][0]
+    body = provider_error_body(
+        "bedrock", "modeltap refused", status=status, code="modeltap_rejected"
+    )
+    # (botocore reads headers without regard to case.)
+    headers = {k.lower(): v for k, v in provider_error_headers("bedrock", status).items()}
+    parsed = RestJSONParser().parse({"status_code": status, "headers": headers, "body": body}, None)
+    assert parsed["Error"]["Code"] == "ValidationException"
+    assert parsed["Error"]["Message"] == "modeltap refused"
+    assert provider_error_headers("bedrock", 503)["x-amzn-ErrorType"] == (
+        "ServiceUnavailableException"
+    )
+    assert provider_error_headers("openai", 400) == {"Content-Type": "application/json"}

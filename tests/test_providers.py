@@ -384,7 +384,56 @@ def test_upstream_at_root_and_routes_named_otherwise() -> None:
 
 def test_a_provider_without_rules_gets_no_line() -> None:
     # (The screen then shows the route's URL.) The wire helpers add rules.
-    assert _lines(["az=https://r.openai.azure.com"])[2:] == []
+    assert _lines(["m=https://api.mistral.ai,provider=mistral_ai"])[2:] == []
+
+
+def test_cloud_routes_export_what_their_clients_read() -> None:
+    lines = _lines(
+        [
+            "azure=https://r.openai.azure.com",
+            "bedrock=https://bedrock-runtime.us-east-1.amazonaws.com",
+            "vertex=https://us-east5-aiplatform.googleapis.com",
+        ]
+    )
+    assert [line for line in lines if "(route " in line] == [
+        # (Routes are listed longest prefix first.)
+        "ANTHROPIC_BEDROCK_BASE_URL=http://127.0.0.1:8787/bedrock  (route bedrock, with a "
+        "Bedrock API key, AWS_BEARER_TOKEN_BEDROCK; SigV4 needs --mode regular)",
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME=https://127.0.0.1:8787/bedrock  (route bedrock, boto3 "
+        "with AWS_BEARER_TOKEN_BEDROCK, over TLS: AWS_CA_BUNDLE=the CA cert)",
+        "ANTHROPIC_VERTEX_BASE_URL=http://127.0.0.1:8787/vertex/v1  (route vertex)",
+        "AZURE_OPENAI_ENDPOINT=http://127.0.0.1:8787/azure  (route azure)",
+        "OPENAI_BASE_URL=http://127.0.0.1:8787/azure/openai/v1  (route azure, Azure's v1 API "
+        "with the OpenAI client)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        # AzureOpenAI appends /openai/...: no endpoint is true for a base that has it.
+        (
+            "az=https://r.openai.azure.com/openai",
+            ["OPENAI_BASE_URL=http://127.0.0.1:8787/az/v1"],
+        ),
+        ("az=https://r.openai.azure.com/openai/v1", ["OPENAI_BASE_URL=http://127.0.0.1:8787/az"]),
+        # AnthropicVertex's base ends in /v1 (its default does).
+        (
+            "gcp=https://europe-west1-aiplatform.googleapis.com/v1",
+            ["ANTHROPIC_VERTEX_BASE_URL=http://127.0.0.1:8787/gcp"],
+        ),
+        # A local stub speaking for Bedrock.
+        (
+            "br=http://127.0.0.1:9000,provider=aws.bedrock",
+            [
+                "ANTHROPIC_BEDROCK_BASE_URL=http://127.0.0.1:8787/br",
+                "AWS_ENDPOINT_URL_BEDROCK_RUNTIME=https://127.0.0.1:8787/br",
+            ],
+        ),
+    ],
+)
+def test_cloud_export_values_follow_the_routes_base(spec: str, expected: list[str]) -> None:
+    assert [line.split("  (")[0] for line in _lines([spec])[2:]] == expected
 
 
 # --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ modeltap answers.
 
 from __future__ import annotations
 
-from modeltap.errors import Rejected, Rule, provider_error_body
+from modeltap.errors import Rejected, Rule, provider_error_body, provider_error_headers
 from modeltap.failures import ANSWER_STATUS, PHASE_TEXT, Phase
 from modeltap.notices import Reply
 from modeltap.routing import Route, error_shape_for
@@ -35,7 +35,10 @@ def error(
         close: close the client's connection after it.
     """
     shape = error_shape_for(api, route)
-    return Reply(status, provider_error_body(shape, message, status=status, code=code), close)
+    body = provider_error_body(shape, message, status=status, code=code)
+    extra = provider_error_headers(shape, status)
+    headers = tuple((k, v) for k, v in extra.items() if k.lower() != "content-type")
+    return Reply(status, body, close, headers)
 
 
 def refusal(rejected: Rejected, api: str | None, route: Route | None) -> Reply:

@@ -16,7 +16,7 @@ from modeltap.client_env import export_lines
 from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
 from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
 from modeltap.recording import DIFF_FILE, Recording, RecordingError
-from modeltap.routing import RouteError, RouteTable
+from modeltap.routing import PROVIDER_HOSTS, RouteError, RouteTable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,13 +76,20 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
     url = proxy.url
     out = Path(cfg.out)
     lines = [f"modeltap {__version__}  run {proxy.run_id}"]
+    confdir = proxy.master.options.confdir if proxy.master else "~/.mitmproxy"
+    ca = Path(confdir).expanduser() / "mitmproxy-ca-cert.pem"
     if cfg.mode == "regular":
         lines.append(f"  listening  {url}  (forward proxy)")
         lines.append("  audited    " + ", ".join(f"{r.host}:{r.port}" for r in routes.routes))
+        lines.append(
+            "             and every provider host: "
+            + ", ".join(dict.fromkeys(pattern for pattern, _ in PROVIDER_HOSTS))
+        )
         lines.append("  export     HTTPS_PROXY=" + url + "  HTTP_PROXY=" + url)
-        confdir = proxy.master.options.confdir if proxy.master else "~/.mitmproxy"
-        ca = Path(confdir).expanduser() / "mitmproxy-ca-cert.pem"
-        lines.append(f"  CA cert    {ca}  (trust it, e.g. SSL_CERT_FILE / NODE_EXTRA_CA_CERTS)")
+        lines.append(
+            f"  CA cert    {ca}  (trust it, e.g. SSL_CERT_FILE / NODE_EXTRA_CA_CERTS / "
+            "AWS_CA_BUNDLE)"
+        )
     else:
         lines.append(f"  listening  {url}  (reverse proxy)")
         width = max(len(r.prefix) for r in routes.routes)
@@ -96,6 +103,9 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
                 exports.append(f"{r.name}: {url}{'' if r.prefix == '/' else r.prefix}")
         for i, e in enumerate(exports):
             lines.append(("  export     " if i == 0 else "             ") + e)
+        if any(e.value.startswith("https://") for e in found):
+            # This port answers TLS too, with certificates from mitmproxy's CA.
+            lines.append(f"  CA cert    {ca}  (for https:// to this port)")
     lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
     lines.append(
         f"  control    {proxy.control_url}  (modeltap session end ID --out {out}; "

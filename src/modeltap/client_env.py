@@ -50,9 +50,10 @@ class ExportLine:
 
 
 #: A rule: from a route and the URL that reaches it through the proxy (the
-#: proxy's address and the route's prefix), the variable and value, or ``None``
-#: when no value is true for that route.
-Rule = Callable[[Route, str], tuple[str, str] | None]
+#: proxy's address and the route's prefix), the variable and value (and, when
+#: the line holds only for some clients or credentials, a note saying which),
+#: or ``None`` when no value is true for that route.
+Rule = Callable[[Route, str], tuple[str, str] | tuple[str, str, str] | None]
 
 
 def _openai_base_url(route: Route, base: str) -> tuple[str, str] | None:
@@ -67,10 +68,66 @@ def _anthropic_base_url(route: Route, base: str) -> tuple[str, str] | None:
     return None if route.base_path.endswith("/v1") else ("ANTHROPIC_BASE_URL", base)
 
 
+# --- The clouds (each variable checked against what the real clients read,
+# research/shapes/*/NOTES.md). A rule with a note returns it third.
+
+
+def _azure_endpoint(route: Route, base: str) -> tuple[str, str] | None:
+    # AzureOpenAI (openai SDKs) reads AZURE_OPENAI_ENDPOINT and appends
+    # /openai/deployments/... or /openai/responses: the resource's root.
+    if route.base_path.endswith(("/openai", "/openai/v1")):
+        return None
+    return "AZURE_OPENAI_ENDPOINT", base
+
+
+def _azure_v1_base_url(route: Route, base: str) -> tuple[str, str, str] | None:
+    # Azure's v1 API is the OpenAI wire under {resource}/openai/v1: the plain
+    # OpenAI client takes it as its base URL.
+    if route.base_path.endswith("/openai/v1"):
+        url = base
+    elif route.base_path.endswith("/openai"):
+        url = f"{base}/v1"
+    else:
+        url = f"{base}/openai/v1"
+    return "OPENAI_BASE_URL", url, "Azure's v1 API with the OpenAI client"
+
+
+def _anthropic_bedrock_base_url(route: Route, base: str) -> tuple[str, str, str] | None:
+    # AnthropicBedrock and Claude Code (CLAUDE_CODE_USE_BEDROCK=1) append
+    # /model/{id}/invoke...; Claude Code sends its /inference-profiles calls there too.
+    # A SigV4 request cannot be forwarded in reverse mode: a Bedrock API key can.
+    return (
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        base,
+        "with a Bedrock API key, AWS_BEARER_TOKEN_BEDROCK; SigV4 needs --mode regular",
+    )
+
+
+def _boto_bedrock_endpoint(route: Route, base: str) -> tuple[str, str, str] | None:
+    # boto3 (and the other AWS SDKs) read the service's endpoint variable, keep
+    # its path, and send a bearer token only over HTTPS: the proxy's port
+    # answers TLS too, with a certificate from mitmproxy's CA.
+    return (
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+        "https://" + base.split("://", 1)[1],
+        "boto3 with AWS_BEARER_TOKEN_BEDROCK, over TLS: AWS_CA_BUNDLE=the CA cert",
+    )
+
+
+def _anthropic_vertex_base_url(route: Route, base: str) -> tuple[str, str] | None:
+    # AnthropicVertex and Claude Code (CLAUDE_CODE_USE_VERTEX=1) read
+    # ANTHROPIC_VERTEX_BASE_URL, whose default ends in /v1, and append
+    # /projects/{p}/locations/{r}/publishers/anthropic/models/...
+    return "ANTHROPIC_VERTEX_BASE_URL", base if route.base_path.endswith("/v1") else f"{base}/v1"
+
+
 #: Each provider's rules, by ``gen_ai.provider.name``.
 EXPORTS: Final[dict[str, tuple[Rule, ...]]] = {
     "openai": (_openai_base_url,),
     "anthropic": (_anthropic_base_url,),
+    "azure.ai.openai": (_azure_endpoint, _azure_v1_base_url),
+    "aws.bedrock": (_anthropic_bedrock_base_url, _boto_bedrock_endpoint),
+    "gcp.vertex_ai": (_anthropic_vertex_base_url,),
 }
 
 #: For a route of unknown provider: each rule with the wire it assumes.
@@ -103,5 +160,7 @@ def export_lines(routes: Iterable[Route], proxy_url: str) -> list[ExportLine]:
             found = rule(route, base)
             if found is not None:
                 labelled = route.name != route.provider
-                out.append(ExportLine(route.name, found[0], found[1], note, labelled))
+                said = found[2] if len(found) == 3 else None
+                notes = ", ".join(n for n in (note, said) if n) or None
+                out.append(ExportLine(route.name, found[0], found[1], notes, labelled))
     return out

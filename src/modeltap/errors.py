@@ -238,12 +238,45 @@ class SinkError(ModelTapError):
     """The audit or events file could not be written."""
 
 
+#: The ``x-amzn-ErrorType`` of a Bedrock-shaped error, by HTTP status (AWS's own names).
+_AWS_ERROR_TYPES: Final = {
+    413: "ValidationException",
+    500: "InternalServerException",
+    502: "InternalServerException",
+    503: "ServiceUnavailableException",
+    504: "ModelTimeoutException",
+}
+
+
+def provider_error_headers(shape: str, status: int) -> dict[str, str]:
+    """The headers an error body of ``shape`` goes with.
+
+    AWS SDKs read the error's type from ``x-amzn-ErrorType`` (boto3 raises a
+    ``ClientError`` with that code), so a ``bedrock`` error names one of
+    AWS's own: ``ValidationException`` for a refusal, the service's names for
+    5xx answers. Other shapes need only the content type.
+
+    Args:
+        shape: as for :func:`provider_error_body`.
+        status: the HTTP status.
+
+    Returns:
+        The headers, ``Content-Type`` included.
+    """
+    headers = {"Content-Type": "application/json"}
+    if shape == "bedrock":
+        headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(status, "ValidationException")
+    return headers
+
+
 def provider_error_body(shape: str, message: str, *, status: int, code: str) -> bytes:
     """The JSON error body an agent's SDK expects from its provider.
 
     Args:
-        shape: ``"openai"`` or ``"anthropic"``; anything else gives a body that
-            satisfies both SDKs (used when the provider is not known).
+        shape: ``"openai"``, ``"anthropic"`` or ``"bedrock"`` (AWS's
+            ``{"message"}``, the type in :func:`provider_error_headers`);
+            anything else gives a body that satisfies both the OpenAI and the
+            Anthropic SDKs (used when the provider is not known).
         message: a message built by modeltap (never request content).
         status: the HTTP status it goes with (4xx: ``invalid_request_error``,
             5xx: ``api_error``).
@@ -259,6 +292,8 @@ def provider_error_body(shape: str, message: str, *, status: int, code: str) -> 
         }
     elif shape == "anthropic":
         body = {"type": "error", "error": {"type": kind, "message": message}}
+    elif shape == "bedrock":
+        body = {"message": message}  # AWS's own; the type is x-amzn-ErrorType's
     else:
         body = {"type": "error", "error": {"type": kind, "message": message, "code": code}}
     return orjson.dumps(body)

@@ -134,7 +134,7 @@ class Exchange:
             ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
             return ex
         if regular:
-            ex.route = s.routes.for_host(head.host, head.port)
+            ex.route = s.routes.for_host(head.host, head.port, head.scheme)
             ex.upstream, ex.host = f"{head.scheme}://{head.host}:{head.port}", head.host
         else:
             ex.route = s.routes.match(head.target)

@@ -69,6 +69,9 @@ class Reply:
     body: bytes
     #: Close the client's connection after it.
     close: bool = False
+    #: Headers beside ``Content-Type: application/json`` (an AWS error's
+    #: ``x-amzn-ErrorType``, :func:`~modeltap.errors.provider_error_headers`).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from typing import Final
 from urllib.parse import unquote_to_bytes, urlsplit
 
 from modeltap.errors import Rejected, Rule
-from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES
+from modeltap.records import API_ANTHROPIC, API_BEDROCK_CONVERSE, API_CHAT, API_RESPONSES
 
 DEFAULT_ROUTES: dict[str, str] = {
     "openai": "https://api.openai.com",
@@ -243,20 +243,61 @@ class RouteTable:
                 return route
         return None
 
-    def for_host(self, host: str, port: int) -> Route | None:
-        """The route of a provider host (regular mode), or None for other hosts."""
-        return self._by_host.get((host.lower(), port))
+    def for_host(self, host: str, port: int, scheme: str = "https") -> Route | None:
+        """The route of a provider host (regular mode), or None for other hosts.
+
+        A route whose upstream is that host and port comes first; else a host
+        of :data:`PROVIDER_HOSTS` (an Azure resource, a Bedrock region, a
+        Vertex region: their names vary, so no route can list them all) gets
+        a route of its own, named after its provider.
+
+        Args:
+            host: the host the request names.
+            port: its port.
+            scheme: the request's scheme (for a provider host's route).
+        """
+        route = self._by_host.get((host.lower(), port))
+        if route is not None:
+            return route
+        provider = provider_of_host(host)
+        if provider is None:
+            return None
+        return Route(provider, "/", scheme, host.lower(), port, "", provider)
+
+
+#: The error shape of each provider whose SDKs parse their own (``errors.provider_error_body``).
+_PROVIDER_SHAPES: Final = {
+    "openai": "openai",
+    "azure.ai.openai": "openai",
+    "anthropic": "anthropic",
+    "aws.bedrock": "bedrock",
+}
 
 
 def error_shape_for(api: str | None, route: Route | None) -> str:
-    """Which provider's error shape an agent expects: ``openai`` or ``anthropic``."""
+    """Which error shape an agent expects (``errors.provider_error_body``).
+
+    The wire the request speaks decides, on the route's real provider: on
+    Bedrock, InvokeModel answers errors the AWS way (boto3 reads
+    ``x-amzn-ErrorType`` and ``message``) whatever the body's wire, and so does
+    Converse. A request of no known wire takes its route provider's shape,
+    else one that both the OpenAI and the Anthropic SDKs read (``both``).
+
+    Args:
+        api: the record's ``api``, or ``None`` (not a model request).
+        route: the route the request went through, or ``None``.
+
+    Returns:
+        ``openai``, ``anthropic``, ``bedrock`` or ``both``.
+    """
+    provider = route.provider if route is not None else None
+    if api == API_BEDROCK_CONVERSE or (provider == "aws.bedrock" and api in (None, API_ANTHROPIC)):
+        return "bedrock"
     if api == API_ANTHROPIC:
         return "anthropic"
     if api in (API_CHAT, API_RESPONSES):
         return "openai"
-    if route is not None and "anthropic" in (route.name + route.host).lower():
-        return "anthropic"
-    return "openai"
+    return _PROVIDER_SHAPES.get(provider or "", "both")
 
 
 # --------------------------------------------------------------------------

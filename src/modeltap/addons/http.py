@@ -321,7 +321,7 @@ def _head(flow: http.HTTPFlow, session: str | None) -> RequestHead:
 
 def _answer(flow: http.HTTPFlow, reply: Reply) -> None:
     """Answer the flow with modeltap's own reply; it is never forwarded."""
-    headers = {"Content-Type": "application/json"}
+    headers = {"Content-Type": "application/json", **dict(reply.headers)}
     if reply.close:
         headers["Connection"] = "close"
     flow.response = http.Response.make(reply.status, reply.body, headers)
@@ -336,7 +336,7 @@ def _apply(flow: http.HTTPFlow, decision: Forward | Reply) -> None:
 
 
 def _assemble(reply: Reply) -> bytes:
-    headers = {"Content-Type": "application/json", "Connection": "close"}
+    headers = {"Content-Type": "application/json", **dict(reply.headers), "Connection": "close"}
     data: bytes = http1.assemble_response(http.Response.make(reply.status, reply.body, headers))
     return data
 
