@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import gzip
 import ipaddress
+import re
 import ssl
 import tempfile
 import threading
@@ -38,6 +39,10 @@ class Received:
     path: str  # with query string
     headers: dict[str, str]
     raw: bytes
+    #: AWS SigV4: True when the signature botocore computes from what arrived
+    #: (with :data:`AWS_SECRET`) is the one the request carries, False when not
+    #: (the stub then answered 403 as AWS does), None for an unsigned request.
+    sigv4: bool | None = None
 
     def json(self) -> Any:
         data = self.raw
@@ -64,6 +69,8 @@ class Reply:
     gate_after: dict[int, threading.Event] = field(default_factory=dict)
     cut_after: int | None = None  # abort the connection after event i
     raw: bytes | None = None  # a verbatim body (e.g. invalid JSON)
+    #: An AWS event stream (Bedrock): whole frames, sent one by one.
+    frames: list[bytes] | None = None
 
 
 @dataclass
@@ -145,12 +152,23 @@ class Upstream:
         if request.headers.get("upgrade", "").lower() == "websocket":
             return await self._websocket(request)
         raw = await request.read()
-        self.received.append(Received(request.method, request.path_qs, dict(request.headers), raw))
+        sigv4 = verify_sigv4(request, raw)
+        self.received.append(
+            Received(request.method, request.path_qs, dict(request.headers), raw, sigv4)
+        )
+        if sigv4 is False:
+            return web.json_response(
+                {"message": "The request signature we calculated does not match the signature."},
+                status=403,
+                headers={"x-amzn-ErrorType": "InvalidSignatureException"},
+            )
         reply = self.replies.popleft() if self.replies else self._default(request, raw)
         if reply.raw is not None:
             return web.Response(status=reply.status, body=reply.raw, headers=reply.headers)
         if reply.sse is not None:
             return await self._stream(request, reply)
+        if reply.frames is not None:
+            return await self._frames(request, reply)
         body = orjson.dumps(reply.json)
         headers = {"Content-Type": "application/json", **reply.headers}
         if reply.encoding == "gzip":
@@ -191,6 +209,22 @@ class Upstream:
         await resp.write_eof()
         return resp
 
+    async def _frames(self, request: web.Request, reply: Reply) -> web.StreamResponse:
+        headers = {"Content-Type": "application/vnd.amazon.eventstream", **reply.headers}
+        resp = web.StreamResponse(status=reply.status, headers=headers)
+        await resp.prepare(request)
+        assert reply.frames is not None
+        for i, frame in enumerate(reply.frames):
+            await resp.write(frame)
+            if reply.cut_after == i:
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            if i in reply.gate_after:
+                await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
+        await resp.write_eof()
+        return resp
+
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         self.ws_handshakes.append(dict(request.headers))
         ws = web.WebSocketResponse(max_msg_size=0)
@@ -221,6 +255,9 @@ class Upstream:
         stream = isinstance(body, dict) and body.get("stream") is True
         model = body.get("model", "stub-model") if isinstance(body, dict) else "stub-model"
         path = request.path
+        cloud = _cloud_default(request.method, path, body)
+        if cloud is not None:
+            return cloud
         if path.endswith("/chat/completions"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
             return chat_text_sse(model, include_usage=include) if stream else chat_text_json(model)
@@ -231,6 +268,204 @@ class Upstream:
         if path.endswith("/models"):
             return Reply(json={"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
         return Reply(json={"ok": True})
+
+
+# ---------------------------------------------------------------- the clouds
+# Bedrock Runtime and Vertex's Anthropic models, as their real clients read them
+# (shapes from the offline captures in research/shapes).
+
+#: AWS's documentation example credentials: the tests' AWS clients sign with them,
+#: and the stub checks every SigV4 signature against this secret.
+AWS_KEY_ID = "AKIDEXAMPLE"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+
+_SIGV4 = re.compile(
+    r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/"
+    r"(?P<service>[^/]+)/aws4_request,\s*SignedHeaders=(?P<signed>[^,]+),\s*"
+    r"Signature=(?P<signature>[0-9a-f]+)"
+)
+_BEDROCK = re.compile(
+    r"/model/(?P<model>.+)/(?P<op>converse-stream|converse|invoke-with-response-stream|invoke|"
+    r"count-tokens)$"
+)
+_VERTEX = re.compile(r"/publishers/anthropic/models/(?P<model>[^/]+):(?P<verb>\w+)$")
+
+
+def verify_sigv4(request: web.Request, body: bytes) -> bool | None:
+    """Check a SigV4 signature as AWS would: recompute it with botocore from the
+    request exactly as it arrived (Host, raw path, the signed headers, the body).
+
+    Returns:
+        None for a request that is not SigV4-signed; else whether it holds.
+    """
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    found = _SIGV4.fullmatch(request.headers.get("Authorization", ""))
+    if found is None:
+        return None if not request.headers.get("Authorization", "").startswith("AWS4") else False
+    signed = found["signed"].split(";")
+    headers = {k: v for k, v in request.headers.items() if k.lower() in signed}
+    if len(headers) != len(signed):
+        return False  # a signed header did not arrive
+    scheme = "https" if request.secure else "http"
+    aws = AWSRequest(
+        method=request.method,
+        url=f"{scheme}://{request.host}{request.raw_path}",
+        data=body,
+        headers=headers,
+    )
+    aws.context["timestamp"] = request.headers.get("X-Amz-Date", "")
+    credentials = Credentials(found["key"], AWS_SECRET, request.headers.get("X-Amz-Security-Token"))
+    signer = SigV4Auth(credentials, found["service"], found["region"])
+    expected = signer.signature(signer.string_to_sign(aws, signer.canonical_request(aws)), aws)
+    return bool(expected == found["signature"])
+
+
+def _cloud_default(method: str, path: str, body: Any) -> Reply | None:
+    """The stub's answer on a Bedrock Runtime or Vertex path, or None for others."""
+    if method == "GET" and path.rstrip("/").endswith("/inference-profiles"):
+        return Reply(json={"inferenceProfileSummaries": []}, headers=_amzn())
+    bedrock = _BEDROCK.search(path)
+    if bedrock is not None:
+        model, op = bedrock["model"], bedrock["op"]
+        if op == "count-tokens":
+            return Reply(json={"inputTokens": 12}, headers=_amzn())
+        if op == "converse":
+            return converse_text_json()
+        if op == "converse-stream":
+            return converse_text_stream()
+        if op == "invoke":
+            reply = anthropic_text_json(model)
+            reply.headers = _amzn(
+                {
+                    "X-Amzn-Bedrock-Invocation-Latency": "412",
+                    "X-Amzn-Bedrock-Input-Token-Count": "25",
+                    "X-Amzn-Bedrock-Output-Token-Count": "7",
+                }
+            )
+            return reply
+        return bedrock_event_stream(anthropic_text_sse(model))
+    vertex = _VERTEX.search(path)
+    if vertex is not None:
+        if vertex["model"] == "count-tokens":
+            return Reply(json={"input_tokens": 12})
+        stream = vertex["verb"] == "streamRawPredict" or (
+            isinstance(body, dict) and body.get("stream") is True
+        )
+        model = vertex["model"].split("@", 1)[0]
+        return anthropic_text_sse(model) if stream else anthropic_text_json(model)
+    return None
+
+
+def _amzn(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {"x-amzn-RequestId": "4c1e2b3a-5d6f-4a7b-8c9d-0e1f2a3b4c5d", **(extra or {})}
+
+
+def converse_text_json() -> Reply:
+    return Reply(
+        json={
+            "output": {
+                "message": {"role": "assistant", "content": [{"text": "Hello from the stub."}]}
+            },
+            "stopReason": "end_turn",
+            "usage": {
+                "inputTokens": 25,
+                "outputTokens": 7,
+                "totalTokens": 42,
+                "cacheReadInputTokens": 10,
+                "cacheWriteInputTokens": 0,
+            },
+            "metrics": {"latencyMs": 321},
+        },
+        headers=_amzn(),
+    )
+
+
+def converse_text_stream() -> Reply:
+    from tests.eventstream_frames import event
+
+    def frame(name: str, data: Json) -> bytes:
+        return event(name, orjson.dumps({**data, "p": "abcdef"}))
+
+    return Reply(
+        frames=[
+            frame("messageStart", {"role": "assistant"}),
+            frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "Hello"}}),
+            frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": " there"}}),
+            frame("contentBlockStop", {"contentBlockIndex": 0}),
+            frame("messageStop", {"stopReason": "end_turn"}),
+            frame(
+                "metadata",
+                {
+                    "usage": {
+                        "inputTokens": 25,
+                        "outputTokens": 2,
+                        "totalTokens": 27,
+                        "cacheReadInputTokens": 0,
+                        "cacheWriteInputTokens": 0,
+                    },
+                    "metrics": {"latencyMs": 280},
+                },
+            ),
+        ],
+        headers=_amzn(),
+    )
+
+
+def converse_tool_stream(name: str = "lookup") -> Reply:
+    """A ConverseStream asking for one tool, its input in the two fragments of TOOL_ARGUMENTS."""
+    from tests.eventstream_frames import event
+
+    def frame(event_type: str, data: Json) -> bytes:
+        return event(event_type, orjson.dumps(data))
+
+    half = len(TOOL_ARGUMENTS) // 2
+    start = {"toolUse": {"toolUseId": "tooluse_lookup1", "name": name}}
+    return Reply(
+        frames=[
+            frame("messageStart", {"role": "assistant"}),
+            frame("contentBlockStart", {"contentBlockIndex": 0, "start": start}),
+            *(
+                frame(
+                    "contentBlockDelta",
+                    {"contentBlockIndex": 0, "delta": {"toolUse": {"input": piece}}},
+                )
+                for piece in (TOOL_ARGUMENTS[:half], TOOL_ARGUMENTS[half:])
+            ),
+            frame("contentBlockStop", {"contentBlockIndex": 0}),
+            frame("messageStop", {"stopReason": "tool_use"}),
+            frame(
+                "metadata", {"usage": {"inputTokens": 40, "outputTokens": 12, "totalTokens": 52}}
+            ),
+        ],
+        headers=_amzn(),
+    )
+
+
+def bedrock_event_stream(anthropic: Reply) -> Reply:
+    """InvokeModelWithResponseStream: each Anthropic event of ``anthropic`` in a
+    ``chunk`` frame, Bedrock's invocation metrics on ``message_stop``."""
+    from tests.eventstream_frames import chunk
+
+    assert anthropic.sse is not None
+    frames = []
+    for _, data in anthropic.sse:
+        if data.get("type") == "ping":
+            continue  # Bedrock sends none
+        if data.get("type") == "message_stop":
+            data = {
+                **data,
+                "amazon-bedrock-invocationMetrics": {
+                    "inputTokenCount": 25,
+                    "outputTokenCount": 12,
+                    "invocationLatency": 640,
+                    "firstByteLatency": 210,
+                },
+            }
+        frames.append(chunk(data, pad=5))
+    return Reply(frames=frames, headers=_amzn({"X-Amzn-Bedrock-Content-Type": "application/json"}))
 
 
 def self_signed_tls() -> ssl.SSLContext:

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 import orjson
 
+from modeltap.apis import bedrock_converse
 from modeltap.eventstream import (
     BedrockChunk,
     BedrockError,
@@ -39,7 +40,12 @@ from modeltap.eventstream import (
     EventStreamDecoder,
     read_bedrock_message,
 )
-from modeltap.records import MAX_ID_CHARS, InvocationMetrics, ResponseFacts
+from modeltap.records import (
+    API_BEDROCK_CONVERSE,
+    MAX_ID_CHARS,
+    InvocationMetrics,
+    ResponseFacts,
+)
 from modeltap.sse import SSEEvent
 
 #: The content type of Bedrock's streamed answers.
@@ -50,6 +56,18 @@ _HEADER_LATENCY = "x-amzn-bedrock-invocation-latency"
 _HEADER_INPUT = "x-amzn-bedrock-input-token-count"
 _HEADER_OUTPUT = "x-amzn-bedrock-output-token-count"
 _HEADER_REQUEST_ID = "x-amzn-requestid"
+
+
+def is_bedrock(api: str | None, provider: str | None) -> bool:
+    """Whether an exchange's answer is Bedrock's, whose headers say more (see
+    :func:`with_response_headers`): a Converse request, or any on a route to
+    Bedrock (InvokeModel speaks the Anthropic wire there).
+
+    Args:
+        api: the record's ``api``, if any.
+        provider: the route's provider, if known.
+    """
+    return api == API_BEDROCK_CONVERSE or provider == bedrock_converse.PROVIDER
 
 
 def is_eventstream(content_type: str) -> bool:

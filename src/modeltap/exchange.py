@@ -35,15 +35,13 @@ from modeltap.gate import (
     sha256_hex,
 )
 from modeltap.notices import ExchangeView, Forward, Outcome, Reply
-from modeltap.observe import StreamTap, observe_body
+from modeltap.observe import StreamTap, observe_body, stream_framing, with_header_facts
 from modeltap.records import (
     API_RESPONSES,
     AuditRecord,
     ErrorEvent,
     RequestFacts,
     ResponseFacts,
-    UnauditedEvent,
-    redact_path,
 )
 from modeltap.routing import Route
 from modeltap.run import Run
@@ -71,6 +69,7 @@ class Exchange:
         self.upstream = ""
         self.api: str | None = None
         self.websocket = False
+        self.signed = False  # AWS SigV4: forwarded byte-for-byte, or refused
         self.traceparent: str | None = None
         self.conversation_id: str | None = None
         #: Answered by modeltap itself (refused, no route): never forwarded.
@@ -83,6 +82,7 @@ class Exchange:
         self.t_first_byte_ns: int | None = None
         #: Observes an audited event stream as it passes.
         self.tap: StreamTap | None = None
+        self.response_headers: Mapping[str, str] | None = None
         self.streamed = False
         self.finished = False
         self._view: ExchangeView | None = None
@@ -109,6 +109,7 @@ class Exchange:
             default_session=s.session or run.run_id,
         )
         ex = cls(run, head.id, session_id, request_id, head.method, "")
+        ex.signed = head.signed
         if run.stopped:
             ex.reply_after_stop(now)
             return ex
@@ -159,6 +160,10 @@ class Exchange:
                 ex.websocket = True  # audited message by message once it is open
             elif head.method.upper() == "POST":
                 ex.api = endpoint
+            if head.signed and not regular and s.upstreams_check_signatures:
+                # Sent to another host and path, its signature would fail: say so instead.
+                ex.refuse(Rejected(Rule.SIGNED_REQUEST), now)
+                return ex
         if ex.api is not None:
             if run.on["started"]:
                 run.publish("started", ex.view, now)
@@ -316,9 +321,11 @@ class Exchange:
             return None
         self.status = status
         self.t_first_byte_ns = now
+        self.response_headers = headers
         if self.run.on["first_byte"]:
             self.run.publish("first_byte", self.view, status, headers, now)
-        if "text/event-stream" not in headers.get("content-type", "").lower():
+        framing = stream_framing(headers.get("content-type", ""))
+        if framing is None:
             return None
         # Never buffer a stream: each chunk goes on to the agent as it arrives.
         self.streamed = True
@@ -328,6 +335,7 @@ class Exchange:
                 self.api,
                 self.facts,
                 headers.get("content-encoding", ""),
+                framing=framing,
                 capture_content=self.run.settings.capture_content,
                 on_first_chunk=self._first_chunk if self.run.on["first_chunk"] else None,
                 on_chunk=on_chunk,
@@ -421,7 +429,8 @@ class Exchange:
         """An error event, then (if audited) the response event."""
         unaudited = None
         if not self.audited and self.api is None and request_complete:
-            unaudited = self._unaudited_event(None)  # it was passed through, then failed
+            # It was passed through, then failed.
+            unaudited = self.run.unaudited(self.view, self.host, None)
         # In modeltap's own words: mitmproxy's message can quote the upstream's
         # (a malformed status line echoing the request, say).
         text = PHASE_TEXT[expired] if expired else error_message(kind)
@@ -452,6 +461,7 @@ class Exchange:
     ) -> None:
         self.finished = True
         self.run.in_flight.pop(self.id, None)
+        facts = with_header_facts(facts, self.api, self.route, self.response_headers)
         event = self.run.respond(
             self.view,
             facts,
@@ -477,20 +487,8 @@ class Exchange:
             )
             self.run.publish("finished", outcome)
 
-    def _unaudited_event(self, status: int | None) -> UnauditedEvent:
-        self.run.counts["unaudited"] += 1
-        event = UnauditedEvent(
-            **self.run.envelope(self.view),
-            method=self.method,
-            host=self.host or None,
-            path=redact_path(self.path),
-            status=status,
-        )
-        self.run.write_event(event)
-        return event
-
     def _unaudited(self, status: int | None, now: int, body: bytes | None = None) -> None:
-        event = self._unaudited_event(status)
+        event = self.run.unaudited(self.view, self.host, status)
         self.finished = True
         outcome = Outcome(
             self.view, now, status=status, unaudited=event, streamed=self.streamed, body=body

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote
@@ -25,7 +25,8 @@ from modeltap.apis import json_body
 from modeltap.decoding import check_transfer_coding, request_codings
 from modeltap.errors import Rejected, Rule
 from modeltap.records import API_RESPONSES, MAX_ID_CHARS, Json, RequestFacts
-from modeltap.routing import check_path, overrides_method, overrides_path
+from modeltap.routing import check_path, overrides_method, overrides_path, split_target
+from modeltap.sigv4 import find_signature
 
 logger = logging.getLogger("modeltap")
 
@@ -52,8 +53,32 @@ class RequestHead:
     port: int
     headers: Mapping[str, str]
     fields: Iterable[tuple[bytes, bytes]] = ()
-    #: ``x-modeltap-session``, already taken off the request (it never goes upstream).
+    #: ``x-modeltap-session``, already taken off the request (it never goes
+    #: upstream), or left on a signed one (:func:`take_session`).
     session: str | None = None
+    #: Signed with AWS SigV4 (:func:`take_session`): forwarded byte-for-byte or refused.
+    signed: bool = False
+
+
+def take_session(headers: MutableMapping[str, str], target: str) -> tuple[str | None, bool]:
+    """The request's session header, and whether the request is SigV4-signed.
+
+    The header is taken off an unsigned request (it never goes upstream). A
+    signed request goes out byte-for-byte (SPEC 2, "Signatures"): the header
+    stays on, since the signature may cover it and upstreams ignore it.
+
+    Args:
+        headers: the request's headers, looked up case-insensitively; the
+            session header is removed from them unless the request is signed.
+        target: the request target as sent (a presigned query signs too).
+
+    Returns:
+        ``(session header or None, signed)``.
+    """
+    signed = find_signature(headers.get("authorization"), split_target(target)[1]) is not None
+    if signed:
+        return headers.get(SESSION_HEADER), True
+    return headers.pop(SESSION_HEADER, None), False
 
 
 def fail_closed[**P, R](audit: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
@@ -220,7 +245,7 @@ def parse_body(decoded: bytes, *, elide: bool) -> Json:
 
 
 def audit_body(
-    api: str, decoded: bytes, image_detail: str | None, path: str = ""
+    api: str, decoded: bytes, image_detail: str | None, path: str = "", *, signed: bool = False
 ) -> tuple[RequestFacts, bytes | None]:
     """Audit a decoded model request body, rewriting images' detail if asked.
 
@@ -231,6 +256,7 @@ def audit_body(
         path: the request target as it goes upstream: it may name the model
             (Azure deployments, Bedrock, Vertex), ask for a stream, or ask
             more of the body (a cloud's native invoke body).
+        signed: the request is SigV4-signed: its body is never rewritten.
 
     Returns:
         The request's facts, and the rewritten body when ``--image-detail``
@@ -238,12 +264,16 @@ def audit_body(
         actually sent), else None.
 
     Raises:
-        Rejected: the body breaks a rule.
+        Rejected: the body breaks a rule, or ``signed_request_rewrite`` when
+            ``--image-detail`` would change a signed body (the signature
+            covers it: a rewrite would make the upstream refuse it).
     """
     module = apis.module_for(api)
     body = parse_body(decoded, elide=image_detail is None)
     rewritten = None
     if image_detail is not None and module.set_image_detail(body, image_detail):
+        if signed:
+            raise Rejected(Rule.SIGNED_REQUEST_REWRITE)
         rewritten = orjson.dumps(body)
     facts: RequestFacts = module.audit_request(body, apis.match_endpoint(path) if path else None)
     return facts, rewritten

@@ -4,25 +4,72 @@
   ``observe_json``.
 - A stream (:class:`StreamTap`, the ``response.stream`` callable). Never
   buffer a stream: every chunk goes on to the agent unchanged, as it arrives;
-  a copy goes through the content decoding, the SSE decoder and the API's
-  stream observer. When the copy cannot be decoded, observing stops, never
+  a copy goes through the content decoding, the SSE decoder (or, for
+  Bedrock's binary ``application/vnd.amazon.eventstream``,
+  :class:`~modeltap.bedrock.BedrockStreamDecoder`, which yields the same
+  events) and the API's stream observer. When the copy cannot be decoded, observing stops, never
   the stream, and the response's evidence says so.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from modeltap import apis
+from modeltap.bedrock import BedrockStreamDecoder, is_bedrock, is_eventstream
+from modeltap.bedrock import with_response_headers as bedrock_headers
 from modeltap.decoding import StreamDecompressor, decode_body
 from modeltap.errors import UpstreamProtocolError
 from modeltap.records import RequestFacts, ResponseFacts
+from modeltap.routing import Route
 from modeltap.sse import SSEDecoder
+
+#: A response's stream framings (:func:`stream_framing`).
+SSE: Final = "sse"
+EVENTSTREAM: Final = "eventstream"
+
+
+def stream_framing(content_type: str) -> str | None:
+    """How a response streams, from its ``Content-Type``.
+
+    Args:
+        content_type: the header's value (any case, parameters allowed).
+
+    Returns:
+        ``"sse"`` (``text/event-stream``), ``"eventstream"`` (Bedrock's binary
+        ``application/vnd.amazon.eventstream``), or None (not a stream).
+    """
+    if is_eventstream(content_type):
+        return EVENTSTREAM
+    return SSE if "text/event-stream" in content_type.lower() else None
+
+
+def with_header_facts(
+    facts: ResponseFacts,
+    api: str | None,
+    route: Route | None,
+    headers: Mapping[str, str] | None,
+) -> ResponseFacts:
+    """Add what a response's headers say to what its body showed.
+
+    Only Bedrock's headers say more: Converse bodies name no id
+    (``x-amzn-RequestId`` does), InvokeModel reports its metrics in headers
+    (:func:`modeltap.bedrock.with_response_headers`).
+
+    Args:
+        facts: what the body or stream showed.
+        api: the exchange's API.
+        route: its route.
+        headers: the response's headers (None: no response head arrived).
+    """
+    if headers is None or not is_bedrock(api, route.provider if route else None):
+        return facts
+    return bedrock_headers(facts, headers.get)
 
 
 def observe_body(
@@ -56,6 +103,7 @@ class StreamTap:
         observer: the API's stream observer (None: pass the chunks only).
         decompressor: undoes the response's content coding.
         errors: what already kept the stream from being observed.
+        framing: ``"sse"``, or ``"eventstream"`` (:func:`stream_framing`).
         on_first_chunk: called with the time of the first model output.
         on_chunk: called with each chunk and its time (a listener asked).
     """
@@ -76,12 +124,15 @@ class StreamTap:
         decompressor: StreamDecompressor | None,
         *,
         errors: tuple[str, ...] = (),
+        framing: str = SSE,
         on_first_chunk: Callable[[int], None] | None = None,
         on_chunk: Callable[[bytes, int], None] | None = None,
     ) -> None:
         self.observer = observer
         self.decompressor = decompressor
-        self.sse = SSEDecoder() if observer is not None else None
+        self.sse: SSEDecoder | BedrockStreamDecoder | None = None
+        if observer is not None:
+            self.sse = BedrockStreamDecoder() if framing == EVENTSTREAM else SSEDecoder()
         self.errors = list(errors)
         self.first_chunk_ns: int | None = None
         self.on_first_chunk = on_first_chunk
@@ -94,6 +145,7 @@ class StreamTap:
         facts: RequestFacts,
         content_encoding: str,
         *,
+        framing: str = SSE,
         capture_content: bool = False,
         **callbacks: Any,
     ) -> StreamTap:
@@ -103,6 +155,7 @@ class StreamTap:
             api: the request's API.
             facts: its audit facts (what the observer checks the answer against).
             content_encoding: the response's ``content-encoding``.
+            framing: ``"sse"`` or ``"eventstream"`` (:func:`stream_framing`).
             capture_content: keep the output for spans (content capture is on).
             callbacks: ``on_first_chunk``, ``on_chunk``.
         """
@@ -111,7 +164,7 @@ class StreamTap:
         except UpstreamProtocolError as e:
             return cls(None, None, errors=(str(e),), **callbacks)
         observer = apis.module_for(api).StreamObserver(facts, capture_content=capture_content)
-        return cls(observer, decompressor, **callbacks)
+        return cls(observer, decompressor, framing=framing, **callbacks)
 
     def __call__(self, chunk: bytes) -> bytes:
         if self.sse is not None and self.decompressor is not None:

@@ -268,10 +268,10 @@ OPTIONS: Final[tuple[Option, ...]] = (
         str | None,
         None,
         "Also record every exchange into this directory for `modeltap replay`: full "
-        "request and response bodies (DIR/blobs, content-addressed), SSE chunks and "
-        "WebSocket messages with their timing, indexed in DIR/recording.jsonl. Only "
-        "content-type, content-encoding and request-id headers are kept, never "
-        "credentials.",
+        "request and response bodies (DIR/blobs, content-addressed), stream chunks (SSE, "
+        "Bedrock event streams) and WebSocket messages with their timing, indexed in "
+        "DIR/recording.jsonl. Only content-type, content-encoding, request-id and Bedrock's "
+        "metrics headers are kept, never credentials.",
         metavar="DIR",
     ),
     Option(

@@ -25,12 +25,13 @@ A ``--record DIR`` holds:
 ``DIR/blobs/<sha256>``
     Bodies, content-addressed, so identical bodies are kept once. A request
     body is kept decoded (as audited); a response body exactly as the
-    upstream sent it, with its ``content-encoding``. A streamed (SSE)
-    response is one blob written as it arrives (never held in memory) and
-    ``chunks`` lists ``[offset_ms, nbytes]`` per chunk, the offset counted
-    from the response head. WebSocket ``messages`` are ``{"ms", "from":
-    "client"|"server", "text"}`` (or ``"blob"`` for binary or large ones),
-    ``ms`` counted from the ``response.create`` they follow.
+    upstream sent it, with its ``content-encoding``. A streamed (SSE, or
+    Bedrock's binary event stream) response is one blob written as it
+    arrives (never held in memory) and ``chunks`` lists ``[offset_ms,
+    nbytes]`` per chunk, the offset counted from the response head.
+    WebSocket ``messages`` are ``{"ms", "from": "client"|"server", "text"}``
+    (or ``"blob"`` for binary or large ones), ``ms`` counted from the
+    ``response.create`` they follow.
 
 Headers are kept from :data:`KEPT_HEADERS` only, so ``authorization``,
 ``x-api-key``, ``api-key`` and cookies never reach the recording; paths keep
@@ -65,7 +66,17 @@ FORMAT_VERSION: Final = 1
 #: The only headers a recording keeps (request and response). Everything else,
 #: credentials included, is dropped: an allow-list cannot leak a header that a
 #: new SDK invents.
-KEPT_HEADERS: Final = ("content-type", "content-encoding", "x-request-id", "request-id")
+KEPT_HEADERS: Final = (
+    "content-type",
+    "content-encoding",
+    "x-request-id",
+    "request-id",
+    # Bedrock: the request id (Converse bodies have none) and InvokeModel's metrics.
+    "x-amzn-requestid",
+    "x-amzn-bedrock-invocation-latency",
+    "x-amzn-bedrock-input-token-count",
+    "x-amzn-bedrock-output-token-count",
+)
 
 #: Top-level request fields left out of the input hash: they change from run to
 #: run without the agent doing anything different (per-session cache keys,

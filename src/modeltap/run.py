@@ -35,6 +35,7 @@ from modeltap.records import (
     ResponseEvent,
     ResponseFacts,
     SessionStatus,
+    UnauditedEvent,
     redact_path,
     utc_now,
 )
@@ -74,6 +75,10 @@ class Settings:
     ws_policy: WsPolicy = field(default_factory=WsPolicy)
     #: Content capture is on: observers keep the output for spans.
     capture_content: bool = False
+    #: Whether the upstreams check request signatures: reverse mode then
+    #: refuses an AWS SigV4-signed request it would have to change. A replay's
+    #: upstream is the recording, which checks none.
+    upstreams_check_signatures: bool = True
 
 
 class InFlight(Protocol):
@@ -334,6 +339,19 @@ class Run:
         if self.on["finished"]:
             self.publish("finished", Outcome(view, now, status=status, rejected=rejected))
 
+    def unaudited(self, view: ExchangeView, host: str, status: int | None) -> UnauditedEvent:
+        """Write the ``unaudited`` event of a request passed through (or unrouted)."""
+        self.counts["unaudited"] += 1
+        event = UnauditedEvent(
+            **self.envelope(view),
+            method=view.method or "",
+            host=host or None,
+            path=redact_path(view.path),
+            status=status,
+        )
+        self.write_event(event)
+        return event
+
     def failure(self, view: ExchangeView, seq: int | None, kind: str, text: str) -> ErrorEvent:
         """Write an exchange's ``error`` event and count it in its session."""
         self.counts["errors"] += 1
@@ -382,6 +400,7 @@ class Run:
             duration_ms=_ms(start_ns, end_ns),
             evidence_complete=facts.evidence_complete,
             capture_errors=facts.capture_errors,
+            invocation_metrics=facts.invocation_metrics,
             cost=response_cost(
                 api=view.api,
                 upstream=view.upstream,

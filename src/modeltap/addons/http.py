@@ -42,6 +42,7 @@ from modeltap.gate import (
     body_codings,
     fail_closed,
     sha256_hex,
+    take_session,
 )
 from modeltap.listening import open_proxy_listeners, open_proxy_message
 from modeltap.notices import Forward, Reply
@@ -104,7 +105,8 @@ class Http(Addon):
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self.deadlines.watch(flow, "request")  # a body that stalls must not hang forever
         req = flow.request
-        head = _head(flow, req.headers.pop(SESSION_HEADER, None))
+        session, signed = take_session(req.headers, req.path)
+        head = _head(flow, session, signed)
         ex = flow.metadata[_EXCHANGE] = Exchange.open(self.run, head, time.perf_counter_ns())
         if ex.reply is not None:
             _answer(flow, ex.reply)
@@ -217,7 +219,7 @@ class Http(Addon):
             return self._audit_encoded(flow, ex, raw, codings, digest)
         try:
             facts, rewritten = fail_closed(
-                audit_body, ex.api or "", raw, settings.image_detail, ex.path
+                audit_body, ex.api or "", raw, settings.image_detail, ex.path, signed=ex.signed
             )
         except Rejected as e:
             _answer(flow, ex.refuse(e, time.perf_counter_ns()))
@@ -246,7 +248,12 @@ class Http(Addon):
                 None, fail_closed, decode_request_body, raw, codings, settings.max_body
             )
             facts, rewritten = fail_closed(
-                audit_body, ex.api or "", decoded, settings.image_detail, ex.path
+                audit_body,
+                ex.api or "",
+                decoded,
+                settings.image_detail,
+                ex.path,
+                signed=ex.signed,
             )
         except Rejected as e:
             _answer(flow, ex.refuse(e, time.perf_counter_ns()))
@@ -303,7 +310,7 @@ def _install() -> None:
     request_limit.install()
 
 
-def _head(flow: http.HTTPFlow, session: str | None) -> RequestHead:
+def _head(flow: http.HTTPFlow, session: str | None, signed: bool = False) -> RequestHead:
     req = flow.request
     return RequestHead(
         id=flow.id,
@@ -316,6 +323,7 @@ def _head(flow: http.HTTPFlow, session: str | None) -> RequestHead:
         # Header names from the raw fields: mitmproxy's headers.keys() costs ~10 us.
         fields=req.headers.fields,
         session=session,
+        signed=signed,
     )
 
 
