@@ -38,6 +38,8 @@ from tests.upstream import (
     anthropic_text_sse,
     anthropic_tool_json,
     anthropic_tool_sse,
+    bedrock_event_stream,
+    bedrock_invoke_json,
     chat_text_json,
     chat_text_sse,
     chat_tool_json,
@@ -172,6 +174,27 @@ def anthropic_turns(stream: bool, system: str = SYSTEM) -> Turns:
     return run
 
 
+def bedrock_turns(stream: bool) -> Turns:
+    """AnthropicBedrock with a Bedrock API key: InvokeModel, and its binary event stream."""
+
+    def run(base: str) -> list[Any]:
+        c = anthropic.AnthropicBedrock(
+            api_key=KEY, aws_region="us-east-1", base_url=base, max_retries=0, timeout=10
+        )
+        tools: Any = [{"name": "lookup", "input_schema": SCHEMA}]
+        model = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+        out = []
+        for question in ("weather?", "and tomorrow?"):
+            r = c.messages.create(
+                model=model, max_tokens=64, system=SYSTEM, tools=tools, stream=stream,
+                messages=[{"role": "user", "content": question}],
+            )  # fmt: skip
+            out.append(dump(r, stream))
+        return out
+
+    return run
+
+
 def ws_create(i: int, tools: tuple[str, ...] = ("lookup",)) -> dict[str, Any]:
     message: dict[str, Any] = {
         "type": "response.create",
@@ -273,6 +296,19 @@ CASES = [
         [anthropic_tool_sse("claude-x"), anthropic_text_sse("claude-x")],
     ),
     Case("responses-websocket", ws_turns(), []),
+    Case(
+        "bedrock-invoke-json",
+        bedrock_turns(False),
+        [bedrock_invoke_json("claude-x"), bedrock_invoke_json("claude-x")],
+    ),
+    Case(
+        "bedrock-invoke-eventstream",
+        bedrock_turns(True),
+        [
+            bedrock_event_stream(anthropic_tool_sse("claude-x")),
+            bedrock_event_stream(anthropic_text_sse("claude-x")),
+        ],
+    ),
 ]
 
 

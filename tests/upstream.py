@@ -337,15 +337,7 @@ def _cloud_default(method: str, path: str, body: Any) -> Reply | None:
         if op == "converse-stream":
             return converse_text_stream()
         if op == "invoke":
-            reply = anthropic_text_json(model)
-            reply.headers = _amzn(
-                {
-                    "X-Amzn-Bedrock-Invocation-Latency": "412",
-                    "X-Amzn-Bedrock-Input-Token-Count": "25",
-                    "X-Amzn-Bedrock-Output-Token-Count": "7",
-                }
-            )
-            return reply
+            return bedrock_invoke_json(model)
         return bedrock_event_stream(anthropic_text_sse(model))
     vertex = _VERTEX.search(path)
     if vertex is not None:
@@ -357,6 +349,19 @@ def _cloud_default(method: str, path: str, body: Any) -> Reply | None:
         model = vertex["model"].split("@", 1)[0]
         return anthropic_text_sse(model) if stream else anthropic_text_json(model)
     return None
+
+
+def bedrock_invoke_json(model: str) -> Reply:
+    """InvokeModel: the Anthropic message, Bedrock's metrics in its headers."""
+    reply = anthropic_text_json(model)
+    reply.headers = _amzn(
+        {
+            "X-Amzn-Bedrock-Invocation-Latency": "412",
+            "X-Amzn-Bedrock-Input-Token-Count": "25",
+            "X-Amzn-Bedrock-Output-Token-Count": "7",
+        }
+    )
+    return reply
 
 
 def _amzn(extra: dict[str, str] | None = None) -> dict[str, str]:
