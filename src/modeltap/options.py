@@ -140,8 +140,10 @@ OPTIONS: Final[tuple[Option, ...]] = (
         str,
         "reverse",
         "reverse: agents point their base URL at the route prefixes. regular: modeltap is the "
-        "agent's HTTP(S) proxy (trust mitmproxy's CA); provider hosts are audited, other hosts "
-        "pass as unaudited.",
+        "agent's HTTP(S) proxy (trust mitmproxy's CA); provider hosts are audited (Azure, "
+        "Bedrock and Vertex hosts too), other hosts pass as unaudited. AWS SigV4-signed "
+        "requests (boto3, AnthropicBedrock, Claude Code on Bedrock) need regular mode, which "
+        "forwards them unchanged; reverse mode refuses them (signed_request).",
         choices=("reverse", "regular"),
     ),
     Option(
@@ -149,7 +151,9 @@ OPTIONS: Final[tuple[Option, ...]] = (
         Sequence[str],
         [],
         "Extra or replacement routes as NAME=URL[,provider=P], mounted at /NAME (e.g. "
-        "azure=https://x.openai.azure.com/openai). provider=P names the route's "
+        "azure=https://RESOURCE.openai.azure.com, "
+        "bedrock=https://bedrock-runtime.REGION.amazonaws.com, "
+        "vertex=https://REGION-aiplatform.googleapis.com). provider=P names the route's "
         "gen_ai.provider.name (default: from the upstream host, else the provider of the API "
         "it speaks). Defaults: openai=https://api.openai.com, anthropic=https://api.anthropic.com.",
         metavar="NAME=URL[,provider=P]",
@@ -181,7 +185,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         str | None,
         None,
         "Rewrite every outgoing image's detail to low, high or auto before forwarding; the "
-        "audit record shows the value sent.",
+        "audit record shows the value sent. A SigV4-signed request is never rewritten: one "
+        "that would be is refused (signed_request_rewrite).",
         choices=("low", "high", "auto"),
         commands=frozenset({RUN, REPLAY}),
     ),

@@ -43,9 +43,12 @@ def api_for_path(method: str, path: str) -> str | None:
     """Return the API a request targets, or ``None`` if it is not a model request.
 
     Model endpoints are POSTs to a path ending in ``/chat/completions``,
-    ``/responses`` or ``/messages``, whatever the query string. The path is
-    read as an upstream reads it (see :func:`endpoint_of`), so an encoding
-    cannot hide an endpoint.
+    ``/responses`` or ``/messages``, whatever the query string, and the
+    clouds' forms that name the model (Azure's deployments, Bedrock's
+    ``/model/{id}/converse|converse-stream|invoke|invoke-with-response-stream``,
+    Vertex's ``…/publishers/anthropic/models/{m}:rawPredict|:streamRawPredict``).
+    The path is read as an upstream reads it (see :func:`endpoint_of`), so an
+    encoding cannot hide an endpoint.
 
     Args:
         method: the HTTP method.

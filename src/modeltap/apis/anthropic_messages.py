@@ -1,5 +1,13 @@
 """Anthropic Messages (``POST .../messages``): audit and observe.
 
+The same wire runs on the clouds without a body ``model``: Bedrock's
+InvokeModel and InvokeModelWithResponseStream (``/model/{modelId}/invoke``,
+``/invoke-with-response-stream``) and Vertex's ``:rawPredict`` and
+``:streamRawPredict``; the path names the model and, for the stream forms,
+the stream. Bedrock's streams arrive as binary event streams whose chunks
+are these same events (:mod:`modeltap.bedrock`); its last ``message_stop``
+carries Bedrock's invocation metrics, observed here.
+
 Request side (SPEC section 2): client tools are those with no ``type`` or
 ``type: "custom"``, named by ``name``. Every tool with another ``type`` is a
 hosted tool, ``{type, name}``: the server tools (``web_search_…``,

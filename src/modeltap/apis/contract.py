@@ -1,7 +1,7 @@
 """What every wire API module offers: the contract the glue and telemetry rely on.
 
 A wire API is one plain module of this package (``openai_chat``,
-``openai_responses``, ``anthropic_messages``). The registry in
+``openai_responses``, ``anthropic_messages``, ``bedrock_converse``). The registry in
 :mod:`modeltap.apis` lists the modules as :class:`WireApi` values, so mypy
 checks every module against this contract; nothing outside ``apis/`` reads a
 request or response body by key. A new wire is a new module meeting
@@ -14,8 +14,9 @@ What a module offers, in three groups:
   :meth:`WireApi.audit_request`, :meth:`WireApi.set_image_detail`,
   :meth:`WireApi.observe_json` and the sans-I/O :class:`StreamObserver`.
 - **Its identity**: the record's ``api`` name, how its endpoint is matched
-  (:meth:`WireApi.match_endpoint`, which also reads a model the path names),
-  the GenAI provider whose wire it is.
+  (:meth:`WireApi.match_endpoint`, which also reads what the path says: the
+  model it names, a stream it asks for, the cloud form it is; the audit is
+  given that :class:`EndpointMatch`), the GenAI provider whose wire it is.
 - **What telemetry needs from its bodies and counts** (spans, metrics and
   the cost estimate; never evidence): :meth:`WireApi.request_content`,
   :meth:`WireApi.response_content`, :meth:`WireApi.request_settings` and
