@@ -309,6 +309,10 @@ def test_a_presigned_query_is_a_signature_too() -> None:
     assert found == Signature(("host",), presigned=True)
     assert find_signature(None, query.replace("X-Amz-", "x-amz-")) is not None
     assert find_signature(None, query.replace("X-Amz-Algorithm", "X%2DAmz%2DAlgorithm")) is not None
+    # Without the algorithm AWS reads no query signature: the rest are plain parameters.
+    unsigned = "&".join(p for p in query.split("&") if not p.startswith("X-Amz-Algorithm"))
+    assert find_signature(None, unsigned) is None
+    assert find_signature(None, "X-Amz-Algorithm=HMAC-SHA1&X-Amz-Signature=00") is None
 
 
 @pytest.mark.parametrize(

@@ -12,9 +12,10 @@ it to another host under another path, it is refused (``signed_request``).
 
 A request is signed when its ``Authorization`` header uses an AWS4 scheme
 (``AWS4-HMAC-SHA256``; ``AWS4-ECDSA-P256-SHA256`` is SigV4a) or its query
-carries a presigned signature (``X-Amz-Algorithm``, ``X-Amz-Signature``,
-``X-Amz-Credential``, any case, names percent-decoded). Bearer tokens (Bedrock
-API keys) are not signatures: those requests may be changed like any other.
+is presigned: an ``X-Amz-Algorithm`` naming an AWS4 algorithm (any case,
+name and value percent-decoded; AWS reads no query signature without it, so
+an ``X-Amz-Signature`` alone is just a parameter). Bearer tokens (Bedrock API
+keys) are not signatures: those requests may be changed like any other.
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ from urllib.parse import unquote_plus
 
 #: The scheme prefix of AWS's signing algorithms in an ``Authorization`` header.
 _AWS4: Final = "aws4-"
-#: Query parameters only a presigned (query-string SigV4) request carries.
-_PRESIGN_PARAMS: Final = frozenset({"x-amz-algorithm", "x-amz-signature", "x-amz-credential"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +69,8 @@ def find_signature(authorization: str | None, query: str) -> Signature | None:
         for pair in query.split("&"):
             name, _, value = pair.partition("=")
             key = unquote_plus(name).lower()
-            if key in _PRESIGN_PARAMS:
-                found = True
+            if key == "x-amz-algorithm":
+                found = unquote_plus(value).lower().startswith(_AWS4)
             elif key == "x-amz-signedheaders":
                 signed = _header_list(unquote_plus(value))
         if found:
