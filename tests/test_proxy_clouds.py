@@ -31,7 +31,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
 from tests.conftest import Running, read_jsonl
 from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (
@@ -693,3 +693,53 @@ def test_bedrock_spans_name_the_provider(
     assert attributes["gen_ai.usage.input_tokens"] == 35
     assert attributes["gen_ai.usage.cache_read.input_tokens"] == 10
     assert list(attributes["gen_ai.response.finish_reasons"]) == ["end_turn"]
+
+
+# --------------------------------------------------------------------------
+# Record and replay
+
+
+def test_a_bedrock_recording_replays_to_boto3_signed_or_not(
+    start_proxy: Callable[..., Running],
+    upstream: Upstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recorded with an API key; replayed to the same calls signed with SigV4: the
+    replay's upstream is the recording, which checks no signature."""
+    running = reverse_proxy(
+        start_proxy, upstream, extra={"confdir": str(tmp_path / "m")}, record=str(tmp_path / "rec")
+    )
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
+    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
+    recorded = drive_boto3(
+        bedrock_client(endpoint, verify=str(tmp_path / "m" / "mitmproxy-ca-cert.pem"))
+    )
+    running.proxy.stop()
+    upstream.stop()
+
+    monkeypatch.delenv("AWS_BEARER_TOKEN_BEDROCK")
+    proxy, replay = replay_proxy(
+        tmp_path / "rec",
+        ProxyConfig(listen_port=0, out=str(tmp_path / "replayed"), quiet=True),
+        fast=True,
+    )
+    with proxy:
+        replayed = drive_boto3(bedrock_client(proxy.url + "/bedrock"))
+    assert replay.problems == []
+
+    def comparable(answers: list[dict[str, Any]]) -> list[Any]:
+        # boto3 adds per-call metadata (its own request id, retry counts): drop it.
+        return [{k: v for k, v in a.items() if k != "ResponseMetadata"} for a in answers]
+
+    assert comparable(replayed) == comparable(recorded)
+    audit = read_jsonl(tmp_path / "replayed" / "audit.jsonl")
+    assert [r["api"] for r in audit] == [
+        "bedrock.converse",
+        "bedrock.converse",
+        "anthropic.messages",
+        "anthropic.messages",
+    ]
+    assert {r["provider"] for r in audit} == {"aws.bedrock"}  # the recorded route's
+    # The replayed run observed what the recorded one did, Bedrock's headers included.
+    check_boto3_capture(replayed, audit, read_jsonl(tmp_path / "replayed" / "events.jsonl"))

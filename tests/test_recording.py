@@ -118,6 +118,25 @@ def test_reading_back(tmp_path: Path) -> None:
     assert "vllm=http://127.0.0.1:5/base" in routes and upstream is None
 
 
+def test_a_replayed_route_keeps_its_recorded_provider(tmp_path: Path) -> None:
+    """A Bedrock route replays as Bedrock (its errors, its header facts, its records)."""
+    key = TurnKey.of(RECORD, {}).to_json()
+    write_recording(
+        tmp_path,
+        {"v": 1, "kind": "http", "session_id": "s1", "order": 1, "key": key, "route": "bedrock",
+         "provider": "aws.bedrock", "upstream": "http://10.0.0.1:8000"},
+        {"v": 1, "kind": "http", "session_id": "s1", "order": 2, "key": key, "route": "odd",
+         "provider": "a,provider=b", "upstream": "http://10.0.0.1:8000"},
+        {"v": 1, "kind": "http", "session_id": "s1", "order": 3, "key": key, "route": "upstream",
+         "provider": "gcp.vertex_ai", "upstream": "http://10.0.0.1:8000/v1"},
+    )  # fmt: skip
+    routes, upstream = Recording.load(tmp_path).routes_to("http://127.0.0.1:5")
+    assert "bedrock=http://127.0.0.1:5,provider=aws.bedrock" in routes
+    assert "odd=http://127.0.0.1:5" in routes  # not a provider name: left out
+    assert upstream == "http://127.0.0.1:5/v1"  # --upstream takes no provider
+    RouteTable.build(routes, upstream)  # every one parses
+
+
 @pytest.mark.parametrize("text", [b"not json\n", b'{"v": 2}\n', b'{"v": 1, "key": {"model": 1}}\n'])
 def test_a_malformed_recording_is_named_by_line(tmp_path: Path, text: bytes) -> None:
     (tmp_path / RECORDING_FILE).write_bytes(b"\n" + text)

@@ -16,11 +16,12 @@ A ``--record DIR`` holds:
     turn's 1-based position in its session, audit order; null when
     unaudited), ``seq`` (the audit record's, HTTP only), ``transport``,
     ``api``, ``method``, ``path`` (secret query values redacted), ``route``,
-    ``upstream``, ``key`` (see :class:`TurnKey`), ``request`` (``headers``,
-    ``body``), ``response`` (``status``, ``headers``, ``wait_ms`` from the
-    request leaving to the response head, ``body``, ``chunks``, ``error``: a
-    fixed text when the exchange broke, never the upstream's words)
-    and, for a WebSocket, ``messages``.
+    ``provider`` (the route's), ``upstream``, ``key`` (see
+    :class:`TurnKey`), ``request`` (``headers``, ``body``), ``response``
+    (``status``, ``headers``, ``wait_ms`` from the request leaving to the
+    response head, ``body``, ``chunks``, ``error``: a fixed text when the
+    exchange broke, never the upstream's words) and, for a WebSocket,
+    ``messages``.
 
 ``DIR/blobs/<sha256>``
     Bodies, content-addressed, so identical bodies are kept once. A request
@@ -56,7 +57,7 @@ import orjson
 
 from modeltap.notices import ExchangeView
 from modeltap.records import AuditRecord, Json, redact_path
-from modeltap.routing import UPSTREAM_ROUTE
+from modeltap.routing import PROVIDER_NAME, UPSTREAM_ROUTE
 
 RECORDING_FILE: Final = "recording.jsonl"
 BLOBS_DIR: Final = "blobs"
@@ -197,6 +198,7 @@ def index_line(kind: str, view: ExchangeView, key: TurnKey | None) -> Json:
         "method": "GET" if websocket else view.method,
         "path": redact_path(view.path),
         "route": view.route.name if view.route else None,
+        "provider": view.route.provider if view.route else None,
         "upstream": view.upstream,
         "key": key.to_json() if key is not None else None,
     }
@@ -383,14 +385,20 @@ class Recording:
         return cls(root, entries)
 
     def routes_to(self, url: str) -> tuple[list[str], str | None]:
-        """Routes (``NAME=URL``) and ``--upstream`` that send every recorded route,
-        and the default ones, to the replay upstream at ``url``, each keeping its
-        recorded base path so replayed paths equal recorded ones."""
+        """Routes (``NAME=URL[,provider=P]``) and ``--upstream`` that send every
+        recorded route, and the default ones, to the replay upstream at ``url``,
+        each keeping its recorded base path so replayed paths equal recorded
+        ones, and its recorded provider (a replayed Bedrock route still answers
+        and is recorded as Bedrock)."""
         bases: dict[str, str] = {"openai": "", "anthropic": ""}
+        options: dict[str, str] = {}
         for entry in self.entries:
             name, upstream = entry.line.get("route"), entry.line.get("upstream")
             if isinstance(name, str) and isinstance(upstream, str):
                 bases[name] = urlsplit(upstream).path.rstrip("/")
+                provider = entry.line.get("provider")
+                if isinstance(provider, str) and PROVIDER_NAME.fullmatch(provider):
+                    options[name] = f",provider={provider}"
         upstream_base = bases.pop(UPSTREAM_ROUTE, None)
-        routes = [f"{name}={url}{base}" for name, base in bases.items()]
+        routes = [f"{name}={url}{base}{options.get(name, '')}" for name, base in bases.items()]
         return routes, (None if upstream_base is None else url + upstream_base)
