@@ -37,8 +37,9 @@ not report one. ``evidence_complete`` is true exactly when ``capture_errors``
 is empty.
 
 One wire read whole, in the sections of :mod:`modeltap.apis.contract`
-(request side, response side, what telemetry reads); a little over 500 lines
-because threads, MCP servers and server tools each need their own reading.
+(request side, response side, what telemetry reads); over 500 lines because
+threads, MCP servers, server tools and the clouds' forms (a body without
+``model``, Bedrock's metrics) each need their own reading.
 """
 
 from __future__ import annotations
