@@ -695,6 +695,47 @@ def test_bedrock_spans_name_the_provider(
     assert list(attributes["gen_ai.response.finish_reasons"]) == ["end_turn"]
 
 
+def test_vertex_and_bedrock_invoke_spans_follow_the_conventions(
+    start_proxy: Callable[..., Running],
+    upstream: Upstream,
+    otlp_http_receiver: HttpReceiver,
+) -> None:
+    """The Anthropic wire on two clouds: the span names the cloud and the path's
+    model, and counts the input the convention's way (cache reads included)."""
+    running = reverse_proxy(start_proxy, upstream, otlp=otlp_http_receiver.endpoint)
+    vertex = anthropic.AnthropicVertex(
+        region="us-east5",
+        project_id="fleet-project",
+        access_token="ya29.vertex-token-example",
+        base_url=running.base("vertex") + "/v1",
+        max_retries=0,
+    )
+    bedrock = anthropic.AnthropicBedrock(
+        api_key="ABSKbedrock-api-key-example",
+        aws_region="us-east-1",
+        base_url=running.base("bedrock"),
+        max_retries=0,
+    )
+    for client, model in ((vertex, "claude-sonnet-4-5@20250929"), (bedrock, SONNET)):
+        with client.messages.stream(
+            model=model, max_tokens=16, messages=[{"role": "user", "content": "Hi"}]
+        ) as stream:
+            stream.get_final_message()
+    running.proxy.stop()
+    spans = [s for s in otlp_http_receiver.wait_for(6) if "modeltap.seq" in s.attributes]
+    assert [s.name for s in spans] == ["chat claude-sonnet-4-5@20250929", f"chat {SONNET}"]
+    for span, provider in zip(spans, ("gcp.vertex_ai", "aws.bedrock"), strict=True):
+        attributes = span.attributes
+        assert attributes["gen_ai.provider.name"] == provider
+        assert attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.request.stream"] is True
+        assert attributes["gen_ai.response.id"] == "msg_stub2"
+        assert attributes["gen_ai.usage.input_tokens"] == 35  # 25 + 10 read from the cache
+        assert attributes["gen_ai.usage.output_tokens"] == 12
+        assert attributes["gen_ai.response.time_to_first_chunk"] > 0
+        assert attributes["server.address"] == "127.0.0.1"
+
+
 # --------------------------------------------------------------------------
 # Record and replay
 
