@@ -351,6 +351,11 @@ def test_an_unreadable_signed_header_list_covers_everything() -> None:
         ("myres.openai.azure.com", "azure.ai.openai"),
         ("proj-7.services.ai.azure.com", "azure.ai.openai"),
         ("bedrock-runtime.eu-west-3.amazonaws.com", "aws.bedrock"),
+        ("myres.cognitiveservices.azure.com", "azure.ai.openai"),
+        ("myres.openai.azure.us", "azure.ai.openai"),
+        ("bedrock-runtime-fips.us-gov-west-1.amazonaws.com", "aws.bedrock"),
+        ("bedrock-runtime.cn-north-1.amazonaws.com.cn", "aws.bedrock"),
+        ("bedrock-runtime.us-east-1.api.aws", "aws.bedrock"),
         ("us-east5-aiplatform.googleapis.com", "gcp.vertex_ai"),
         ("aiplatform.googleapis.com", "gcp.vertex_ai"),
     ],
@@ -359,6 +364,44 @@ def test_regular_mode_audits_every_provider_host(host: str, provider: str) -> No
     route = RouteTable.build([], None).for_host(host.upper(), 443)
     assert route is not None
     assert (route.name, route.provider, route.host, route.port) == (provider, provider, host, 443)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"use_fips_endpoint": True},
+        {"use_dualstack_endpoint": True},
+        {"use_fips_endpoint": True, "use_dualstack_endpoint": True},
+    ],
+    ids=["plain", "fips", "dualstack", "fips-dualstack"],
+)
+@pytest.mark.parametrize(
+    "region",
+    ["us-east-1", "eu-west-3", "us-gov-west-1", "cn-north-1", "us-iso-east-1",
+     "us-isob-east-1", "eu-isoe-west-1"],
+)  # fmt: skip
+def test_every_bedrock_runtime_host_boto3_resolves_is_audited(
+    region: str, config: dict[str, bool]
+) -> None:
+    """Regular mode must know the host boto3 really talks to, whatever the partition."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError
+
+    try:
+        client = boto3.client(
+            "bedrock-runtime",
+            region_name=region,
+            config=Config(**config),
+            aws_access_key_id="AKIDEXAMPLE",
+            aws_secret_access_key="secret",
+        )
+    except BotoCoreError:
+        pytest.skip("botocore has no such endpoint")
+    host = client.meta.endpoint_url.split("://", 1)[1]
+    route = RouteTable.build([], None).for_host(host, 443)
+    assert route is not None and route.provider == "aws.bedrock", host
 
 
 def test_regular_mode_leaves_other_hosts_and_prefers_a_named_route() -> None:

@@ -168,6 +168,7 @@ def test_omitted_instructions_have_no_parts() -> None:
         ("api.openai.com.evil.example", None),
         ("evil.example.openai.azure.com.attacker.net", None),
         ("a.b.openai.azure.com", None),  # * is one label, not several
+        ("bedrock-runtime.us-east-1.amazonaws.com.evil.example", None),
         ("bedrock.us-east-1.amazonaws.com", None),  # the control plane, not runtime
         ("notaiplatform.googleapis.com.example", None),
     ],

@@ -39,7 +39,18 @@ PROVIDER_HOSTS: Final[tuple[tuple[str, str], ...]] = (
     ("api.anthropic.com", "anthropic"),
     ("*.openai.azure.com", "azure.ai.openai"),
     ("*.services.ai.azure.com", "azure.ai.openai"),
-    ("bedrock-runtime.*.amazonaws.com", "aws.bedrock"),
+    ("*.cognitiveservices.azure.com", "azure.ai.openai"),  # AI Services resources
+    ("*.openai.azure.us", "azure.ai.openai"),  # Azure Government
+    # Bedrock Runtime in every AWS partition (commercial and GovCloud, China,
+    # dual-stack, the ISO regions), plain or FIPS (bedrock-runtime-fips): the
+    # hosts boto3 resolves. The domains are AWS's own.
+    ("bedrock-runtime*.*.amazonaws.com", "aws.bedrock"),
+    ("bedrock-runtime*.*.amazonaws.com.cn", "aws.bedrock"),
+    ("bedrock-runtime*.*.api.aws", "aws.bedrock"),
+    ("bedrock-runtime*.*.api.amazonwebservices.com.cn", "aws.bedrock"),
+    ("bedrock-runtime*.*.c2s.ic.gov", "aws.bedrock"),
+    ("bedrock-runtime*.*.sc2s.sgov.gov", "aws.bedrock"),
+    ("bedrock-runtime*.*.cloud.adc-e.uk", "aws.bedrock"),
     ("*aiplatform.googleapis.com", "gcp.vertex_ai"),
     ("generativelanguage.googleapis.com", "gcp.gemini"),
     ("cloudcode-pa.googleapis.com", "gcp.gemini"),
