@@ -28,7 +28,8 @@ API_CHAT = "openai.chat_completions"
 API_RESPONSES = "openai.responses"
 API_ANTHROPIC = "anthropic.messages"
 API_BEDROCK_CONVERSE = "bedrock.converse"
-APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC, API_BEDROCK_CONVERSE)
+API_GEMINI = "gemini.generate_content"
+APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC, API_BEDROCK_CONVERSE, API_GEMINI)
 
 
 def utc_now() -> str:

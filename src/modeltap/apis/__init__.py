@@ -15,7 +15,13 @@ from __future__ import annotations
 
 from typing import Final
 
-from modeltap.apis import anthropic_messages, bedrock_converse, openai_chat, openai_responses
+from modeltap.apis import (
+    anthropic_messages,
+    bedrock_converse,
+    gemini,
+    openai_chat,
+    openai_responses,
+)
 from modeltap.apis.contract import (
     EndpointMatch,
     RequestContent,
@@ -34,6 +40,7 @@ APIS: Final[tuple[WireApi, ...]] = (
     openai_responses,
     anthropic_messages,
     bedrock_converse,
+    gemini,
 )
 
 _BY_NAME: Final[dict[str, WireApi]] = {api.NAME: api for api in APIS}
@@ -46,7 +53,9 @@ def api_for_path(method: str, path: str) -> str | None:
     ``/responses`` or ``/messages``, whatever the query string, and the
     clouds' forms that name the model (Azure's deployments, Bedrock's
     ``/model/{id}/converse|converse-stream|invoke|invoke-with-response-stream``,
-    Vertex's ``…/publishers/anthropic/models/{m}:rawPredict|:streamRawPredict``).
+    Vertex's ``…/publishers/anthropic/models/{m}:rawPredict|:streamRawPredict``),
+    and Gemini's: a last segment ending in ``:generateContent`` or
+    ``:streamGenerateContent`` (the model before it, or in Code Assist's body).
     The path is read as an upstream reads it (see :func:`endpoint_of`), so an
     encoding cannot hide an endpoint.
 
@@ -127,25 +136,34 @@ def model_from_path(path: str) -> str | None:
     return None if found is None else found.model_from_path
 
 
-def provider_for(route: Route | None, api: str) -> str:
-    """The record's ``provider``: the route's real provider, else the wire's.
+def provider_for(route: Route | None, api: str, path: str | None = None) -> str:
+    """The record's ``provider``: the route's real provider, else the path's, else the wire's.
 
     Args:
         route: the route the request went through (its ``provider`` was said
             with ``--route NAME=URL,provider=P`` or found from its host), or
             ``None``.
         api: the record's ``api`` value.
+        path: the request target, when known: a path may name its provider
+            (:attr:`EndpointMatch.provider`, Vertex AI's Gemini paths).
 
     Returns:
         A ``gen_ai.provider.name`` value: the route's provider, else the
-        :attr:`WireApi.PROVIDER` of the API (a local stub speaking chat is
-        ``openai``).
+        path's, else the :attr:`WireApi.PROVIDER` of the API (a local stub
+        speaking chat is ``openai``).
 
     Raises:
         KeyError: for an unknown API name.
     """
     if route is not None and route.provider is not None:
         return route.provider
+    if path is not None:
+        try:
+            found = match_endpoint(path)
+        except Rejected:
+            found = None
+        if found is not None and found.api == api and found.provider is not None:
+            return found.provider
     return module_for(api).PROVIDER
 
 

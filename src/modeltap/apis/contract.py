@@ -1,7 +1,8 @@
 """What every wire API module offers: the contract the glue and telemetry rely on.
 
 A wire API is one plain module of this package (``openai_chat``,
-``openai_responses``, ``anthropic_messages``, ``bedrock_converse``). The registry in
+``openai_responses``, ``anthropic_messages``, ``bedrock_converse``, ``gemini``). The
+registry in
 :mod:`modeltap.apis` lists the modules as :class:`WireApi` values, so mypy
 checks every module against this contract; nothing outside ``apis/`` reads a
 request or response body by key. A new wire is a new module meeting
@@ -86,14 +87,18 @@ class EndpointMatch:
     model_from_path: str | None = None
     #: True when the path itself asks for a streamed answer (Bedrock's
     #: ``converse-stream`` and ``invoke-with-response-stream``, Vertex's
-    #: ``:streamRawPredict``): the record's ``stream`` then is true whatever
-    #: the body says.
+    #: ``:streamRawPredict``, Gemini's ``:streamGenerateContent``): the
+    #: record's ``stream`` then is true whatever the body says.
     stream: bool = False
     #: Which of the API's path forms matched when it is not the API's own
     #: (:data:`FORMS`): a cloud that carries the wire under its own path
     #: and may ask more of the body (Bedrock and Vertex want Anthropic bodies
     #: that name their ``anthropic_version``). ``None`` for the API's own path.
     form: str | None = None
+    #: The ``gen_ai.provider.name`` the path names when its route does not say
+    #: one (Vertex AI's ``…/publishers/google/models/…`` paths speak Gemini's
+    #: wire for ``gcp.vertex_ai``); ``None`` for the wire's own provider.
+    provider: str | None = None
 
 
 #: The path forms of :attr:`EndpointMatch.form`.

@@ -156,7 +156,8 @@ def setting_by_name(value: Any, known: SettingKeys, where: str) -> Json | None:
     Args:
         value: the setting as sent (``None`` when absent).
         known: the keys whose values are kept, with the type each must have
-            (``str`` values are bounded; ``null`` is kept as sent).
+            (``str`` values are bounded; ``int`` excludes booleans; ``null``
+            is kept as sent).
         where: the setting's name, for refusals.
 
     Returns:
@@ -179,10 +180,10 @@ def setting_by_name(value: Any, known: SettingKeys, where: str) -> Json | None:
             kept[key] = REDACTED
         elif item is None:
             kept[key] = None
-        elif kind is int and isinstance(item, int) and not isinstance(item, bool):
-            kept[key] = item
-        elif kind is str and isinstance(item, str):
+        elif isinstance(item, str) and kind is str:
             kept[key] = bounded(item, f"{where}.{key}")
+        elif isinstance(item, kind) and (kind is bool or not isinstance(item, bool)):
+            kept[key] = item
         else:
             raise Rejected(Rule.MALFORMED_SETTING, f"{where}.{key}")
     return kept
