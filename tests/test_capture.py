@@ -290,7 +290,7 @@ def test_tool_call_without_result_lowers_actions(tmp_path: Path) -> None:
     assert session.tool_was_called("lookup")  # the call itself was seen
 
 
-def test_tool_call_without_call_id_cannot_be_paired(tmp_path: Path) -> None:
+def test_tool_call_without_call_id_and_no_result_stays_unanswered(tmp_path: Path) -> None:
     write_capture(
         tmp_path,
         [audit(1, 0.0), audit(2, 2.0)],
@@ -298,8 +298,52 @@ def test_tool_call_without_call_id_cannot_be_paired(tmp_path: Path) -> None:
     )
     actions = Capture.load(tmp_path).sessions["s-1"].coverage.actions
     assert actions.reasons == (
-        "[turn 0] tool call lookup has no call_id; its result cannot be matched",
+        "[turn 0] tool call lookup has no call_id and no later request's results "
+        "matched it by position",
     )
+
+
+def anon(*sizes: int) -> tuple[ToolResult, ...]:
+    return tuple(ToolResult(None, size) for size in sizes)
+
+
+def test_calls_without_ids_are_paired_by_position_as_gemini_resends_its_history(
+    tmp_path: Path,
+) -> None:
+    # Turn 0 asks for two calls, turn 1 carries both results; turn 1 asks for
+    # one more, and turn 2 resends the two old results before the new one.
+    two = (ToolCall(None, "lookup", '{"q":1}'), ToolCall(None, "lookup", '{"q":2}'))
+    write_capture(
+        tmp_path,
+        [
+            audit(1, 0.0),
+            audit(2, 2.0, tool_results=anon(10, 20)),
+            audit(3, 4.0, tool_results=anon(10, 20, 30)),
+        ],
+        [
+            response(1, 1.0, tool_calls=two),
+            response(2, 3.0, tool_calls=(ToolCall(None, "fetch", "{}"),)),
+            response(3, 5.0),
+        ],
+    )
+    session = Capture.load(tmp_path).sessions["s-1"]
+    paired = [(i.turn_index, i.result_turn_index, i.result_bytes) for i in session.tool_invocations]
+    assert paired == [(0, 1, 10), (0, 1, 20), (1, 2, 30)]
+    assert session.evidence_complete
+
+
+def test_a_result_count_that_does_not_fit_the_history_pairs_nothing(tmp_path: Path) -> None:
+    # Turn 1 drops the first answer from its history: which result answers
+    # which call is not known, so neither call is claimed answered.
+    two = (ToolCall(None, "lookup", "{}"), ToolCall(None, "lookup", "{}"))
+    write_capture(
+        tmp_path,
+        [audit(1, 0.0), audit(2, 2.0, tool_results=anon(20))],
+        [response(1, 1.0, tool_calls=two), response(2, 3.0)],
+    )
+    session = Capture.load(tmp_path).sessions["s-1"]
+    assert [i.answered for i in session.tool_invocations] == [False, False]
+    assert not session.evidence_complete
 
 
 def test_incomplete_stream_lowers_events_and_actions(tmp_path: Path) -> None:

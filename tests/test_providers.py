@@ -198,6 +198,7 @@ def test_route_provider_said_then_host_then_unknown() -> None:
     assert parse_route_spec("x=http://h/a,b").base_path == "/a,b"
     table = RouteTable.build([], "http://127.0.0.1:1")
     assert {r.name: r.provider for r in table.routes} == {
+        "gemini": "gcp.gemini",
         "openai": "openai",
         "anthropic": "anthropic",
         "upstream": None,
@@ -354,15 +355,17 @@ def _lines(specs: list[str], upstream: str | None = None) -> list[str]:
 def test_default_routes_export_their_sdks_base_urls() -> None:
     assert sorted(_lines([])) == [
         "ANTHROPIC_BASE_URL=http://127.0.0.1:8787/anthropic",
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787/gemini  (route gemini)",
         "OPENAI_BASE_URL=http://127.0.0.1:8787/openai/v1",
     ]
 
 
 def test_a_route_of_unknown_provider_gets_each_wires_line_with_its_condition() -> None:
     lines = _lines(["stub=http://127.0.0.1:9000"])
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         "OPENAI_BASE_URL=http://127.0.0.1:8787/stub/v1  (route stub, if it speaks OpenAI)",
         "ANTHROPIC_BASE_URL=http://127.0.0.1:8787/stub  (route stub, if it speaks Anthropic)",
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787/stub  (route stub, if it speaks Gemini)",
     ]
 
 
@@ -377,15 +380,16 @@ def test_an_upstream_base_ending_in_v1_is_not_given_a_second_one() -> None:
 def test_upstream_at_root_and_routes_named_otherwise() -> None:
     lines = _lines(["oai=https://api.openai.com"], upstream="http://127.0.0.1:9000")
     assert "OPENAI_BASE_URL=http://127.0.0.1:8787/oai/v1  (route oai)" in lines
-    assert lines[-2:] == [
+    assert lines[-3:] == [
         "OPENAI_BASE_URL=http://127.0.0.1:8787/v1  (route upstream, if it speaks OpenAI)",
         "ANTHROPIC_BASE_URL=http://127.0.0.1:8787  (route upstream, if it speaks Anthropic)",
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787  (route upstream, if it speaks Gemini)",
     ]
 
 
 def test_a_provider_without_rules_gets_no_line() -> None:
     # (The screen then shows the route's URL.) The wire helpers add rules.
-    assert _lines(["m=https://api.mistral.ai,provider=mistral_ai"])[2:] == []
+    assert _lines(["m=https://api.mistral.ai,provider=mistral_ai"])[3:] == []
 
 
 def test_cloud_routes_export_what_their_clients_read() -> None:
@@ -396,7 +400,8 @@ def test_cloud_routes_export_what_their_clients_read() -> None:
             "vertex=https://us-east5-aiplatform.googleapis.com",
         ]
     )
-    assert [line for line in lines if "(route " in line] == [
+    clouds = [line for line in lines if "(route " in line and "(route gemini)" not in line]
+    assert clouds == [
         # (Routes are listed longest prefix first.)
         "ANTHROPIC_BEDROCK_BASE_URL=http://127.0.0.1:8787/bedrock  (route bedrock, with a "
         "Bedrock API key, AWS_BEARER_TOKEN_BEDROCK; SigV4 needs --mode regular)",
@@ -434,7 +439,7 @@ def test_cloud_routes_export_what_their_clients_read() -> None:
     ],
 )
 def test_cloud_export_values_follow_the_routes_base(spec: str, expected: list[str]) -> None:
-    assert [line.split("  (")[0] for line in _lines([spec])[2:]] == expected
+    assert [line.split("  (")[0] for line in _lines([spec])[3:]] == expected
 
 
 # --------------------------------------------------------------------------

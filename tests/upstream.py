@@ -71,6 +71,10 @@ class Reply:
     raw: bytes | None = None  # a verbatim body (e.g. invalid JSON)
     #: An AWS event stream (Bedrock): whole frames, sent one by one.
     frames: list[bytes] | None = None
+    #: A streamed JSON array (Gemini without ``?alt=sse``): one write per element.
+    json_array: list[Any] | None = None
+    #: End SSE lines with ``\r\n`` (as Google's servers do).
+    crlf: bool = False
 
 
 @dataclass
@@ -93,6 +97,8 @@ class Upstream:
         self.ws_handshakes: list[dict[str, str]] = []
         #: For WebSocket: a function from a response.create message to its server events.
         self.ws_script: Callable[[Json, int], list[Json]] | None = None
+        #: For HTTP: answers a request (after scripted ``replies``), or None for the default.
+        self.responder: Callable[[Received], Reply | None] | None = None
         self._ws_count = 0
         self.port = 0
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -162,10 +168,14 @@ class Upstream:
                 status=403,
                 headers={"x-amzn-ErrorType": "InvalidSignatureException"},
             )
-        reply = self.replies.popleft() if self.replies else self._default(request, raw)
+        reply = self.replies.popleft() if self.replies else None
+        if reply is None and self.responder is not None:
+            reply = self.responder(self.received[-1])
+        if reply is None:
+            reply = self._default(request, raw)
         if reply.raw is not None:
             return web.Response(status=reply.status, body=reply.raw, headers=reply.headers)
-        if reply.sse is not None:
+        if reply.sse is not None or reply.json_array is not None:
             return await self._stream(request, reply)
         if reply.frames is not None:
             return await self._frames(request, reply)
@@ -178,7 +188,9 @@ class Upstream:
         return web.Response(status=reply.status, body=body, headers=headers)
 
     async def _stream(self, request: web.Request, reply: Reply) -> web.StreamResponse:
-        headers = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        array = reply.json_array is not None
+        content_type = "application/json; charset=UTF-8" if array else "text/event-stream"
+        headers = {"Content-Type": content_type, "Cache-Control": "no-cache"}
         headers.update(reply.headers)
         compress: Callable[[bytes], bytes] = lambda b: b  # noqa: E731
         if reply.encoding == "gzip":
@@ -191,9 +203,13 @@ class Upstream:
             headers["Content-Encoding"] = "br"
         resp = web.StreamResponse(status=reply.status, headers=headers)
         await resp.prepare(request)
-        assert reply.sse is not None
-        for i, (name, data) in enumerate(reply.sse):
-            await resp.write(compress(sse_bytes(name, data)))
+        frames = (
+            json_array_frames(reply.json_array)
+            if reply.json_array is not None
+            else [sse_bytes(name, data, reply.crlf) for name, data in reply.sse or ()]
+        )
+        for i, frame in enumerate(frames):
+            await resp.write(compress(frame))
             if reply.cut_after == i:
                 assert request.transport is not None
                 request.transport.abort()
@@ -258,6 +274,9 @@ class Upstream:
         cloud = _cloud_default(request.method, path, body)
         if cloud is not None:
             return cloud
+        gemini = GEMINI_METHOD.search(path)
+        if gemini is not None:
+            return gemini_default(gemini, request.query.get("alt"), body)
         if path.endswith("/chat/completions"):
             include = bool((body.get("stream_options") or {}).get("include_usage"))
             return chat_text_sse(model, include_usage=include) if stream else chat_text_json(model)
@@ -514,11 +533,22 @@ def self_signed_tls() -> ssl.SSLContext:
     return context
 
 
-def sse_bytes(name: str | None, data: Any) -> bytes:
+def sse_bytes(name: str | None, data: Any, crlf: bool = False) -> bytes:
     """One SSE event on the wire."""
     payload = data if isinstance(data, str) else orjson.dumps(data).decode()
     head = f"event: {name}\n" if name else ""
-    return f"{head}data: {payload}\n\n".encode()
+    event = f"{head}data: {payload}\n\n"
+    return (event.replace("\n", "\r\n") if crlf else event).encode()
+
+
+def json_array_frames(items: list[Any]) -> list[bytes]:
+    """A streamed JSON array as Google's servers write it: ``[``, pretty-printed
+    elements with ``\r\n,`` between them, ``]``; one write per element."""
+    frames = [
+        (b"[" if i == 0 else b"\r\n,") + orjson.dumps(item, option=orjson.OPT_INDENT_2)
+        for i, item in enumerate(items)
+    ]
+    return [*frames, b"]"] if frames else [b"[]"]
 
 
 # ---------------------------------------------------------------- canned answers
@@ -1008,3 +1038,94 @@ def anthropic_tool_sse(model: str) -> Reply:
         ("message_stop", {"type": "message_stop"}),
     ]
     return Reply(sse=events)
+
+
+# ---------------------------------------------------------------- Gemini
+# generateContent answers: JSON, SSE (``?alt=sse``) and the streamed JSON
+# array; Code Assist (``/v1internal:…``) wraps each as {response, traceId}.
+
+#: ``{resource}:{method}`` at the end of a decoded path.
+GEMINI_METHOD = re.compile(r"(?:models/(?P<model>[^/:]+)|/v1internal):(?P<method>\w+)$")
+GEMINI_USAGE = {
+    "promptTokenCount": 31,
+    "candidatesTokenCount": 6,
+    "thoughtsTokenCount": 4,
+    "cachedContentTokenCount": 8,
+    "totalTokenCount": 41,
+}
+
+
+def gemini_chunk(
+    model: str,
+    parts: list[Json],
+    finish: str | None = None,
+    usage: Json | None = None,
+    response_id: str = "resp-gem1",
+) -> Json:
+    """One ``GenerateContentResponse`` (a whole response, or one chunk of a stream)."""
+    candidate: Json = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    chunk: Json = {"candidates": [candidate], "modelVersion": model, "responseId": response_id}
+    chunk["usageMetadata"] = usage or {"promptTokenCount": 31, "totalTokenCount": 31}
+    return chunk
+
+
+def gemini_text_chunks(model: str, text: str = "Hello from Gemini.") -> list[Json]:
+    """A thought, then the text in two pieces; usage on every chunk, complete on the last."""
+    return [
+        gemini_chunk(model, [{"text": "Thinking it over.", "thought": True}]),
+        gemini_chunk(model, [{"text": text[:6]}]),
+        gemini_chunk(
+            model, [{"text": text[6:], "thoughtSignature": "c2lnLTE="}], "STOP", GEMINI_USAGE
+        ),
+    ]
+
+
+def gemini_reply(chunks: list[Json], method: str, alt: str | None, code_assist: bool) -> Reply:
+    """``chunks`` answered as the method and ``alt`` ask: the last one whole (JSON),
+    SSE, or the streamed JSON array."""
+    if method != "streamGenerateContent":
+        # A whole response: every chunk's parts in one candidate, the last usage.
+        whole = dict(chunks[-1])
+        parts = [p for c in chunks for p in c["candidates"][0]["content"]["parts"]]
+        whole["candidates"] = [
+            {**chunks[-1]["candidates"][0], "content": {"role": "model", "parts": parts}}
+        ]
+        return Reply(json={"response": whole, "traceId": "trace-stub"} if code_assist else whole)
+    if code_assist:
+        chunks = [{"response": chunk, "traceId": "trace-stub"} for chunk in chunks]
+    if alt == "sse":
+        return Reply(sse=[(None, chunk) for chunk in chunks], crlf=True)
+    return Reply(json_array=chunks)
+
+
+def gemini_default(found: re.Match[str], alt: str | None, body: Any) -> Reply:
+    method = found["method"]
+    code_assist = found["model"] is None
+    request = body.get("request", {}) if code_assist and isinstance(body, dict) else body
+    if method == "countTokens":
+        return Reply(json={"totalTokens": 12})
+    if method not in ("generateContent", "streamGenerateContent"):
+        return Reply(json={})  # loadCodeAssist, retrieveUserQuota, listExperiments
+    model = (body.get("model") if code_assist and isinstance(body, dict) else found["model"]) or "m"
+    config = request.get("generationConfig") if isinstance(request, dict) else None
+    if isinstance(config, dict) and config.get("responseMimeType") == "application/json":
+        return gemini_reply(
+            [gemini_chunk(model, [{"text": '{"ok": true}'}], "STOP", GEMINI_USAGE)],
+            method,
+            alt,
+            code_assist,
+        )
+    return gemini_reply(gemini_text_chunks(model), method, alt, code_assist)
+
+
+def gemini_function_call_chunks(model: str, calls: list[Json]) -> list[Json]:
+    """The model asks for ``calls`` (``functionCall`` objects, ids as given)."""
+    first, *rest = calls
+    parts: list[Json] = [{"functionCall": first, "thoughtSignature": "c2lnLWNhbGw="}]
+    parts += [{"functionCall": call} for call in rest]
+    return [
+        gemini_chunk(model, [{"text": "I need a tool.", "thought": True}]),
+        gemini_chunk(model, parts, "STOP", GEMINI_USAGE),
+    ]

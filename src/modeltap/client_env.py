@@ -12,6 +12,7 @@ shows its URL). A new wire adds its provider's rules here and nothing else.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -121,6 +122,15 @@ def _anthropic_vertex_base_url(route: Route, base: str) -> tuple[str, str] | Non
     return "ANTHROPIC_VERTEX_BASE_URL", base if route.base_path.endswith("/v1") else f"{base}/v1"
 
 
+def _gemini_base_url(route: Route, base: str) -> tuple[str, str] | None:
+    # The google-genai SDKs (Python, Node) and Gemini CLI read
+    # GOOGLE_GEMINI_BASE_URL and append /{version}/models/...: no value is
+    # true for an upstream whose base already names a version.
+    if re.search(r"/v\d+[a-z0-9]*$", route.base_path):
+        return None
+    return "GOOGLE_GEMINI_BASE_URL", base
+
+
 #: Each provider's rules, by ``gen_ai.provider.name``.
 EXPORTS: Final[dict[str, tuple[Rule, ...]]] = {
     "openai": (_openai_base_url,),
@@ -128,12 +138,14 @@ EXPORTS: Final[dict[str, tuple[Rule, ...]]] = {
     "azure.ai.openai": (_azure_endpoint, _azure_v1_base_url),
     "aws.bedrock": (_anthropic_bedrock_base_url, _boto_bedrock_endpoint),
     "gcp.vertex_ai": (_anthropic_vertex_base_url,),
+    "gcp.gemini": (_gemini_base_url,),
 }
 
 #: For a route of unknown provider: each rule with the wire it assumes.
 ANY_WIRE: Final[tuple[tuple[Rule, str], ...]] = (
     (_openai_base_url, "if it speaks OpenAI"),
     (_anthropic_base_url, "if it speaks Anthropic"),
+    (_gemini_base_url, "if it speaks Gemini"),
 )
 
 

@@ -16,9 +16,17 @@ a session is the worst over its turns plus what happened outside them.
   not seen completely (``evidence_complete: false``; the reason carries the
   response's ``capture_errors``).
 * ``actions``: partial when a tool call never got its result in a later
-  request of the session (the reason names the call), when a call has no
-  ``call_id`` (its result cannot be matched), or when the response that would
-  list the calls is missing or incomplete.
+  request of the session (the reason names the call), or when the response
+  that would list the calls is missing or incomplete. A call with a
+  ``call_id`` is answered by the first later request carrying a result with
+  that id. A call without one (Gemini's Developer API sends none) is paired
+  by position, as Gemini pairs function responses with calls: the calls
+  without ids of a session, in order, are answered by the first later request
+  whose results without ids number exactly those already answered plus those
+  waiting (a client resends its whole history), the waiting calls taking the
+  last of them in order. A request whose count differs (history cut, two
+  conversations in one session) answers none of them, so a call that no
+  request matches stays unanswered, and says why.
 * ``messages``: always unavailable: message content is not recorded.
 * ``usage``: unavailable when a turn has no usage at all; partial when some
   counts are ``null``.
@@ -309,6 +317,8 @@ class SessionEvidence:
     """
 
     __slots__ = (
+        "_anonymous",
+        "_anonymous_answered",
         "_lowered",
         "_open",
         "_own",
@@ -332,6 +342,10 @@ class SessionEvidence:
         self._open: set[int] = set()
         #: call_id -> [(turn, position of the call in its response, label)], unanswered.
         self._pending: dict[str, list[tuple[int, int, str]]] = {}
+        #: Calls without a call_id waiting for their result, in order, and how
+        #: many such calls were answered (their results stay in the history).
+        self._anonymous: list[tuple[int, int, str]] = []
+        self._anonymous_answered = 0
         self._own = EvidenceCoverage()
         self._reported: list[SessionStatus] = []
         #: ``(turn, position of the call)`` -> the request that answered it.
@@ -351,8 +365,10 @@ class SessionEvidence:
         turn = self.turns
         self.turns += 1
         self._open.add(turn)
+        anonymous: list[int] = []
         for result in record.tool_results:
             if result.call_id is None:
+                anonymous.append(result.bytes)
                 continue
             waiting = self._pending.pop(result.call_id, None)
             if waiting is None:
@@ -361,6 +377,16 @@ class SessionEvidence:
             if self.keep_answers:
                 for call_turn, position, _label in waiting:
                     self.answers[(call_turn, position)] = Answer(turn, result.bytes)
+        if self._anonymous and len(anonymous) == self._anonymous_answered + len(self._anonymous):
+            # By position (see the module docstring): the newest results answer
+            # the waiting calls, in order.
+            fresh = anonymous[self._anonymous_answered :]
+            self.answered += len(fresh)
+            self._anonymous_answered += len(fresh)
+            if self.keep_answers:
+                for (call_turn, position, _label), size in zip(self._anonymous, fresh, strict=True):
+                    self.answers[(call_turn, position)] = Answer(turn, size)
+            self._anonymous = []
         return turn
 
     def response(self, turn: int, event: ResponseEvent) -> None:
@@ -391,12 +417,7 @@ class SessionEvidence:
         for position, call in enumerate(event.tool_calls):
             label = qualified_tool_name(call) or "(unnamed)"
             if call.call_id is None:
-                self.lower_turn(
-                    turn,
-                    "actions",
-                    "partial",
-                    f"tool call {label} has no call_id; its result cannot be matched",
-                )
+                self._anonymous.append((turn, position, label))
             else:
                 self._pending.setdefault(call.call_id, []).append((turn, position, label))
 
@@ -470,6 +491,13 @@ class SessionEvidence:
                     "partial",
                     f"tool call {label} ({call_id}) got no result in a later request",
                 )
+        for turn, _position, label in self._anonymous:
+            turns[turn] = turns.get(turn, COMPLETE).lower(
+                "actions",
+                "partial",
+                f"tool call {label} has no call_id and no later request's results "
+                "matched it by position",
+            )
         ordered = sorted(turns.items())
         own = self._own
         if self.turns == 0:

@@ -269,12 +269,27 @@ def provider_error_headers(shape: str, status: int) -> dict[str, str]:
     return headers
 
 
+#: The ``google.rpc.Code`` name Google's APIs give each HTTP status modeltap answers.
+_GOOGLE_STATUS: Final = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    413: "INVALID_ARGUMENT",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
 def provider_error_body(shape: str, message: str, *, status: int, code: str) -> bytes:
     """The JSON error body an agent's SDK expects from its provider.
 
     Args:
-        shape: ``"openai"``, ``"anthropic"`` or ``"bedrock"`` (AWS's
-            ``{"message"}``, the type in :func:`provider_error_headers`);
+        shape: ``"openai"``, ``"anthropic"``, ``"bedrock"`` (AWS's
+            ``{"message"}``, the type in :func:`provider_error_headers`) or
+            ``"google"`` (Google APIs' ``{"error": {code, message, status,
+            details}}``, which the google-genai SDKs and Gemini CLI read);
             anything else gives a body that satisfies both the OpenAI and the
             Anthropic SDKs (used when the provider is not known).
         message: a message built by modeltap (never request content).
@@ -289,6 +304,21 @@ def provider_error_body(shape: str, message: str, *, status: int, code: str) -> 
     if shape == "openai":
         body: dict[str, object] = {
             "error": {"message": message, "type": kind, "param": None, "code": code}
+        }
+    elif shape == "google":
+        body = {
+            "error": {
+                "code": status,
+                "message": message,
+                "status": _GOOGLE_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN"),
+                "details": [
+                    {
+                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                        "reason": code,
+                        "domain": "modeltap",
+                    }
+                ],
+            }
         }
     elif shape == "anthropic":
         body = {"type": "error", "error": {"type": kind, "message": message}}

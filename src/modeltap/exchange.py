@@ -324,7 +324,7 @@ class Exchange:
         self.response_headers = headers
         if self.run.on["first_byte"]:
             self.run.publish("first_byte", self.view, status, headers, now)
-        framing = stream_framing(headers.get("content-type", ""))
+        framing = stream_framing(headers.get("content-type", ""), self.api, self.facts, status)
         if framing is None:
             return None
         # Never buffer a stream: each chunk goes on to the agent as it arrives.

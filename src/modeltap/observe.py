@@ -7,7 +7,9 @@
   a copy goes through the content decoding, the SSE decoder (or, for
   Bedrock's binary ``application/vnd.amazon.eventstream``,
   :class:`~modeltap.bedrock.BedrockStreamDecoder`, which yields the same
-  events) and the API's stream observer. When the copy cannot be decoded, observing stops, never
+  events, or for Gemini's JSON-array stream,
+  :class:`~modeltap.json_array.JsonArrayDecoder`) and the API's stream
+  observer. When the copy cannot be decoded, observing stops, never
   the stream, and the response's evidence says so.
 """
 
@@ -25,28 +27,56 @@ from modeltap.bedrock import BedrockStreamDecoder, is_bedrock, is_eventstream
 from modeltap.bedrock import with_response_headers as bedrock_headers
 from modeltap.decoding import StreamDecompressor, decode_body
 from modeltap.errors import UpstreamProtocolError
-from modeltap.records import RequestFacts, ResponseFacts
+from modeltap.json_array import JsonArrayDecoder
+from modeltap.records import API_GEMINI, RequestFacts, ResponseFacts
 from modeltap.routing import Route
 from modeltap.sse import SSEDecoder
 
 #: A response's stream framings (:func:`stream_framing`).
 SSE: Final = "sse"
 EVENTSTREAM: Final = "eventstream"
+JSON_ARRAY: Final = "json_array"
+#: The decoder of each framing.
+_DECODERS: Final = {
+    SSE: SSEDecoder,
+    EVENTSTREAM: BedrockStreamDecoder,
+    JSON_ARRAY: JsonArrayDecoder,
+}
+#: APIs whose streams may come as one JSON array whose elements arrive one by
+#: one (Gemini's ``:streamGenerateContent`` without ``?alt=sse``).
+_JSON_ARRAY_APIS: Final = frozenset({API_GEMINI})
 
 
-def stream_framing(content_type: str) -> str | None:
-    """How a response streams, from its ``Content-Type``.
+def stream_framing(
+    content_type: str,
+    api: str | None = None,
+    facts: RequestFacts | None = None,
+    status: int = 200,
+) -> str | None:
+    """How a response streams, to be observed piece by piece as it arrives.
 
     Args:
-        content_type: the header's value (any case, parameters allowed).
+        content_type: its ``Content-Type`` (any case, parameters allowed).
+        api: the request's API (None: not a model request).
+        facts: the request's audit facts (None: not audited).
+        status: the response's HTTP status (an error answers with one object).
 
     Returns:
         ``"sse"`` (``text/event-stream``), ``"eventstream"`` (Bedrock's binary
-        ``application/vnd.amazon.eventstream``), or None (not a stream).
+        ``application/vnd.amazon.eventstream``), ``"json_array"`` (a
+        successful JSON answer to a streamed request of an API that streams
+        that way, :class:`~modeltap.json_array.JsonArrayDecoder`), or None (a
+        body read whole, an error body of a streamed request included).
     """
     if is_eventstream(content_type):
         return EVENTSTREAM
-    return SSE if "text/event-stream" in content_type.lower() else None
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "text/event-stream":
+        return SSE
+    streamed = facts is not None and facts.stream
+    if streamed and api in _JSON_ARRAY_APIS and 200 <= status < 300:
+        return JSON_ARRAY if media == "application/json" else None
+    return None
 
 
 def with_header_facts(
@@ -103,7 +133,7 @@ class StreamTap:
         observer: the API's stream observer (None: pass the chunks only).
         decompressor: undoes the response's content coding.
         errors: what already kept the stream from being observed.
-        framing: ``"sse"``, or ``"eventstream"`` (:func:`stream_framing`).
+        framing: ``"sse"``, ``"eventstream"`` or ``"json_array"`` (:func:`stream_framing`).
         on_first_chunk: called with the time of the first model output.
         on_chunk: called with each chunk and its time (a listener asked).
     """
@@ -130,9 +160,9 @@ class StreamTap:
     ) -> None:
         self.observer = observer
         self.decompressor = decompressor
-        self.sse: SSEDecoder | BedrockStreamDecoder | None = None
+        self.sse: SSEDecoder | BedrockStreamDecoder | JsonArrayDecoder | None = None
         if observer is not None:
-            self.sse = BedrockStreamDecoder() if framing == EVENTSTREAM else SSEDecoder()
+            self.sse = _DECODERS.get(framing, SSEDecoder)()
         self.errors = list(errors)
         self.first_chunk_ns: int | None = None
         self.on_first_chunk = on_first_chunk
@@ -155,7 +185,7 @@ class StreamTap:
             api: the request's API.
             facts: its audit facts (what the observer checks the answer against).
             content_encoding: the response's ``content-encoding``.
-            framing: ``"sse"`` or ``"eventstream"`` (:func:`stream_framing`).
+            framing: ``"sse"``, ``"eventstream"`` or ``"json_array"`` (:func:`stream_framing`).
             capture_content: keep the output for spans (content capture is on).
             callbacks: ``on_first_chunk``, ``on_chunk``.
         """

@@ -25,6 +25,7 @@ from modeltap.records import API_ANTHROPIC, API_BEDROCK_CONVERSE, API_CHAT, API_
 DEFAULT_ROUTES: dict[str, str] = {
     "openai": "https://api.openai.com",
     "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
 }
 
 #: The route name used by ``--upstream URL`` (mounted at ``/``).
@@ -282,6 +283,7 @@ _PROVIDER_SHAPES: Final = {
     "azure.ai.openai": "openai",
     "anthropic": "anthropic",
     "aws.bedrock": "bedrock",
+    "gcp.gemini": "google",
 }
 
 
@@ -299,7 +301,7 @@ def error_shape_for(api: str | None, route: Route | None) -> str:
         route: the route the request went through, or ``None``.
 
     Returns:
-        ``openai``, ``anthropic``, ``bedrock`` or ``both``.
+        ``openai``, ``anthropic``, ``bedrock``, ``google`` or ``both``.
     """
     provider = route.provider if route is not None else None
     if api == API_BEDROCK_CONVERSE or (provider == "aws.bedrock" and api in (None, API_ANTHROPIC)):
@@ -308,6 +310,8 @@ def error_shape_for(api: str | None, route: Route | None) -> str:
         return "anthropic"
     if api in (API_CHAT, API_RESPONSES):
         return "openai"
+    if api is not None and api.startswith("gemini."):  # Google's wires, whatever the route
+        return "google"
     return _PROVIDER_SHAPES.get(provider or "", "both")
 
 

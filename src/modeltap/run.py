@@ -204,7 +204,7 @@ class Run:
             session_id=view.session_id,
             transport=view.transport,
             api=view.api,
-            provider=apis.provider_for(view.route, view.api),
+            provider=apis.provider_for(view.route, view.api, view.path),
             route=view.route.name if view.route else None,
             upstream=view.upstream,
             path=view.path,
@@ -406,7 +406,7 @@ class Run:
                 upstream=view.upstream,
                 request_model=view.record.model,
                 facts=facts,
-                provider=apis.provider_for(view.route, view.api),
+                provider=apis.provider_for(view.route, view.api, view.path),
             ),
         )
         self.write_event(event)

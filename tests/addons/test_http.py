@@ -52,7 +52,7 @@ async def test_options_reach_the_core(tmp_path: Path) -> None:
     with tap(tmp_path, mode="regular", strict=True, image_detail="low", max_body="1k") as t:
         s = t.run.settings
         assert (s.mode, s.strict, s.image_detail, s.max_body) == ("regular", True, "low", 1024)
-        assert {r.name for r in s.routes.routes} == {"openai", "anthropic", "stub"}
+        assert {r.name for r in s.routes.routes} == {"openai", "anthropic", "gemini", "stub"}
 
 
 async def test_a_model_request_is_re_pointed_audited_and_answered(tmp_path: Path) -> None:

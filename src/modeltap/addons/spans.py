@@ -92,7 +92,7 @@ class Spans(Addon, Listener):
                 traceparent=view.traceparent,
                 start_ns=epoch_ns(t_ns),
                 conversation_id=view.conversation_id,
-                provider=apis.provider_for(view.route, view.api),
+                provider=apis.provider_for(view.route, view.api, view.path),
                 upstream=view.upstream,
             )
         self._exchanges[view.id] = span
