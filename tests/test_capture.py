@@ -332,6 +332,26 @@ def test_calls_without_ids_are_paired_by_position_as_gemini_resends_its_history(
     assert session.evidence_complete
 
 
+def test_results_with_ids_no_response_named_pair_by_position(tmp_path: Path) -> None:
+    # Gemini CLI gives an id-less call an id of its own making.
+    write_capture(
+        tmp_path,
+        [
+            audit(1, 0.0),
+            audit(2, 2.0, tool_results=(ToolResult("read_file_1_0", 12),)),
+            audit(3, 4.0, tool_results=(ToolResult("read_file_1_0", 12), ToolResult("x_2_0", 7))),
+        ],
+        [
+            response(1, 1.0, tool_calls=(ToolCall(None, "read_file", "{}"),)),
+            response(2, 3.0, tool_calls=(ToolCall(None, "x", "{}"),)),
+            response(3, 5.0),
+        ],
+    )
+    session = Capture.load(tmp_path).sessions["s-1"]
+    paired = [(i.result_turn_index, i.result_bytes) for i in session.tool_invocations]
+    assert paired == [(1, 12), (2, 7)] and session.evidence_complete
+
+
 def test_a_result_count_that_does_not_fit_the_history_pairs_nothing(tmp_path: Path) -> None:
     # Turn 1 drops the first answer from its history: which result answers
     # which call is not known, so neither call is claimed answered.

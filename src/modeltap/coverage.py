@@ -22,11 +22,14 @@ a session is the worst over its turns plus what happened outside them.
   that id. A call without one (Gemini's Developer API sends none) is paired
   by position, as Gemini pairs function responses with calls: the calls
   without ids of a session, in order, are answered by the first later request
-  whose results without ids number exactly those already answered plus those
-  waiting (a client resends its whole history), the waiting calls taking the
-  last of them in order. A request whose count differs (history cut, two
-  conversations in one session) answers none of them, so a call that no
-  request matches stays unanswered, and says why.
+  whose results without a known id number exactly those already answered
+  plus those waiting (a client resends its whole history), the waiting calls
+  taking the last of them in order. A result's id is known when a response
+  of the session named it; Gemini CLI gives an id-less call an id of its own
+  making, which no response named, so its results count as results without
+  id. A request whose count differs (history cut, two conversations in one
+  session) answers none of them, so a call that no request matches stays
+  unanswered, and says why.
 * ``messages``: always unavailable: message content is not recorded.
 * ``usage``: unavailable when a turn has no usage at all; partial when some
   counts are ``null``.
@@ -320,6 +323,7 @@ class SessionEvidence:
         "_anonymous",
         "_anonymous_answered",
         "_lowered",
+        "_named",
         "_open",
         "_own",
         "_pending",
@@ -346,6 +350,8 @@ class SessionEvidence:
         #: many such calls were answered (their results stay in the history).
         self._anonymous: list[tuple[int, int, str]] = []
         self._anonymous_answered = 0
+        #: Every call_id a response of the session named.
+        self._named: set[str] = set()
         self._own = EvidenceCoverage()
         self._reported: list[SessionStatus] = []
         #: ``(turn, position of the call)`` -> the request that answered it.
@@ -367,7 +373,7 @@ class SessionEvidence:
         self._open.add(turn)
         anonymous: list[int] = []
         for result in record.tool_results:
-            if result.call_id is None:
+            if result.call_id is None or result.call_id not in self._named:
                 anonymous.append(result.bytes)
                 continue
             waiting = self._pending.pop(result.call_id, None)
@@ -419,6 +425,7 @@ class SessionEvidence:
             if call.call_id is None:
                 self._anonymous.append((turn, position, label))
             else:
+                self._named.add(call.call_id)
                 self._pending.setdefault(call.call_id, []).append((turn, position, label))
 
     def turn_error(self, turn: int, event: ErrorEvent) -> None:

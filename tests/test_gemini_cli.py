@@ -1,0 +1,140 @@
+"""Gemini CLI itself, run non-interactively through modeltap against the local stub.
+
+The CLI is the pinned ``@google/gemini-cli`` of ``tests/gemini_cli/`` (``npm
+ci`` there; ``.ci/run`` does it). Where it is not installed the test is
+skipped, unless ``MODELTAP_REQUIRE_GEMINI_CLI=1`` (CI sets it): then a missing
+CLI fails the test instead of hiding it.
+
+What it needs, as a Gemini CLI user would set it up (README, "Gemini"):
+``GOOGLE_GEMINI_BASE_URL`` pointing at the proxy, ``GEMINI_API_KEY``, and in
+non-interactive mode ``security.auth.selectedType: "gemini-api-key"`` in
+``~/.gemini/settings.json`` (without it the CLI exits 41 before any request);
+``GEMINI_CLI_TRUST_WORKSPACE=true`` so it runs in a fresh directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from modeltap.capture import Capture
+from tests.conftest import Running
+from tests.upstream import (
+    GEMINI_METHOD,
+    Received,
+    Reply,
+    gemini_chunk,
+    gemini_function_call_chunks,
+    gemini_reply,
+)
+
+CLI = Path(__file__).parent / "gemini_cli" / "node_modules" / ".bin" / "gemini"
+KEY = "AIza-cli-PLANTED-SECRET-0123456789"
+MODEL = "gemini-2.5-flash"
+NOTES = "ship the release on friday\n"
+
+
+def require_cli() -> Path:
+    if CLI.exists():
+        return CLI
+    if os.environ.get("MODELTAP_REQUIRE_GEMINI_CLI") == "1":
+        pytest.fail(f"Gemini CLI is not installed at {CLI} (run npm ci in tests/gemini_cli)")
+    pytest.skip("Gemini CLI not installed (npm ci in tests/gemini_cli)")
+
+
+def answer(received: Received) -> Reply | None:
+    """The model's side of one prompt: read notes.txt, then say what it holds."""
+    found = GEMINI_METHOD.search(received.path.split("?", 1)[0])
+    if found is None or found["method"] not in ("generateContent", "streamGenerateContent"):
+        return None  # countTokens and the like: the stub's default
+    body: Any = received.json()
+    contents = body.get("contents", []) if isinstance(body, dict) else []
+    parts = [p for c in contents for p in c.get("parts", [])]
+    declared = [
+        d.get("name") for t in body.get("tools", []) for d in t.get("functionDeclarations", [])
+    ]
+    alt = "sse" if "alt=sse" in received.path else None
+    model = found["model"] or MODEL
+    if any("functionResponse" in p for p in parts):
+        usage = {"promptTokenCount": 90, "candidatesTokenCount": 9, "totalTokenCount": 99}
+        chunks = [gemini_chunk(model, [{"text": "The notes say: ship on friday."}], "STOP", usage)]
+        return gemini_reply(chunks, found["method"], alt, False)
+    if "read_file" in declared:
+        call = {"name": "read_file", "args": {"file_path": "notes.txt"}}
+        return gemini_reply(gemini_function_call_chunks(model, [call]), found["method"], alt, False)
+    return None
+
+
+def test_gemini_cli_tool_loop_through_the_proxy(
+    start_proxy: Callable[..., Running], tmp_path: Path
+) -> None:
+    cli = require_cli()
+    running = start_proxy()
+    running.upstream.responder = answer
+    home, work = tmp_path / "home", tmp_path / "work"
+    (home / ".gemini").mkdir(parents=True)
+    work.mkdir()
+    (work / "notes.txt").write_text(NOTES)
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},
+    }
+    (home / ".gemini" / "settings.json").write_bytes(orjson.dumps(settings))
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "GOOGLE_GEMINI_BASE_URL": running.base(),
+        "GEMINI_API_KEY": KEY,
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "NO_COLOR": "1",
+    }
+    done = subprocess.run(
+        [str(cli), "-m", MODEL, "-p", "What do my notes say?"],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
+    assert "ship on friday" in done.stdout.decode()
+
+    records = [r for r in running.audit() if r["path"].endswith(":streamGenerateContent?alt=sse")]
+    assert len(records) == 2, [r["path"] for r in running.audit()]
+    first, second = records
+    for record in (first, second):
+        assert (record["api"], record["provider"]) == ("gemini.generate_content", "gcp.gemini")
+        assert (record["model"], record["model_source"], record["stream"]) == (MODEL, "path", True)
+        assert record["path"].startswith(f"/v1beta/models/{MODEL}:")
+        assert "read_file" in record["tool_names"]
+        assert record["instructions_parts"] and record["instructions_sha256"]
+        assert record["thinking"] is not None  # the CLI always sends a thinkingConfig
+    assert first["tool_results"] == []
+    # The stub sent the call without an id: the CLI made one of its own.
+    (result,) = second["tool_results"]
+    assert result["call_id"].startswith("read_file") and result["bytes"] > len(NOTES)
+
+    calls = [e["tool_calls"] for e in running.events("response") if e["tool_calls"]]
+    assert calls == [
+        [
+            {
+                "call_id": None,
+                "name": "read_file",
+                "arguments": '{"file_path":"notes.txt"}',
+                "namespace": None,
+            }
+        ]
+    ]
+    running.proxy.stop()
+    capture = Capture.load(running.out)
+    assert capture.tool_was_called("read_file")
+    invocations = [i for s in capture.sessions.values() for i in s.tool_invocations]
+    assert [(i.name, i.answered) for i in invocations] == [("read_file", True)]
+    for name in ("audit.jsonl", "events.jsonl"):
+        assert KEY.encode() not in (running.out / name).read_bytes()
