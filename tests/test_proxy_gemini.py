@@ -22,6 +22,7 @@ from google.genai import types
 
 from modeltap.capture import Capture
 from tests.conftest import Running
+from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (
     GEMINI_USAGE,
     Reply,
@@ -30,6 +31,8 @@ from tests.upstream import (
     gemini_reply,
     gemini_text_chunks,
 )
+
+pytest_plugins = ["tests.otlp_fixtures"]
 
 KEY = "AIza-test-PLANTED-SECRET-0123456789"
 MODEL = "gemini-2.5-flash"
@@ -381,3 +384,65 @@ def test_a_gemini_stub_answer_is_well_formed() -> None:
     chunk = gemini_chunk(MODEL, [{"text": "x"}], "STOP")
     parsed = types.GenerateContentResponse.model_validate(chunk)
     assert parsed.text == "x"
+
+
+# --------------------------------------------------------------------------
+# Spans: generate_content, the real provider, totals, content in the conventions' shape
+
+
+def test_spans_name_the_operation_and_provider_and_carry_usage_totals_and_content(
+    start_proxy: Callable[..., Running], otlp_http_receiver: HttpReceiver
+) -> None:
+    running = start_proxy(otlp=otlp_http_receiver.endpoint, capture_content=True)
+    developer, vertex = client(running), client(running, vertexai=True)
+    list(
+        developer.models.generate_content_stream(
+            model=MODEL,
+            contents="Say hello.",
+            config=no_afc(system_instruction="be brief", max_output_tokens=64, temperature=0.5),
+        )
+    )
+    vertex.models.generate_content(model="gemini-2.5-pro", contents="hi")
+    running.proxy.stop()
+    summary = running.proxy.spans.summary
+    assert summary is not None and " 0 dropped" in summary
+    spans = otlp_http_receiver.wait_for(running.proxy.spans.telemetry.stats().exported)
+    exchanges = {s.attributes["modeltap.seq"]: s for s in spans if "modeltap.seq" in s.attributes}
+    stream, whole = exchanges[1], exchanges[2]
+
+    assert stream.name == f"generate_content {MODEL}" and stream.kind == "CLIENT"
+    attributes = stream.attributes
+    assert attributes["gen_ai.operation.name"] == "generate_content"
+    assert attributes["gen_ai.provider.name"] == "gcp.gemini"
+    assert (attributes["gen_ai.request.model"], attributes["gen_ai.response.model"]) == (
+        MODEL,
+        MODEL,
+    )
+    assert attributes["gen_ai.request.stream"] is True
+    assert attributes["gen_ai.request.max_tokens"] == 64
+    assert attributes["gen_ai.request.temperature"] == 0.5
+    # promptTokenCount counts the cached tokens; the output adds the thoughts.
+    assert attributes["gen_ai.usage.input_tokens"] == 31
+    assert attributes["gen_ai.usage.output_tokens"] == 6 + 4
+    assert attributes["gen_ai.usage.cache_read.input_tokens"] == 8
+    assert attributes["gen_ai.usage.reasoning.output_tokens"] == 4
+    assert attributes["gen_ai.response.finish_reasons"] == ["STOP"]
+    assert "openai.api.type" not in attributes
+    assert orjson.loads(attributes["gen_ai.system_instructions"]) == [
+        {"type": "text", "content": "be brief"}
+    ]
+    assert orjson.loads(attributes["gen_ai.input.messages"]) == [
+        {"role": "user", "parts": [{"type": "text", "content": "Say hello."}]}
+    ]
+    assert orjson.loads(attributes["gen_ai.output.messages"]) == [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "reasoning", "content": "Thinking it over."},
+                {"type": "text", "content": "Hello from Gemini."},
+            ],
+            "finish_reason": "stop",
+        }
+    ]
+    assert whole.name == "generate_content gemini-2.5-pro"
+    assert whole.attributes["gen_ai.provider.name"] == "gcp.vertex_ai"

@@ -23,8 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx2 as httpx
 import openai
+import orjson
 import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 from modeltap.addons.replayer import Replayer as Replay
 from modeltap.cli import demo_main
@@ -44,6 +49,9 @@ from tests.upstream import (
     chat_text_sse,
     chat_tool_json,
     chat_tool_sse,
+    gemini_function_call_chunks,
+    gemini_reply,
+    gemini_text_chunks,
     responses_text_json,
     responses_text_sse,
     responses_tool_json,
@@ -265,6 +273,64 @@ def replay(
 AUDIT_KEYS = ("model", "tool_names", "instructions_sha256", "image_count", "api", "transport")
 
 
+def gemini_turns(stream: bool, model: str = "gemini-2.5-flash") -> Turns:
+    """Two turns with the google-genai SDK: a call (no id), then its result."""
+
+    def run(base: str) -> list[Any]:
+        client = genai.Client(api_key=KEY, http_options=genai_types.HttpOptions(base_url=base))
+        config = genai_types.GenerateContentConfig(
+            system_instruction=SYSTEM,
+            tools=[genai_types.Tool(function_declarations=[{"name": "lookup"}])],
+            automatic_function_calling=genai_types.AutomaticFunctionCallingConfig(disable=True),
+        )
+        history: list[Any] = [genai_types.Content(role="user", parts=[{"text": "weather?"}])]
+        out = []
+        for _ in range(2):
+            if stream:
+                chunks = client.models.generate_content_stream(
+                    model=model, contents=history, config=config
+                )
+                out.append(
+                    [
+                        c.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"})
+                        for c in chunks
+                    ]
+                )
+            else:
+                r = client.models.generate_content(model=model, contents=history, config=config)
+                out.append(
+                    r.model_dump(mode="json", exclude_none=True, exclude={"sdk_http_response"})
+                )
+            history = [
+                *history,
+                genai_types.Content(
+                    role="model", parts=[{"function_call": {"name": "lookup", "args": {}}}]
+                ),
+                genai_types.Content(
+                    role="user",
+                    parts=[{"function_response": {"name": "lookup", "response": {"r": "sunny"}}}],
+                ),
+            ]
+        return out
+
+    return run
+
+
+def gemini_array_turns(base: str) -> list[Any]:
+    """Two streamed JSON-array answers, read raw (no SDK asks for that form)."""
+    url = f"{base}/v1beta/models/gemini-2.5-pro:streamGenerateContent"
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    return [orjson.loads(httpx.post(url, json=body, timeout=10).content) for _ in range(2)]
+
+
+def gemini_replies(model: str, method: str, alt: str | None) -> list[Reply]:
+    call = gemini_function_call_chunks(model, [{"name": "lookup", "args": {}}])
+    return [
+        gemini_reply(call, method, alt, False),
+        gemini_reply(gemini_text_chunks(model), method, alt, False),
+    ]
+
+
 @dataclass
 class Case:
     name: str
@@ -308,6 +374,21 @@ CASES = [
             bedrock_event_stream(anthropic_tool_sse("claude-x")),
             bedrock_event_stream(anthropic_text_sse("claude-x")),
         ],
+    ),
+    Case(
+        "gemini-json",
+        gemini_turns(False),
+        gemini_replies("gemini-2.5-flash", "generateContent", None),
+    ),
+    Case(
+        "gemini-sse",
+        gemini_turns(True),
+        gemini_replies("gemini-2.5-flash", "streamGenerateContent", "sse"),
+    ),
+    Case(
+        "gemini-json-array",
+        gemini_array_turns,
+        gemini_replies("gemini-2.5-pro", "streamGenerateContent", None),
     ),
 ]
 
@@ -387,6 +468,23 @@ def test_tool_dropped_on_turn_two(tmp_path: Path, upstream: Upstream) -> None:
     assert {d["kind"] for d in diff} == {"mismatch"}
     # The refused turn still has its audit record; modeltap saw the 400.
     assert len(read_jsonl(out / "audit.jsonl")) == 2
+
+
+def test_gemini_model_changed_in_the_path(tmp_path: Path, upstream: Upstream) -> None:
+    recorded = record(
+        tmp_path,
+        upstream,
+        gemini_turns(False),
+        gemini_replies("gemini-2.5-flash", "generateContent", None),
+    )
+    replayed, addon = replay(
+        recorded.dir, tmp_path / "out-replay", gemini_turns(False, model="gemini-2.5-pro")
+    )
+    assert isinstance(replayed, genai_errors.APIError)
+    assert any(
+        "model changed ('gemini-2.5-flash' -> 'gemini-2.5-pro')" in p.message
+        for p in addon.problems
+    )
 
 
 def test_instructions_changed(tmp_path: Path, upstream: Upstream) -> None:

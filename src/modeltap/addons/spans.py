@@ -94,6 +94,7 @@ class Spans(Addon, Listener):
                 conversation_id=view.conversation_id,
                 provider=apis.provider_for(view.route, view.api, view.path),
                 upstream=view.upstream,
+                api=view.api,
             )
         self._exchanges[view.id] = span
 

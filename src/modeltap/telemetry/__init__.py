@@ -291,6 +291,7 @@ class Telemetry:
         conversation_id: str | None = None,
         provider: str | None = None,
         upstream: str | None = None,
+        api: str | None = None,
     ) -> ExchangeSpan:
         """Open one exchange (an HTTP request or a ``response.create``).
 
@@ -313,6 +314,8 @@ class Telemetry:
                 before its audit (a refusal's span then names it; once
                 audited, the record's ``provider`` is used).
             upstream: where it goes, when known before its audit.
+            api: the API its endpoint names, when known before its audit
+                (``gen_ai.operation.name`` of a refusal's span).
 
         Returns:
             The exchange's span; call :meth:`ExchangeSpan.finish` exactly once.
@@ -327,6 +330,7 @@ class Telemetry:
             conversation_id=conversation_id,
             provider=provider,
             upstream=upstream,
+            api=api,
         )
 
     def start_connection(

@@ -130,7 +130,7 @@ def start_attributes(
     address, port = server_address(record.upstream)
     openai = _openai_flavoured(record)
     values: dict[str, Any] = {
-        names.OPERATION_NAME: names.OPERATION_CHAT,
+        names.OPERATION_NAME: names.operation_of(record.api),
         names.PROVIDER_NAME: provider_of(record),
         names.REQUEST_MODEL: record.model,
         names.SERVER_ADDRESS: address,
@@ -300,7 +300,7 @@ def metric_attributes(
     """The GenAI metric attributes of an exchange (without ``error.type``)."""
     address, port = server_address(record.upstream)
     values: dict[str, Any] = {
-        names.OPERATION_NAME: names.OPERATION_CHAT,
+        names.OPERATION_NAME: names.operation_of(record.api),
         names.PROVIDER_NAME: provider_of(record),
         names.REQUEST_MODEL: record.model,
         names.RESPONSE_MODEL: response.model if response is not None else None,

@@ -37,6 +37,8 @@ from opentelemetry.semconv._incubating.attributes import log_attributes, openai_
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
 
+from modeltap.records import API_GEMINI
+
 #: The release whose text the names follow (see the module docstring).
 CONVENTIONS_VERSION: Final = "1.41.1"
 #: Schema URL of the metrics, which follow that release exactly.
@@ -95,9 +97,13 @@ TOOL_CALL_ARGUMENTS: Final = gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
 # --------------------------------------------------------------------------
 # Values
 
-#: Every API modeltap audits is a chat-style generation; the conventions use
-#: ``chat`` for OpenAI Responses as well as Chat Completions and Anthropic.
+#: The conventions use ``chat`` for OpenAI Responses as well as Chat
+#: Completions and Anthropic Messages, and ``generate_content`` for Gemini's
+#: ``generateContent`` ("multimodal content generation operation such as
+#: Gemini Generate Content").
 OPERATION_CHAT: Final = gen_ai.GenAiOperationNameValues.CHAT.value
+OPERATION_GENERATE_CONTENT: Final = gen_ai.GenAiOperationNameValues.GENERATE_CONTENT.value
+_OPERATIONS: Final = {API_GEMINI: OPERATION_GENERATE_CONTENT}
 OPERATION_EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
 #: ``gen_ai.tool.type`` of every call modeltap sees: the model asks, the
 #: client runs it ("a tool executed on the client-side").
@@ -113,9 +119,14 @@ SERVICE_TIER_AUTO: Final = "auto"
 OPENAI_PROVIDER: Final = "openai"
 
 
-def exchange_span_name(model: str | None) -> str:
+def operation_of(api: str | None) -> str:
+    """``gen_ai.operation.name`` of an API's exchanges (``chat`` when not known)."""
+    return _OPERATIONS.get(api or "", OPERATION_CHAT)
+
+
+def exchange_span_name(model: str | None, operation: str = OPERATION_CHAT) -> str:
     """``{gen_ai.operation.name} {gen_ai.request.model}``, or the operation alone."""
-    return f"{OPERATION_CHAT} {model}" if model else OPERATION_CHAT
+    return f"{operation} {model}" if model else operation
 
 
 def tool_span_name(tool: str | None) -> str:

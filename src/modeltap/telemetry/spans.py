@@ -65,6 +65,7 @@ def open_exchange(
     conversation_id: str | None = None,
     provider: str | None = None,
     upstream: str | None = None,
+    api: str | None = None,
 ) -> ExchangeSpan:
     """Open the exchange of one request (see :meth:`~modeltap.telemetry.Telemetry.start_exchange`).
 
@@ -81,6 +82,7 @@ def open_exchange(
         conversation_id=conversation_id,
         provider=provider,
         upstream=upstream,
+        api=api,
     )
     if tree.tracer is not None or tree.metrics is not None:
         tree.track(exchange)
@@ -157,8 +159,10 @@ class ExchangeSpan:
         conversation_id: str | None,
         provider: str | None,
         upstream: str | None,
+        api: str | None = None,
     ) -> None:
         self._tree = tree
+        self._operation = names.operation_of(api)
         self._span: trace.Span | None = None
         self._root: SessionRoot | None = None
         self._context: Context | None = None
@@ -193,7 +197,7 @@ class ExchangeSpan:
     def _early_attributes(self) -> Attributes:
         """What is known of a request before its audit: operation, provider, server."""
         attributes: Attributes = {
-            names.OPERATION_NAME: names.OPERATION_CHAT,
+            names.OPERATION_NAME: self._operation,
             names.MODELTAP_SESSION_ID: self.session_id,
         }
         address, port = server_address(self._upstream) if self._upstream else (None, None)
@@ -233,7 +237,9 @@ class ExchangeSpan:
         # Kept only once the record proved usable, so finish() can rely on it.
         self._record = record
         self._forwarded_ns = forwarded_ns
-        self._start(names.exchange_span_name(record.model), attributes)
+        self._start(
+            names.exchange_span_name(record.model, names.operation_of(record.api)), attributes
+        )
         if self._span is not None:
             # The record's log record (and its exchange's later lines) link to this span.
             self._tree.link(record.seq, self._span.get_span_context())
@@ -319,7 +325,7 @@ class ExchangeSpan:
             if self._record is not None:
                 self._measure(end_ns, response, observed, error_type)
             if self._tree.tracer is not None:
-                self._start(names.OPERATION_CHAT, self._early_attributes())
+                self._start(self._operation, self._early_attributes())
             span = self._span
             if span is not None:
                 try:
