@@ -11,14 +11,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import orjson
 import pytest
 
 from modeltap import apis
 from modeltap.apis import gemini
 from modeltap.apis.contract import EndpointMatch
-from modeltap.errors import Rejected
+from modeltap.client_env import export_lines
+from modeltap.errors import Rejected, provider_error_body
 from modeltap.records import RequestFacts, RequestSettings, Usage
-from modeltap.routing import parse_upstream_url
+from modeltap.routing import RouteTable, error_shape_for, parse_upstream_url
 
 API = "gemini.generate_content"
 VERTEX = "gcp.vertex_ai"
@@ -477,3 +479,61 @@ def test_the_wrapper_is_unwrapped_only_by_its_shape() -> None:
     odd = {"response": inner, "candidates": [1]}
     assert gemini.unwrap(odd) is odd
     assert gemini.unwrap([1]) == [1]
+
+
+# --------------------------------------------------------------------------
+# Routes, hosts, export lines and the error shape
+
+
+def test_regular_mode_audits_every_google_provider_host() -> None:
+    table = RouteTable.build([], None)
+    developer = table.for_host("generativelanguage.googleapis.com", 443)
+    assert developer is not None and developer.name == "gemini"  # the default route
+    vertex = table.for_host("us-central1-aiplatform.googleapis.com", 443)
+    assert vertex is not None and vertex.provider == VERTEX
+    assert vertex.url == "https://us-central1-aiplatform.googleapis.com"
+    code_assist = table.for_host("CloudCode-PA.googleapis.com.", 443)
+    assert code_assist is not None and code_assist.provider == "gcp.gemini"
+    assert table.for_host("aiplatform.googleapis.com.evil.example", 443) is None
+    # On any port: what the host is decides, as for the other clouds.
+    other_port = table.for_host("us-central1-aiplatform.googleapis.com", 8443)
+    assert other_port is not None and other_port.provider == VERTEX
+    assert table.for_host("example.com", 443) is None
+    assert error_shape_for(API, None) == "google"
+    assert error_shape_for(None, vertex) == "google"
+
+
+def test_the_gemini_export_line() -> None:
+    def lines(spec: str) -> list[str]:
+        table = RouteTable.build([spec], None)
+        return [
+            line.text
+            for line in export_lines(table.routes, "http://127.0.0.1:8787")
+            if line.route == spec.split("=")[0]
+        ]
+
+    assert lines("g=https://generativelanguage.googleapis.com") == [
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787/g  (route g)"
+    ]
+    # The SDKs append /{version}/models/…: no value is true for a base naming one.
+    assert lines("g=https://generativelanguage.googleapis.com/v1beta") == []
+
+
+def test_googles_error_shape() -> None:
+    body = orjson.loads(
+        provider_error_body("google", "modeltap refused", status=413, code="modeltap_rejected")
+    )
+    assert body == {
+        "error": {
+            "code": 413,
+            "message": "modeltap refused",
+            "status": "INVALID_ARGUMENT",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "modeltap_rejected",
+                    "domain": "modeltap",
+                }
+            ],
+        }
+    }
