@@ -228,7 +228,7 @@ def log_attributes(file: str, body: bytes, record: object) -> dict[str, Any]:
             attributes[name] = value
     api = attributes.get(names.MODELTAP_API)
     if kind == KIND_AUDIT:
-        attributes[names.OPERATION_NAME] = names.OPERATION_CHAT
+        attributes[names.OPERATION_NAME] = names.operation_of(api if isinstance(api, str) else None)
         attributes[names.REQUEST_MODEL] = getattr(record, "model", None)
         # The route's real provider (azure.ai.openai, aws.bedrock, ...) as the audit
         # line states it (else its wire's). Other lines do not say it: left out.
@@ -238,7 +238,7 @@ def log_attributes(file: str, body: bytes, record: object) -> dict[str, Any]:
         if provider is not None:
             attributes[names.PROVIDER_NAME] = provider
     elif kind == "response":
-        attributes[names.OPERATION_NAME] = names.OPERATION_CHAT
+        attributes[names.OPERATION_NAME] = names.operation_of(api if isinstance(api, str) else None)
         for name, key in (
             (names.RESPONSE_MODEL, "model"),
             (names.RESPONSE_ID, "response_id"),
