@@ -21,7 +21,7 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from modeltap.capture import Capture
-from tests.conftest import Running
+from tests.conftest import Running, read_jsonl
 from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (
     GEMINI_USAGE,
@@ -446,3 +446,28 @@ def test_spans_name_the_operation_and_provider_and_carry_usage_totals_and_conten
     ]
     assert whole.name == "generate_content gemini-2.5-pro"
     assert whole.attributes["gen_ai.provider.name"] == "gcp.vertex_ai"
+
+
+def test_the_tool_budget_counts_calls_without_ids(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy(max_tool_calls=1)
+    call = {"name": "get_weather", "args": {"city": "Lyon"}}
+    for _ in range(3):
+        running.upstream.replies.append(
+            gemini_reply(gemini_function_call_chunks(MODEL, [call]), "generateContent", None, False)
+        )
+    gemini = client(running)
+    config = no_afc(tools=[types.Tool(function_declarations=[WEATHER])])
+    history: list[Any] = [types.Content(role="user", parts=[types.Part.from_text(text="go")])]
+    answered = types.Part.from_function_response(name="get_weather", response={"temp_c": 14})
+    with pytest.raises(genai_errors.ClientError) as caught:
+        for _ in range(3):
+            out = gemini.models.generate_content(model=MODEL, contents=history, config=config)
+            assert out.candidates and out.candidates[0].content
+            history += [out.candidates[0].content, types.Content(role="user", parts=[answered])]
+    assert "[rule tool_budget_exceeded]" in (caught.value.message or "")
+    # Turn 2 carried the result of call 1 (the budget): turn 3 was refused.
+    assert len(running.upstream.received) == 2
+    running.proxy.stop()
+    (status,) = read_jsonl(running.out / "sessions.jsonl")
+    assert status["stop_reason"] == "tool_budget_exceeded"
+    assert status["tool_calls_admitted"] == 1

@@ -70,6 +70,7 @@ from modeltap.records import (
     ResponseEvent,
     SessionStatus,
     ToolCall,
+    ToolResult,
     Usage,
 )
 
@@ -371,6 +372,7 @@ class SessionEvidence:
         turn = self.turns
         self.turns += 1
         self._open.add(turn)
+        answered = self.positional_answers(record.tool_results)
         anonymous: list[int] = []
         for result in record.tool_results:
             if result.call_id is None or result.call_id not in self._named:
@@ -383,7 +385,7 @@ class SessionEvidence:
             if self.keep_answers:
                 for call_turn, position, _label in waiting:
                     self.answers[(call_turn, position)] = Answer(turn, result.bytes)
-        if self._anonymous and len(anonymous) == self._anonymous_answered + len(self._anonymous):
+        if answered:
             # By position (see the module docstring): the newest results answer
             # the waiting calls, in order.
             fresh = anonymous[self._anonymous_answered :]
@@ -394,6 +396,23 @@ class SessionEvidence:
                     self.answers[(call_turn, position)] = Answer(turn, size)
             self._anonymous = []
         return turn
+
+    def positional_answers(self, tool_results: Iterable[ToolResult]) -> int:
+        """How many waiting calls without ids a request's results would answer.
+
+        The positional rule of the module docstring, asked before the request
+        is fed (the tool-call budget needs it); it changes nothing.
+
+        Args:
+            tool_results: the results the request carries.
+
+        Returns:
+            The number of waiting id-less calls it answers, the oldest first
+            (0 when its count of results without a known id does not fit).
+        """
+        unknown = sum(1 for r in tool_results if r.call_id is None or r.call_id not in self._named)
+        waiting = len(self._anonymous)
+        return waiting if waiting and unknown == self._anonymous_answered + waiting else 0
 
     def response(self, turn: int, event: ResponseEvent) -> None:
         """Take in the (first) response event of ``turn``.

@@ -16,7 +16,9 @@ whose result it carries for the first time is counted in
 ``tool_calls_admitted``. Once a request has carried the result of the call
 that reached the budget (call number N), the budget is spent: every later
 model request of the session is refused with ``tool_budget_exceeded``, and so
-is any request carrying the result of a call beyond it.
+is any request carrying the result of a call beyond it. Calls without a
+``call_id`` (Gemini's Developer API) are matched to results by position, as
+the evidence pairs them (:meth:`SessionEvidence.positional_answers`).
 
 ``stop_reason`` names the first thing that went wrong, in this order: the
 budget (``tool_budget_exceeded``), a refusal (``request_audit_error``), an
@@ -65,6 +67,9 @@ class SessionTracker:
     #: With a budget: call_id -> its number, for calls whose result was not let
     #: through yet (None ids get a number too).
     requested: dict[str, int] = field(default_factory=dict)
+    #: With a budget: the numbers of calls without a call_id waiting for their
+    #: result, in order (answered by position).
+    requested_anonymous: list[int] = field(default_factory=list)
     calls_requested: int = 0
     budget_spent: bool = False
     evidence: SessionEvidence = field(default_factory=lambda: SessionEvidence(usage=False))
@@ -85,22 +90,31 @@ class SessionTracker:
             return
         if self.budget_spent:
             raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
-        new = [
-            r.call_id for r in tool_results if r.call_id is not None and r.call_id in self.requested
-        ]
-        if any(self.requested[c] > self.max_tool_calls for c in new):
+        results = list(tool_results)
+        new = [r.call_id for r in results if r.call_id is not None and r.call_id in self.requested]
+        positional = self.requested_anonymous[: self.evidence.positional_answers(results)]
+        if any(
+            number > self.max_tool_calls
+            for number in [*map(self.requested.get, new), *positional]
+            if number is not None
+        ):
             raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
 
     def audited(self, record: AuditRecord) -> None:
         """Take in a request whose audit line was written (it is being forwarded)."""
         self.requests_audited += 1
+        positional = self.evidence.positional_answers(record.tool_results)
         self._turn_of[record.seq] = self.evidence.request(record)
         if self.max_tool_calls is None:
             return
+        numbers = self.requested_anonymous[:positional]
+        del self.requested_anonymous[:positional]
         for result in record.tool_results:
             number = self.requested.pop(result.call_id, None) if result.call_id else None
-            if number is not None and number >= self.max_tool_calls:
-                self.budget_spent = True
+            if number is not None:
+                numbers.append(number)
+        if any(number >= self.max_tool_calls for number in numbers):
+            self.budget_spent = True
 
     def refused(self, event: RejectedEvent) -> None:
         """Take in a refusal."""
@@ -119,8 +133,10 @@ class SessionTracker:
             return
         for call in event.tool_calls:
             self.calls_requested += 1
-            key = call.call_id if call.call_id is not None else f"#anon{self.calls_requested}"
-            self.requested.setdefault(key, self.calls_requested)
+            if call.call_id is None:
+                self.requested_anonymous.append(self.calls_requested)
+            else:
+                self.requested.setdefault(call.call_id, self.calls_requested)
 
     def errored(self, event: ErrorEvent) -> None:
         """Take in an ``error`` event, counted by the stop reason its kind leads to
