@@ -25,9 +25,10 @@ a session is the worst over its turns plus what happened outside them.
   whose results without a known id number exactly those already answered
   plus those waiting (a client resends its whole history), the waiting calls
   taking the last of them in order. A result's id is known when a response
-  of the session named it; Gemini CLI gives an id-less call an id of its own
-  making, which no response named, so its results count as results without
-  id. A request whose count differs (history cut, two conversations in one
+  of the session named it (from the session's first call without an id on:
+  a session without such calls keeps no state per call); Gemini CLI gives an
+  id-less call an id of its own making, which no response named, so its
+  results count as results without id. A request whose count differs (history cut, two conversations in one
   session) answers none of them, so a call that no request matches stays
   unanswered, and says why.
 * ``messages``: always unavailable: message content is not recorded.
@@ -75,6 +76,8 @@ from modeltap.records import (
 )
 
 CoverageStatus = Literal["complete", "partial", "unavailable"]
+#: The most call ids a session pairing calls without ids by position keeps.
+MAX_NAMED_IDS: Final = 10_000
 CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
 #: The channels ``evidence_complete`` and ``capture_errors`` are made of.
 EVIDENCE_CHANNELS: Final = ("events", "actions", "status", "data")
@@ -326,6 +329,7 @@ class SessionEvidence:
         "_lowered",
         "_named",
         "_open",
+        "_overflow",
         "_own",
         "_pending",
         "_reported",
@@ -351,8 +355,12 @@ class SessionEvidence:
         #: many such calls were answered (their results stay in the history).
         self._anonymous: list[tuple[int, int, str]] = []
         self._anonymous_answered = 0
-        #: Every call_id a response of the session named.
-        self._named: set[str] = set()
+        #: The call_ids responses named since the session's first call without
+        #: one (only such a session pairs by position; others keep no state
+        #: per call), at most MAX_NAMED_IDS; None past that: pairing by
+        #: position stops, and such calls read as unanswered.
+        self._named: set[str] | None = None
+        self._overflow = False
         self._own = EvidenceCoverage()
         self._reported: list[SessionStatus] = []
         #: ``(turn, position of the call)`` -> the request that answered it.
@@ -375,10 +383,10 @@ class SessionEvidence:
         answered = self.positional_answers(record.tool_results)
         anonymous: list[int] = []
         for result in record.tool_results:
-            if result.call_id is None or result.call_id not in self._named:
+            if self._unknown(result):
                 anonymous.append(result.bytes)
                 continue
-            waiting = self._pending.pop(result.call_id, None)
+            waiting = self._pending.pop(result.call_id, None) if result.call_id else None
             if waiting is None:
                 continue
             self.answered += len(waiting)
@@ -410,9 +418,21 @@ class SessionEvidence:
             The number of waiting id-less calls it answers, the oldest first
             (0 when its count of results without a known id does not fit).
         """
-        unknown = sum(1 for r in tool_results if r.call_id is None or r.call_id not in self._named)
         waiting = len(self._anonymous)
-        return waiting if waiting and unknown == self._anonymous_answered + waiting else 0
+        if not waiting or self._named is None:
+            return 0
+        unknown = sum(1 for result in tool_results if self._unknown(result))
+        return waiting if unknown == self._anonymous_answered + waiting else 0
+
+    def _unknown(self, result: ToolResult) -> bool:
+        """Whether a result counts as one without id: it has none, or (once the
+        session pairs by position) an id that no response named."""
+        if result.call_id is None:
+            return True
+        named = self._named
+        if named is None:
+            return False
+        return result.call_id not in named and result.call_id not in self._pending
 
     def response(self, turn: int, event: ResponseEvent) -> None:
         """Take in the (first) response event of ``turn``.
@@ -442,10 +462,15 @@ class SessionEvidence:
         for position, call in enumerate(event.tool_calls):
             label = qualified_tool_name(call) or "(unnamed)"
             if call.call_id is None:
+                if self._named is None and not self._overflow:
+                    self._named = set()  # the session's first call without an id
                 self._anonymous.append((turn, position, label))
-            else:
+                continue
+            self._pending.setdefault(call.call_id, []).append((turn, position, label))
+            if self._named is not None:
                 self._named.add(call.call_id)
-                self._pending.setdefault(call.call_id, []).append((turn, position, label))
+                if len(self._named) > MAX_NAMED_IDS:
+                    self._named, self._overflow = None, True
 
     def turn_error(self, turn: int, event: ErrorEvent) -> None:
         """Take in an ``error`` event that names ``turn``'s request."""
