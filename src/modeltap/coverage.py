@@ -28,9 +28,9 @@ a session is the worst over its turns plus what happened outside them.
   of the session named it (from the session's first call without an id on:
   a session without such calls keeps no state per call); Gemini CLI gives an
   id-less call an id of its own making, which no response named, so its
-  results count as results without id. A request whose count differs (history cut, two conversations in one
-  session) answers none of them, so a call that no request matches stays
-  unanswered, and says why.
+  results count as results without id. A request whose count differs
+  (history cut, two conversations in one session) answers none of them, so
+  a call that no request matches stays unanswered, and says why.
 * ``messages``: always unavailable: message content is not recorded.
 * ``usage``: unavailable when a turn has no usage at all; partial when some
   counts are ``null``.
