@@ -368,9 +368,49 @@ def test_a_tool_never_answered_ends_with_its_session(otlp_http_receiver: HttpRec
     assert "modeltap.tool.result_bytes" not in bash.attributes
     assert (read.start_ns, read.end_ns) == (T0 + 100 * MS, T0 + 100 * MS)
     assert read.attributes["modeltap.tool.result_seen"] is False
-    # A call without an id cannot be paired with its result: not drawn.
-    assert not [s for s in spans if s.name == "execute_tool no_id"]
+    # A call without an id ends with its session too, and names no id.
+    no_id = the(spans, "execute_tool no_id")
+    assert (no_id.start_ns, no_id.end_ns) == (T0 + 100 * MS, T0 + 900 * MS)
+    assert no_id.attributes["modeltap.tool.result_seen"] is False
+    assert "gen_ai.tool.call.id" not in no_id.attributes
     assert "gen_ai.tool.call.arguments" not in bash.attributes  # content: capture only
+
+
+def test_calls_without_ids_are_paired_by_position(otlp_http_receiver: HttpReceiver) -> None:
+    """Gemini's Developer API sends calls without ids: the request whose id-less
+    results number the calls answers them in order, as the evidence pairs them;
+    a request that resends the history answers nothing again."""
+    telemetry = telemetry_for(otlp_http_receiver)
+    lyon, porto = ToolCall(None, "weather", "{}"), ToolCall(None, "clock", "{}")
+    both = (ToolResult(None, 13), ToolResult(None, 21))
+    turns = [
+        (T0, T0 + 100 * MS, (), (lyon, porto)),
+        (T0 + 300 * MS, T0 + 400 * MS, both, (ToolCall(None, "later", "{}"),)),
+        # Three id-less results: the two already answered, then the new one.
+        (T0 + 500 * MS, T0 + 600 * MS, (*both, ToolResult(None, 5)), ()),
+    ]
+    for seq, (start, end, results, calls) in enumerate(turns, 1):
+        exchange(
+            telemetry,
+            audit_record(seq=seq, session_id="gem", tool_results=results),
+            start=start,
+            end=end,
+            tool_calls=calls,
+        )
+    telemetry.end_session("gem")
+    spans = collect(telemetry, otlp_http_receiver)
+    weather, clock, later = (
+        the(spans, "execute_tool weather"),
+        the(spans, "execute_tool clock"),
+        the(spans, "execute_tool later"),
+    )
+    assert (weather.start_ns, weather.end_ns) == (T0 + 100 * MS, T0 + 300 * MS)
+    assert (clock.start_ns, clock.end_ns) == (T0 + 100 * MS, T0 + 300 * MS)
+    assert (later.start_ns, later.end_ns) == (T0 + 400 * MS, T0 + 500 * MS)
+    sizes = [s.attributes["modeltap.tool.result_bytes"] for s in (weather, clock, later)]
+    assert sizes == [13, 21, 5]
+    assert all(s.attributes["modeltap.tool.result_seen"] for s in (weather, clock, later))
+    assert all("gen_ai.tool.call.id" not in s.attributes for s in (weather, clock, later))
 
 
 # --------------------------------------------------------------------------

@@ -17,20 +17,10 @@ a session is the worst over its turns plus what happened outside them.
   response's ``capture_errors``).
 * ``actions``: partial when a tool call never got its result in a later
   request of the session (the reason names the call), or when the response
-  that would list the calls is missing or incomplete. A call with a
-  ``call_id`` is answered by the first later request carrying a result with
-  that id. A call without one (Gemini's Developer API sends none) is paired
-  by position, as Gemini pairs function responses with calls: the calls
-  without ids of a session, in order, are answered by the first later request
-  whose results without a known id number exactly those already answered
-  plus those waiting (a client resends its whole history), the waiting calls
-  taking the last of them in order. A result's id is known when a response
-  of the session named it (from the session's first call without an id on:
-  a session without such calls keeps no state per call); Gemini CLI gives an
-  id-less call an id of its own making, which no response named, so its
-  results count as results without id. A request whose count differs
-  (history cut, two conversations in one session) answers none of them, so
-  a call that no request matches stays unanswered, and says why.
+  that would list the calls is missing or incomplete. Which request answers a
+  call is :mod:`modeltap.pairing`'s rule: by ``call_id``, or by position for
+  calls without one (Gemini's Developer API); a call that no request matches
+  stays unanswered, and says why.
 * ``messages``: always unavailable: message content is not recorded.
 * ``usage``: unavailable when a turn has no usage at all; partial when some
   counts are ``null``.
@@ -63,6 +53,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from modeltap.pairing import ToolPairing
 from modeltap.records import (
     NO_REQUESTS_MESSAGE,
     AuditRecord,
@@ -71,13 +62,10 @@ from modeltap.records import (
     ResponseEvent,
     SessionStatus,
     ToolCall,
-    ToolResult,
     Usage,
 )
 
 CoverageStatus = Literal["complete", "partial", "unavailable"]
-#: The most call ids a session pairing calls without ids by position keeps.
-MAX_NAMED_IDS: Final = 10_000
 CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
 #: The channels ``evidence_complete`` and ``capture_errors`` are made of.
 EVIDENCE_CHANNELS: Final = ("events", "actions", "status", "data")
@@ -324,14 +312,10 @@ class SessionEvidence:
     """
 
     __slots__ = (
-        "_anonymous",
-        "_anonymous_answered",
+        "_calls",
         "_lowered",
-        "_named",
         "_open",
-        "_overflow",
         "_own",
-        "_pending",
         "_reported",
         "_usage",
         "answered",
@@ -349,18 +333,9 @@ class SessionEvidence:
         self.answered = 0
         self._lowered: dict[int, EvidenceCoverage] = {}
         self._open: set[int] = set()
-        #: call_id -> [(turn, position of the call in its response, label)], unanswered.
-        self._pending: dict[str, list[tuple[int, int, str]]] = {}
-        #: Calls without a call_id waiting for their result, in order, and how
-        #: many such calls were answered (their results stay in the history).
-        self._anonymous: list[tuple[int, int, str]] = []
-        self._anonymous_answered = 0
-        #: The call_ids responses named since the session's first call without
-        #: one (only such a session pairs by position; others keep no state
-        #: per call), at most MAX_NAMED_IDS; None past that: pairing by
-        #: position stops, and such calls read as unanswered.
-        self._named: set[str] | None = None
-        self._overflow = False
+        #: The calls awaiting their result, as (turn, position of the call in
+        #: its response, label).
+        self._calls: ToolPairing[tuple[int, int, str]] = ToolPairing()
         self._own = EvidenceCoverage()
         self._reported: list[SessionStatus] = []
         #: ``(turn, position of the call)`` -> the request that answered it.
@@ -380,59 +355,12 @@ class SessionEvidence:
         turn = self.turns
         self.turns += 1
         self._open.add(turn)
-        answered = self.positional_answers(record.tool_results)
-        anonymous: list[int] = []
-        for result in record.tool_results:
-            if self._unknown(result):
-                anonymous.append(result.bytes)
-                continue
-            waiting = self._pending.pop(result.call_id, None) if result.call_id else None
-            if waiting is None:
-                continue
-            self.answered += len(waiting)
-            if self.keep_answers:
-                for call_turn, position, _label in waiting:
-                    self.answers[(call_turn, position)] = Answer(turn, result.bytes)
-        if answered:
-            # By position (see the module docstring): the newest results answer
-            # the waiting calls, in order.
-            fresh = anonymous[self._anonymous_answered :]
-            self.answered += len(fresh)
-            self._anonymous_answered += len(fresh)
-            if self.keep_answers:
-                for (call_turn, position, _label), size in zip(self._anonymous, fresh, strict=True):
-                    self.answers[(call_turn, position)] = Answer(turn, size)
-            self._anonymous = []
+        answers = self._calls.answer(record.tool_results)
+        self.answered += len(answers)
+        if self.keep_answers:
+            for (call_turn, position, _label), size in answers:
+                self.answers[(call_turn, position)] = Answer(turn, size)
         return turn
-
-    def positional_answers(self, tool_results: Iterable[ToolResult]) -> int:
-        """How many waiting calls without ids a request's results would answer.
-
-        The positional rule of the module docstring, asked before the request
-        is fed (the tool-call budget needs it); it changes nothing.
-
-        Args:
-            tool_results: the results the request carries.
-
-        Returns:
-            The number of waiting id-less calls it answers, the oldest first
-            (0 when its count of results without a known id does not fit).
-        """
-        waiting = len(self._anonymous)
-        if not waiting or self._named is None:
-            return 0
-        unknown = sum(1 for result in tool_results if self._unknown(result))
-        return waiting if unknown == self._anonymous_answered + waiting else 0
-
-    def _unknown(self, result: ToolResult) -> bool:
-        """Whether a result counts as one without id: it has none, or (once the
-        session pairs by position) an id that no response named."""
-        if result.call_id is None:
-            return True
-        named = self._named
-        if named is None:
-            return False
-        return result.call_id not in named and result.call_id not in self._pending
 
     def response(self, turn: int, event: ResponseEvent) -> None:
         """Take in the (first) response event of ``turn``.
@@ -461,16 +389,7 @@ class SessionEvidence:
                 self.lower_turn(turn, "usage", "partial", f"not reported: {', '.join(missing)}")
         for position, call in enumerate(event.tool_calls):
             label = qualified_tool_name(call) or "(unnamed)"
-            if call.call_id is None:
-                if self._named is None and not self._overflow:
-                    self._named = set()  # the session's first call without an id
-                self._anonymous.append((turn, position, label))
-                continue
-            self._pending.setdefault(call.call_id, []).append((turn, position, label))
-            if self._named is not None:
-                self._named.add(call.call_id)
-                if len(self._named) > MAX_NAMED_IDS:
-                    self._named, self._overflow = None, True
+            self._calls.asked(call.call_id, (turn, position, label))
 
     def turn_error(self, turn: int, event: ErrorEvent) -> None:
         """Take in an ``error`` event that names ``turn``'s request."""
@@ -535,20 +454,14 @@ class SessionEvidence:
             if self._usage:
                 coverage = coverage.lower("usage", "unavailable", open_reason)
             turns[turn] = coverage.lower("status", "partial", open_reason)
-        for call_id, waiting in self._pending.items():
-            for turn, _position, label in waiting:
-                turns[turn] = turns.get(turn, COMPLETE).lower(
-                    "actions",
-                    "partial",
-                    f"tool call {label} ({call_id}) got no result in a later request",
-                )
-        for turn, _position, label in self._anonymous:
-            turns[turn] = turns.get(turn, COMPLETE).lower(
-                "actions",
-                "partial",
+        for call_id, (turn, _position, label) in self._calls.waiting():
+            reason = (
                 f"tool call {label} has no call_id and no later request's results "
-                "matched it by position",
+                "matched it by position"
+                if call_id is None
+                else f"tool call {label} ({call_id}) got no result in a later request"
             )
+            turns[turn] = turns.get(turn, COMPLETE).lower("actions", "partial", reason)
         ordered = sorted(turns.items())
         own = self._own
         if self.turns == 0:

@@ -16,9 +16,9 @@ whose result it carries for the first time is counted in
 ``tool_calls_admitted``. Once a request has carried the result of the call
 that reached the budget (call number N), the budget is spent: every later
 model request of the session is refused with ``tool_budget_exceeded``, and so
-is any request carrying the result of a call beyond it. Calls without a
-``call_id`` (Gemini's Developer API) are matched to results by position, as
-the evidence pairs them (:meth:`SessionEvidence.positional_answers`).
+is any request carrying the result of a call beyond it. Calls are matched
+to results as the evidence matches them (:mod:`modeltap.pairing`: by
+``call_id``, or by position for Gemini's calls without one).
 
 ``stop_reason`` names the first thing that went wrong, in this order: the
 budget (``tool_budget_exceeded``), a refusal (``request_audit_error``), an
@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from modeltap.coverage import NO_RESPONSE_AT_END, SessionEvidence
 from modeltap.errors import Rejected, Rule
 from modeltap.failures import stop_reason_for
+from modeltap.pairing import ToolPairing
 from modeltap.records import (
     NO_REQUESTS_MESSAGE,
     AuditRecord,
@@ -64,12 +65,8 @@ class SessionTracker:
     proxy_stopped: bool = False
     #: Open WebSocket connections whose connection is this session.
     connections: int = 0
-    #: With a budget: call_id -> its number, for calls whose result was not let
-    #: through yet (None ids get a number too).
-    requested: dict[str, int] = field(default_factory=dict)
-    #: With a budget: the numbers of calls without a call_id waiting for their
-    #: result, in order (answered by position).
-    requested_anonymous: list[int] = field(default_factory=list)
+    #: With a budget: the number of each call whose result was not let through yet.
+    requested: ToolPairing[int] = field(default_factory=ToolPairing)
     calls_requested: int = 0
     budget_spent: bool = False
     evidence: SessionEvidence = field(default_factory=lambda: SessionEvidence(usage=False))
@@ -90,30 +87,17 @@ class SessionTracker:
             return
         if self.budget_spent:
             raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
-        results = list(tool_results)
-        new = [r.call_id for r in results if r.call_id is not None and r.call_id in self.requested]
-        positional = self.requested_anonymous[: self.evidence.positional_answers(results)]
-        if any(
-            number > self.max_tool_calls
-            for number in [*map(self.requested.get, new), *positional]
-            if number is not None
-        ):
+        if any(number > self.max_tool_calls for number, _ in self.requested.peek(tool_results)):
             raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
 
     def audited(self, record: AuditRecord) -> None:
         """Take in a request whose audit line was written (it is being forwarded)."""
         self.requests_audited += 1
-        positional = self.evidence.positional_answers(record.tool_results)
         self._turn_of[record.seq] = self.evidence.request(record)
         if self.max_tool_calls is None:
             return
-        numbers = self.requested_anonymous[:positional]
-        del self.requested_anonymous[:positional]
-        for result in record.tool_results:
-            number = self.requested.pop(result.call_id, None) if result.call_id else None
-            if number is not None:
-                numbers.append(number)
-        if any(number >= self.max_tool_calls for number in numbers):
+        answered = self.requested.answer(record.tool_results)
+        if any(number >= self.max_tool_calls for number, _ in answered):
             self.budget_spent = True
 
     def refused(self, event: RejectedEvent) -> None:
@@ -133,10 +117,7 @@ class SessionTracker:
             return
         for call in event.tool_calls:
             self.calls_requested += 1
-            if call.call_id is None:
-                self.requested_anonymous.append(self.calls_requested)
-            else:
-                self.requested.setdefault(call.call_id, self.calls_requested)
+            self.requested.asked(call.call_id, self.calls_requested)
 
     def errored(self, event: ErrorEvent) -> None:
         """Take in an ``error`` event, counted by the stop reason its kind leads to

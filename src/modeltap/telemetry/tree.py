@@ -18,7 +18,9 @@ for it.
 
 The tree also keeps each session's tool calls that await their result: a call
 the model asked for (a response's ``tool_calls``) becomes an ``execute_tool``
-span once a later request of the session carries its result, from the end of
+span once a later request of the session carries its result (paired as the
+evidence pairs it, :mod:`modeltap.pairing`: by id, or by position for
+Gemini's calls without one), from the end of
 the response that asked to the arrival of that request (the agent's own time
 running the tool), beside the exchanges in the waterfall. A call never
 answered ends with its session, ``modeltap.tool.result_seen`` false. At most
@@ -42,6 +44,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from modeltap.apis.message_parts import json_value
 from modeltap.coverage import qualified_tool_name
+from modeltap.pairing import ToolPairing
 from modeltap.records import ToolCall, ToolResult
 from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import Attributes, content_values, tool_attributes
@@ -124,7 +127,7 @@ class _AskedTool:
 class _SessionTools:
     """One session's tool calls awaiting results, and when its last span ended."""
 
-    pending: dict[str, _AskedTool]
+    pending: ToolPairing[_AskedTool]
     last_end_ns: int
 
 
@@ -282,46 +285,39 @@ class SpanTree:
         context: Context,
         root: SessionRoot | None,
     ) -> None:
-        """A response that ended at ``asked_ns`` asked for ``calls``: await their results.
-
-        A call without an id cannot be paired with its result and is not drawn.
-        """
+        """A response that ended at ``asked_ns`` asked for ``calls``: await their results."""
         with self._lock:
-            tools = self._tools.setdefault(session_id, _SessionTools({}, asked_ns))
+            tools = self._tools.setdefault(session_id, _SessionTools(ToolPairing(), asked_ns))
             tools.last_end_ns = max(tools.last_end_ns, asked_ns)
             for call in calls:
-                if call.call_id is None or call.call_id in tools.pending:
-                    continue
                 if len(tools.pending) >= MAX_PENDING_TOOLS:
                     break
-                tools.pending[call.call_id] = _AskedTool(call, asked_ns, context, root)
+                tools.pending.asked(call.call_id, _AskedTool(call, asked_ns, context, root))
 
     def tools_answered(
         self, session_id: str, results: tuple[ToolResult, ...], arrived_ns: int
     ) -> None:
         """A request that arrived at ``arrived_ns`` carries ``results``: draw their tools' spans."""
-        answered: list[tuple[_AskedTool, ToolResult]] = []
         with self._lock:
             tools = self._tools.get(session_id)
             if tools is None:
                 return
-            for result in results:
-                asked = tools.pending.pop(result.call_id, None) if result.call_id else None
-                if asked is not None:
-                    answered.append((asked, result))
-        for asked, result in answered:
-            self._tool_span(asked, max(asked.asked_ns, arrived_ns), result)
+            answered = tools.pending.answer(results)
+        for asked, size in answered:
+            self._tool_span(asked, max(asked.asked_ns, arrived_ns), True, size)
 
-    def _tool_span(self, asked: _AskedTool, end_ns: int, result: ToolResult | None) -> None:
-        """One ``execute_tool`` span: answered (``result``) or ended with its session."""
+    def _tool_span(
+        self, asked: _AskedTool, end_ns: int, answered: bool, result_bytes: int = 0
+    ) -> None:
+        """One ``execute_tool`` span: answered (its result's size) or ended with its session."""
         tracer = self.tracer
         if tracer is None:
             return
         name = qualified_tool_name(asked.call)
         attributes = tool_attributes(asked.call, name or "")
-        attributes[names.MODELTAP_TOOL_RESULT_SEEN] = result is not None
-        if result is not None:
-            attributes[names.MODELTAP_TOOL_RESULT_BYTES] = result.bytes
+        attributes[names.MODELTAP_TOOL_RESULT_SEEN] = answered
+        if answered:
+            attributes[names.MODELTAP_TOOL_RESULT_BYTES] = result_bytes
         if self.capture_content and asked.call.arguments is not None:
             arguments = json_value(asked.call.arguments)
             attributes |= content_values({names.TOOL_CALL_ARGUMENTS: arguments})
@@ -343,11 +339,11 @@ class SpanTree:
             tools = self._tools.pop(session_id, None)
         if tools is None:
             return
-        for asked in tools.pending.values():
+        for _call_id, asked in tools.pending.waiting():
             end = end_ns if end_ns is not None else tools.last_end_ns
             if asked.root is not None and end_ns is None:
                 end = max(end, asked.root.last_end_ns)
-            self._tool_span(asked, max(asked.asked_ns, end), None)
+            self._tool_span(asked, max(asked.asked_ns, end), False)
 
     def end_session(self, session_id: str, end_ns: int | None) -> None:
         """End a session's root span (see :meth:`~modeltap.telemetry.Telemetry.end_session`).
