@@ -24,7 +24,8 @@ import orjson
 import pytest
 
 from modeltap.capture import Capture
-from tests.conftest import Running
+from modeltap.proxy import ProxyConfig, replay_proxy
+from tests.conftest import Running, read_jsonl
 from tests.upstream import (
     GEMINI_METHOD,
     Received,
@@ -71,12 +72,9 @@ def answer(received: Received) -> Reply | None:
     return None
 
 
-def test_gemini_cli_tool_loop_through_the_proxy(
-    start_proxy: Callable[..., Running], tmp_path: Path
-) -> None:
-    cli = require_cli()
-    running = start_proxy()
-    running.upstream.responder = answer
+def cli_home(tmp_path: Path) -> tuple[Path, Path]:
+    """A fresh HOME set up as a Gemini CLI user with an API key does, and a
+    working directory holding ``notes.txt``."""
     home, work = tmp_path / "home", tmp_path / "work"
     (home / ".gemini").mkdir(parents=True)
     work.mkdir()
@@ -86,10 +84,18 @@ def test_gemini_cli_tool_loop_through_the_proxy(
         "privacy": {"usageStatisticsEnabled": False},
     }
     (home / ".gemini" / "settings.json").write_bytes(orjson.dumps(settings))
+    return home, work
+
+
+def run_cli(cli: Path, home: Path, work: Path, base_url: str) -> subprocess.CompletedProcess[bytes]:
+    """One non-interactive prompt, the CLI pointed at ``base_url``."""
+    tmp = work.parent / "tmp"  # the CLI's error reports stay in the test's directory
+    tmp.mkdir(exist_ok=True)
     env = {
+        "TMPDIR": str(tmp),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
-        "GOOGLE_GEMINI_BASE_URL": running.base(),
+        "GOOGLE_GEMINI_BASE_URL": base_url,
         "GEMINI_API_KEY": KEY,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
         "NO_COLOR": "1",
@@ -103,8 +109,17 @@ def test_gemini_cli_tool_loop_through_the_proxy(
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode(errors="replace")[-2000:]
-    assert "ship on friday" in done.stdout.decode()
+    return done
 
+
+def test_gemini_cli_tool_loop_through_the_proxy(
+    start_proxy: Callable[..., Running], tmp_path: Path
+) -> None:
+    cli = require_cli()
+    running = start_proxy()
+    running.upstream.responder = answer
+    done = run_cli(cli, *cli_home(tmp_path), running.base())
+    assert "ship on friday" in done.stdout.decode()
     records = [r for r in running.audit() if r["path"].endswith(":streamGenerateContent?alt=sse")]
     assert len(records) == 2, [r["path"] for r in running.audit()]
     first, second = records
@@ -138,3 +153,35 @@ def test_gemini_cli_tool_loop_through_the_proxy(
     assert [(i.name, i.answered) for i in invocations] == [("read_file", True)]
     for name in ("audit.jsonl", "events.jsonl"):
         assert KEY.encode() not in (running.out / name).read_bytes()
+
+
+def test_gemini_cli_replays_its_recording(
+    start_proxy: Callable[..., Running], tmp_path: Path
+) -> None:
+    """Record a CLI tool loop, then replay it to the CLI with no upstream.
+
+    The CLI makes up the id of every call the server sent without one
+    (``read_file_<epoch ms>_<n>``): the replayed run sends other ids than the
+    recorded one, and still matches (they count by position).
+    """
+    cli = require_cli()
+    rec = tmp_path / "recording"
+    running = start_proxy(record=str(rec))
+    running.upstream.responder = answer
+    home, work = cli_home(tmp_path)
+    run_cli(cli, home, work, running.base())
+    running.proxy.stop()
+    recorded = [r["tool_results"] for r in running.audit() if r["tool_results"]]
+    running.upstream.stop()  # from here on, only the recording can answer
+
+    out = tmp_path / "out-replay"
+    config = ProxyConfig(listen_port=0, out=str(out), quiet=True)
+    proxy, replayer = replay_proxy(rec, config, fast=True)
+    with proxy:
+        again = run_cli(cli, home, work, proxy.url + "/stub")
+    assert "ship on friday" in again.stdout.decode()
+    assert [p.message for p in replayer.problems] == []
+    replayed = [r["tool_results"] for r in read_jsonl(out / "audit.jsonl") if r["tool_results"]]
+    (before,), (after,) = recorded, replayed
+    assert before[0]["call_id"] != after[0]["call_id"]  # the CLI's ids differ from run to run
+    assert not (out / "replay-diff.jsonl").exists() or read_jsonl(out / "replay-diff.jsonl") == []

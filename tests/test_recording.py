@@ -44,6 +44,60 @@ def test_the_input_hash_ignores_volatile_fields_and_key_order() -> None:
     assert input_sha256(a) == input_sha256(b) != input_sha256({"model": "m", "messages": [2]})
 
 
+def gemini_turn(call_ids: tuple[str, str], answer_ids: tuple[str, str]) -> dict[str, object]:
+    """A Gemini history: two calls, then their results, with the ids given."""
+    return {
+        "contents": [
+            {"role": "user", "parts": [{"text": "Compare the two."}]},
+            {
+                "role": "model",
+                "parts": [
+                    {"functionCall": {"id": call_ids[0], "name": "a", "args": {}}},
+                    {"function_call": {"id": call_ids[1], "name": "b", "args": {}}},
+                ],
+            },
+            {
+                "role": "user",
+                "parts": [
+                    {"functionResponse": {"id": answer_ids[0], "name": "a", "response": {}}},
+                    {"functionResponse": {"id": answer_ids[1], "name": "b", "response": {}}},
+                ],
+            },
+        ]
+    }
+
+
+def test_gemini_call_ids_count_by_position_not_by_value() -> None:
+    """Gemini CLI makes up ids that differ on every run (read_file_<ms>_<n>)."""
+    run1 = gemini_turn(("read_file_1_0", "read_file_1_1"), ("read_file_1_0", "read_file_1_1"))
+    run2 = gemini_turn(("read_file_2_0", "read_file_2_1"), ("read_file_2_0", "read_file_2_1"))
+    swapped = gemini_turn(("read_file_2_0", "read_file_2_1"), ("read_file_2_1", "read_file_2_0"))
+    api = "gemini.generate_content"
+    assert input_sha256(run1, api) == input_sha256(run2, api)
+    # Which result answers which call still counts.
+    assert input_sha256(swapped, api) != input_sha256(run2, api)
+    # Other APIs compare ids as sent.
+    assert input_sha256(run1) != input_sha256(run2)
+    assert input_sha256(run1, "openai.chat_completions") != input_sha256(
+        run2, "openai.chat_completions"
+    )
+
+
+def test_code_assist_per_run_ids_are_left_out() -> None:
+    def wrapped(prompt_id: str, session: str, text: str = "hi") -> dict[str, object]:
+        request = {"contents": [{"role": "user", "parts": [{"text": text}]}], "session_id": session}
+        return {
+            "model": "gemini-3-flash",
+            "project": "p",
+            "user_prompt_id": prompt_id,
+            "request": request,
+        }
+
+    api = "gemini.generate_content"
+    assert input_sha256(wrapped("p1", "s1"), api) == input_sha256(wrapped("p2", "s2"), api)
+    assert input_sha256(wrapped("p1", "s1"), api) != input_sha256(wrapped("p1", "s1", "ho"), api)
+
+
 def test_a_turn_key_round_trips() -> None:
     key = TurnKey.of(RECORD, {"model": "gpt-5"})
     assert (key.model, key.tool_names, key.image_count, key.stream) == (

@@ -56,7 +56,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from modeltap.notices import ExchangeView
-from modeltap.records import AuditRecord, Json, redact_path
+from modeltap.records import API_GEMINI, AuditRecord, Json, redact_path
 from modeltap.routing import PROVIDER_NAME, UPSTREAM_ROUTE
 
 RECORDING_FILE: Final = "recording.jsonl"
@@ -85,6 +85,14 @@ KEPT_HEADERS: Final = (
 VOLATILE_FIELDS: Final = frozenset(
     {"metadata", "user", "prompt_cache_key", "safety_identifier", "client_metadata"}
 )
+#: Gemini's function-call and function-response parts, in either spelling:
+#: their ``id`` is compared by position, not by value (:func:`input_sha256`).
+_GEMINI_CALL_PARTS: Final = (
+    "functionCall",
+    "function_call",
+    "functionResponse",
+    "function_response",
+)
 
 #: WebSocket messages longer than this go to a blob instead of the index line.
 INLINE_LIMIT: Final = 64 * 1024
@@ -96,7 +104,7 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Turn keys, headers, blobs
 
 
-def input_sha256(body: object) -> str:
+def input_sha256(body: object, api: str | None = None) -> str:
     """The input hash of a request body.
 
     SHA-256 (hex) of the canonical JSON of ``body`` (orjson, keys sorted, no
@@ -104,16 +112,56 @@ def input_sha256(body: object) -> str:
     covers everything else the request says (messages, tools, settings), so
     any change of model, tools or instructions changes it too.
 
+    Gemini's requests also leave out what a client makes up on every run
+    (:func:`_gemini_comparable`): Gemini CLI gives each call the server sent
+    without an id one of its own (``read_file_<epoch ms>_<n>``), so call ids
+    count by their order of first appearance (which result answers which
+    call still counts); and Code Assist's wrapper carries a per-prompt
+    ``user_prompt_id`` and a per-session ``request.session_id``.
+
     Args:
         body: the parsed request body (a WebSocket ``response.create``
             message, ``type`` included).
+        api: the request's API (``None``: compared as sent).
 
     Returns:
         64 hex digits.
     """
     if isinstance(body, dict):
         body = {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
+        if api == API_GEMINI:
+            body = _gemini_comparable(body)
     return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _gemini_comparable(body: Json) -> Json:
+    """A Gemini request without what its client makes up per run (see :func:`input_sha256`)."""
+    wrapped = isinstance(body.get("request"), dict)
+    request: Json = body["request"] if wrapped else body
+    if wrapped:
+        request = {k: v for k, v in request.items() if k != "session_id"}
+        body = {k: v for k, v in body.items() if k != "user_prompt_id"}
+    ids: dict[str, str] = {}
+    contents = request.get("contents")
+    if isinstance(contents, list):
+        request = {**request, "contents": [_renamed_ids(c, ids) for c in contents]}
+    return {**body, "request": request} if wrapped else request
+
+
+def _renamed_ids(content: Any, ids: dict[str, str]) -> Any:
+    """One of ``contents``, its call ids renamed ``#1``, ``#2`` … in order of first appearance."""
+    if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
+        return content
+    renamed = []
+    for part in content["parts"]:
+        if isinstance(part, dict):
+            for key in _GEMINI_CALL_PARTS:
+                call = part.get(key)
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    new_id = ids.setdefault(call["id"], f"#{len(ids) + 1}")
+                    part = {**part, key: {**call, "id": new_id}}
+        renamed.append(part)
+    return {**content, "parts": renamed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +189,7 @@ class TurnKey:
             instructions_sha256=record.instructions_sha256,
             image_count=record.image_count,
             stream=record.stream,
-            input_sha256=input_sha256(body),
+            input_sha256=input_sha256(body, record.api),
         )
 
     def to_json(self) -> Json:
