@@ -500,7 +500,10 @@ def test_regular_mode_audits_every_google_provider_host() -> None:
     assert other_port is not None and other_port.provider == VERTEX
     assert table.for_host("example.com", 443) is None
     assert error_shape_for(API, None) == "google"
-    assert error_shape_for(None, vertex) == "google"
+    # A request of no known wire: the Developer API's route answers as Google
+    # does; a Vertex route also carries Anthropic's wire, so the shape both read.
+    assert error_shape_for(None, developer) == "google"
+    assert error_shape_for(None, vertex) == "both"
 
 
 def test_the_gemini_export_line() -> None:
@@ -517,6 +520,15 @@ def test_the_gemini_export_line() -> None:
     ]
     # The SDKs append /{version}/models/…: no value is true for a base naming one.
     assert lines("g=https://generativelanguage.googleapis.com/v1beta") == []
+    # A Vertex AI route (its provider found from the host): what the same
+    # clients read with GOOGLE_GENAI_USE_VERTEXAI=true, after the line for
+    # Anthropic's models on Vertex.
+    assert lines("vertex=https://us-central1-aiplatform.googleapis.com") == [
+        "ANTHROPIC_VERTEX_BASE_URL=http://127.0.0.1:8787/vertex/v1  (route vertex)",
+        "GOOGLE_VERTEX_BASE_URL=http://127.0.0.1:8787/vertex  (route vertex)",
+    ]
+    versioned = lines("vertex=https://us-central1-aiplatform.googleapis.com/v1beta1")
+    assert not [line for line in versioned if line.startswith("GOOGLE_")]
 
 
 def test_googles_error_shape() -> None:

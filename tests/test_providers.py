@@ -408,6 +408,7 @@ def test_cloud_routes_export_what_their_clients_read() -> None:
         "AWS_ENDPOINT_URL_BEDROCK_RUNTIME=https://127.0.0.1:8787/bedrock  (route bedrock, boto3 "
         "with AWS_BEARER_TOKEN_BEDROCK, over TLS: AWS_CA_BUNDLE=the CA cert)",
         "ANTHROPIC_VERTEX_BASE_URL=http://127.0.0.1:8787/vertex/v1  (route vertex)",
+        "GOOGLE_VERTEX_BASE_URL=http://127.0.0.1:8787/vertex  (route vertex)",
         "AZURE_OPENAI_ENDPOINT=http://127.0.0.1:8787/azure  (route azure)",
         "OPENAI_BASE_URL=http://127.0.0.1:8787/azure/openai/v1  (route azure, Azure's v1 API "
         "with the OpenAI client)",

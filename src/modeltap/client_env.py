@@ -122,13 +122,26 @@ def _anthropic_vertex_base_url(route: Route, base: str) -> tuple[str, str] | Non
     return "ANTHROPIC_VERTEX_BASE_URL", base if route.base_path.endswith("/v1") else f"{base}/v1"
 
 
+#: A base path that ends in an API version (``/v1``, ``/v1beta1``).
+_VERSIONED: Final = re.compile(r"/v\d+[a-z0-9]*$")
+
+
 def _gemini_base_url(route: Route, base: str) -> tuple[str, str] | None:
     # The google-genai SDKs (Python, Node) and Gemini CLI read
     # GOOGLE_GEMINI_BASE_URL and append /{version}/models/...: no value is
     # true for an upstream whose base already names a version.
-    if re.search(r"/v\d+[a-z0-9]*$", route.base_path):
+    if _VERSIONED.search(route.base_path):
         return None
     return "GOOGLE_GEMINI_BASE_URL", base
+
+
+def _google_vertex_base_url(route: Route, base: str) -> tuple[str, str] | None:
+    # With GOOGLE_GENAI_USE_VERTEXAI=true the same clients read
+    # GOOGLE_VERTEX_BASE_URL and append /{version}/projects/{p}/locations/{l}/...
+    # (or /{version}/publishers/... with an API key).
+    if _VERSIONED.search(route.base_path):
+        return None
+    return "GOOGLE_VERTEX_BASE_URL", base
 
 
 #: Each provider's rules, by ``gen_ai.provider.name``.
@@ -137,7 +150,7 @@ EXPORTS: Final[dict[str, tuple[Rule, ...]]] = {
     "anthropic": (_anthropic_base_url,),
     "azure.ai.openai": (_azure_endpoint, _azure_v1_base_url),
     "aws.bedrock": (_anthropic_bedrock_base_url, _boto_bedrock_endpoint),
-    "gcp.vertex_ai": (_anthropic_vertex_base_url,),
+    "gcp.vertex_ai": (_anthropic_vertex_base_url, _google_vertex_base_url),
     "gcp.gemini": (_gemini_base_url,),
 }
 
