@@ -529,6 +529,11 @@ def test_the_gemini_export_line() -> None:
     ]
     versioned = lines("vertex=https://us-central1-aiplatform.googleapis.com/v1beta1")
     assert not [line for line in versioned if line.startswith("GOOGLE_")]
+    # Code Assist: Gemini CLI signed in with Google posts to $CODE_ASSIST_ENDPOINT/v1internal:…
+    assert lines("codeassist=https://cloudcode-pa.googleapis.com") == [
+        "CODE_ASSIST_ENDPOINT=http://127.0.0.1:8787/codeassist  (route codeassist)"
+    ]
+    assert lines("codeassist=https://cloudcode-pa.googleapis.com/v1internal") == []
 
 
 def test_googles_error_shape() -> None:

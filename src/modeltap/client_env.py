@@ -126,10 +126,18 @@ def _anthropic_vertex_base_url(route: Route, base: str) -> tuple[str, str] | Non
 _VERSIONED: Final = re.compile(r"/v\d+[a-z0-9]*$")
 
 
+#: Gemini CLI's Code Assist host (Google sign-in).
+_CODE_ASSIST_HOST: Final = "cloudcode-pa.googleapis.com"
+
+
 def _gemini_base_url(route: Route, base: str) -> tuple[str, str] | None:
     # The google-genai SDKs (Python, Node) and Gemini CLI read
     # GOOGLE_GEMINI_BASE_URL and append /{version}/models/...: no value is
-    # true for an upstream whose base already names a version.
+    # true for an upstream whose base already names a version. Code Assist
+    # speaks Gemini too, but only the CLI reaches it, at
+    # $CODE_ASSIST_ENDPOINT/v1internal:...
+    if route.host.lower().rstrip(".") == _CODE_ASSIST_HOST:
+        return None if route.base_path else ("CODE_ASSIST_ENDPOINT", base)
     if _VERSIONED.search(route.base_path):
         return None
     return "GOOGLE_GEMINI_BASE_URL", base
