@@ -7,7 +7,7 @@ import gzip
 import orjson
 
 from modeltap.gate import audit_body
-from modeltap.observe import StreamTap, observe_body
+from modeltap.observe import StreamTap, observe_body, stream_framing
 from modeltap.records import API_CHAT
 from tests.upstream import chat_text_json, chat_text_sse, sse_bytes
 
@@ -63,3 +63,19 @@ def test_a_cut_stream_says_why() -> None:
     facts = tap.finish("upstream_reset: the upstream connection broke")
     assert not facts.evidence_complete
     assert any("upstream_reset" in e for e in facts.capture_errors)
+
+
+def test_stream_framing_sse_always_json_array_only_for_a_gemini_stream() -> None:
+    gemini = "gemini.generate_content"
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    streamed, _ = audit_body(gemini, b'{"contents": []}', None, path)
+    whole, _ = audit_body(gemini, b'{"contents": []}', None, path.replace("streamG", "g"))
+    assert stream_framing("Text/Event-Stream; charset=utf-8", None, None, 200) == "sse"
+    assert stream_framing("text/event-stream", API_CHAT, FACTS, 200) == "sse"
+    assert stream_framing("application/json; charset=UTF-8", gemini, streamed, 200) == "json_array"
+    # An error answers a streamed request with one object; a whole request, one response.
+    assert stream_framing("application/json", gemini, streamed, 429) is None
+    assert stream_framing("application/json", gemini, whole, 200) is None
+    # Other APIs never stream a JSON array, and unaudited requests are not read.
+    assert stream_framing("application/json", API_CHAT, FACTS, 200) is None
+    assert stream_framing("application/json", gemini, None, 200) is None

@@ -5,7 +5,7 @@ The HTTP addon reads what mitmproxy saw and hands it here as plain values::
     request head   ──▶ Exchange.open()     ──▶ the exchange (or its Reply: refused, no route)
     request body   ──▶ Exchange.forward()  ──▶ audit line, then upstream
                        Exchange.pass_through()  (not a model request, or a WebSocket handshake)
-    response head  ──▶ Exchange.started()  ──▶ a StreamTap for SSE, observed as it passes
+    response head  ──▶ Exchange.started()  ──▶ a StreamTap for a stream, observed as it passes
     response end   ──▶ Exchange.ended()    ──▶ response (or unaudited) event
     failure        ──▶ Exchange.failed()   ──▶ error event (+ response event if audited)
 

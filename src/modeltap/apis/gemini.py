@@ -53,6 +53,13 @@ is complete once a chunk with a ``finishReason`` (or a prompt
 ``blockReason``) has arrived. Thought signatures are never touched: the
 response passes through byte for byte, and a request that carries them back
 is forwarded as sent.
+
+Why one module of ~900 lines: it is one wire, read whole, in the sections of
+:mod:`modeltap.apis.contract` (request side, response side, what telemetry
+reads), like the other API modules. Gemini needs more reading than most: two
+spellings of every key, two body forms (Code Assist's wrapper), images in
+three places, and three response framings; split in halves, a change to one
+part type would touch two files that must agree.
 """
 
 from __future__ import annotations

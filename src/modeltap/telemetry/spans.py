@@ -237,9 +237,7 @@ class ExchangeSpan:
         # Kept only once the record proved usable, so finish() can rely on it.
         self._record = record
         self._forwarded_ns = forwarded_ns
-        self._start(
-            names.exchange_span_name(record.model, names.operation_of(record.api)), attributes
-        )
+        self._start(names.exchange_span_name(record.model, self._operation), attributes)
         if self._span is not None:
             # The record's log record (and its exchange's later lines) link to this span.
             self._tree.link(record.seq, self._span.get_span_context())
@@ -288,16 +286,7 @@ class ExchangeSpan:
         exchange also records the GenAI metrics; the tool calls of its
         response wait in the tree for their results.
         """
-        self._close(
-            end_ns,
-            response,
-            error,
-            rejected_rule,
-            status_code,
-            content,
-            observed,
-            interrupted=False,
-        )
+        self._close(end_ns, response, error, rejected_rule, status_code, content, observed)
 
     def _close(
         self,
