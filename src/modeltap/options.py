@@ -155,7 +155,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "bedrock=https://bedrock-runtime.REGION.amazonaws.com, "
         "vertex=https://REGION-aiplatform.googleapis.com). provider=P names the route's "
         "gen_ai.provider.name (default: from the upstream host, else the provider of the API "
-        "it speaks). Defaults: openai=https://api.openai.com, anthropic=https://api.anthropic.com.",
+        "it speaks). Defaults: openai=https://api.openai.com, anthropic=https://api.anthropic.com, "
+        "gemini=https://generativelanguage.googleapis.com.",
         metavar="NAME=URL[,provider=P]",
         flag="--route",
     ),
