@@ -625,6 +625,12 @@ def test_schemas_are_valid_draft_2020_12() -> None:
         jsonschema.Draft202012Validator.check_schema(schema(name))
 
 
+def test_schemas_name_every_api_the_writer_writes() -> None:
+    """A new wire's records and events must validate: the schemas list its api."""
+    assert AUDIT_SCHEMA.schema["properties"]["api"]["enum"] == list(records.APIS)
+    assert EVENT_SCHEMA.schema["$defs"]["api"]["enum"] == list(records.APIS)
+
+
 def test_schemas_refuse_what_the_writer_never_writes() -> None:
     record = orjson.loads(records.to_json_line(audit(1, 0.0)))
     assert not AUDIT_SCHEMA.is_valid({**record, "extra": 1})

@@ -22,6 +22,7 @@ from google.genai import types
 
 from modeltap.capture import Capture
 from tests.conftest import Running, read_jsonl
+from tests.factories import AUDIT_SCHEMA, EVENT_SCHEMA
 from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (
     GEMINI_USAGE,
@@ -58,8 +59,13 @@ def no_afc(**kw: Any) -> types.GenerateContentConfig:
 
 
 def secret_free(running: Running) -> None:
-    for name in ("audit.jsonl", "events.jsonl"):
-        assert KEY.encode() not in (running.out / name).read_bytes()
+    """No key in the files, and every line as the shipped JSON Schemas describe it."""
+    for name, schema in (("audit.jsonl", AUDIT_SCHEMA), ("events.jsonl", EVENT_SCHEMA)):
+        path = running.out / name
+        if path.exists():  # written at the first line
+            assert KEY.encode() not in path.read_bytes()
+            for line in read_jsonl(path):
+                schema.validate(line)
 
 
 # --------------------------------------------------------------------------
@@ -217,6 +223,7 @@ def test_json_array_stream_is_observed_element_by_element(running: Running) -> N
     assert event["stream"] is True and event["evidence_complete"] is True
     assert event["finish_reasons"] == ["STOP"]
     assert event["usage"]["reasoning_tokens"] == 4 and event["ttft_ms"] is not None
+    secret_free(running)
 
 
 def test_json_array_cut_short_is_incomplete_evidence(running: Running) -> None:
@@ -272,6 +279,7 @@ def test_images_count_with_their_media_resolution_and_image_detail_rewrites_them
         {"level": "MEDIA_RESOLUTION_HIGH"},
         None,
     ]
+    secret_free(running)
 
 
 def test_an_image_in_the_instructions_is_refused_in_googles_error_shape(running: Running) -> None:
@@ -294,6 +302,7 @@ def test_an_image_in_the_instructions_is_refused_in_googles_error_shape(running:
     assert (
         rejected["rule"] == "instructions_not_text" and rejected["api"] == "gemini.generate_content"
     )
+    secret_free(running)
 
 
 def test_a_function_declaration_without_a_name_is_refused(running: Running) -> None:
@@ -315,6 +324,7 @@ def test_vertex_express_mode_is_gcp_vertex_ai(running: Running) -> None:
     (record,) = running.audit()
     assert record["path"] == f"/v1beta1/publishers/google/models/{MODEL}:generateContent"
     assert (record["provider"], record["model"]) == ("gcp.vertex_ai", MODEL)
+    secret_free(running)
 
 
 def test_code_assist_wrapper_model_in_the_body_and_wrapped_stream(running: Running) -> None:
@@ -358,6 +368,7 @@ def test_code_assist_wrapper_model_in_the_body_and_wrapped_stream(running: Runni
         "/v1internal:listExperiments",
         "/v1internal:countTokens",
     ]
+    secret_free(running)
 
 
 def test_count_tokens_passes_unaudited(running: Running) -> None:
