@@ -482,3 +482,16 @@ def test_the_tool_budget_counts_calls_without_ids(start_proxy: Callable[..., Run
     (status,) = read_jsonl(running.out / "sessions.jsonl")
     assert status["stop_reason"] == "tool_budget_exceeded"
     assert status["tool_calls_admitted"] == 1
+
+
+def test_a_key_in_the_query_is_never_written(running: Running) -> None:
+    """curl and older clients send the API key as ``?key=``: forwarded, never recorded."""
+    url = f"{running.base()}/v1beta/models/{MODEL}:streamGenerateContent?alt=sse&key={KEY}"
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    answer = httpx.post(url, json=body, timeout=30)
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event")
+    assert f"key={KEY}" in running.upstream.received[-1].path  # the upstream needs it
+    (record,) = running.audit()
+    path = f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse&key=REDACTED"
+    assert (record["path"], record["stream"]) == (path, True)
+    secret_free(running)
