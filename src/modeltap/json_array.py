@@ -11,8 +11,8 @@ stream observer reads both of Gemini's stream framings.
 
 Only the element being received is held, never the array: memory is bounded
 by the largest element (and by ``max_pending_bytes``). Scanning finds the next
-bracket, brace or quote with a regular expression (C speed), never byte by
-byte in Python.
+bracket, brace or whole string with a regular expression (C speed), never
+byte by byte in Python.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from modeltap.sse import MAX_PENDING_BYTES, SSEEvent
 
 _BOM: Final = b"\xef\xbb\xbf"
 _WHITESPACE: Final = b" \t\r\n"
-#: What changes the state inside an element, outside a string.
-_STRUCTURE: Final = re.compile(rb'[\[\]{}"]')
+#: What changes the state inside an element, outside a string: a bracket, or a
+#: whole string (its closing quote in group 1; absent when the chunk ends first).
+_TOKEN: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(")?|[\[\]{}]', re.DOTALL)
 #: What ends a string, or escapes the next byte, inside one.
 _STRING_END: Final = re.compile(rb'["\\]')
 #: What ends a scalar element (a number, ``true``, ``null``) at depth 0.
@@ -172,23 +173,29 @@ class JsonArrayDecoder:
                     self._emit(out)
                     return pos
                 continue
-            found = _STRUCTURE.search(data, pos)
-            if found is None:
-                self._element += data[pos:]
-                return end
-            stop = found.end()
-            self._element += data[pos:stop]
-            pos = stop
-            byte = data[stop - 1]
-            if byte == 0x22:
-                self._in_string = True
-            elif byte in (0x7B, 0x5B):
-                self._depth += 1
-            else:
-                self._depth -= 1
-                if self._depth == 0:
-                    self._emit(out)
-                    return pos
+            for found in _TOKEN.finditer(data, pos):
+                byte = data[found.start()]
+                if byte == 0x22:  # a string, read whole by the regular expression
+                    if found.group(1) is None:  # the chunk ends inside it
+                        self._element += data[pos:]
+                        self._in_string = True
+                        self._escaped = found.end() < end  # it stopped before a last "\\"
+                        return end
+                    if self._depth > 0:
+                        continue
+                elif byte in (0x7B, 0x5B):  # "{", "["
+                    self._depth += 1
+                    continue
+                else:
+                    self._depth -= 1
+                    if self._depth > 0:
+                        continue
+                stop = found.end()  # the element is complete
+                self._element += data[pos:stop]
+                self._emit(out)
+                return stop
+            self._element += data[pos:]
+            return end
         return pos
 
     def _emit(self, out: list[SSEEvent]) -> None:
