@@ -140,9 +140,11 @@ def test_check_refuses_values_outside_the_choices() -> None:
 def test_parse_address() -> None:
     assert options.parse_address("[::1]:8787") == ("::1", 8787)
     assert options.parse_address(":0") == ("127.0.0.1", 0)
-    for bad in ("8787", "host:", "host:http", "h:70000"):
-        with pytest.raises(ValueError, match="HOST:PORT"):
+    for bad in ("8787", "host:", "host:http"):
+        with pytest.raises(ValueError, match=f"'{bad}' is not HOST:PORT"):
             options.parse_address(bad)
+    with pytest.raises(ValueError, match=r"port 70000 in 'h:70000' is out of range \(0 to 65535\)"):
+        options.parse_address("h:70000")
 
 
 def test_default_lists_are_fresh_copies() -> None:

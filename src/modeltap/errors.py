@@ -7,7 +7,9 @@ The hierarchy::
      │                          (carries its Rule; answered 400/413/503)
      ├── UpstreamProtocolError  the upstream broke its wire format (bad SSE,
      │                          undecodable compressed stream, invalid JSON)
-     └── SinkError              the audit file could not be written
+     ├── SinkError              the audit file could not be written
+     └── StartupError           the proxy could not start: a listener, the out
+                                dir or an option (one line naming what and why)
 
 Errors say whose fault it was and name a rule; they never carry request
 content, headers or keys. A refusal's rule is a :class:`Rule` (an enum:
@@ -236,6 +238,15 @@ class UpstreamProtocolError(ModelTapError):
 
 class SinkError(ModelTapError):
     """The audit or events file could not be written."""
+
+
+class StartupError(ModelTapError, RuntimeError):
+    """The proxy could not start. The message is one line naming what failed
+    (the address, the path, the option) and the operating system's reason.
+
+    A :class:`RuntimeError` too, as :meth:`modeltap.proxy.Proxy.start` raised
+    before this class existed.
+    """
 
 
 #: The ``x-amzn-ErrorType`` of a Bedrock-shaped error, by HTTP status (AWS's own names).

@@ -1,15 +1,23 @@
-"""Whether a listening setup makes modeltap an open proxy (pure; no mitmproxy).
+"""Listening: whether a set-up makes modeltap an open proxy, and what to say
+when a listener cannot start (pure; no mitmproxy).
 
 In regular mode (and mitmproxy's other forwarding modes) the proxy forwards
 requests to whatever host the client names. Listening on anything but
 loopback without proxy authentication lets anyone who can reach the port use
 it to reach any host, with the operator's network position. modeltap refuses
 to start that way unless told so explicitly.
+
+A listener that cannot start (a port in use, an address of no interface, a
+host name that does not resolve) stops the start with one line naming the
+address and the OS's reason (:func:`listen_failure`).
 """
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import os
+import socket
 from collections.abc import Iterable
 from typing import Final
 
@@ -70,4 +78,40 @@ def open_proxy_message(addresses: list[str], fix: str) -> str:
     where = ", ".join(addresses)
     return (
         f"refusing to start an open proxy: {where} would relay anyone's traffic to any host; {fix}"
+    )
+
+
+#: A hint per OS error that a start-up commonly meets, in the user's terms.
+_LISTEN_HINTS: Final[dict[int, str]] = {
+    errno.EADDRINUSE: "another process listens there; pick another port, or 0 for a free one",
+    errno.EACCES: "ports below 1024 need privileges; pick a port above 1023",
+    errno.EADDRNOTAVAIL: "no interface of this machine has that address",
+}
+
+
+def listen_failure(what: str, host: str, port: int | None, error: OSError) -> str:
+    """One line saying why ``what`` could not listen on ``host:port``.
+
+    Args:
+        what: the listener, e.g. ``"the proxy"`` or ``"the control API"``.
+        host: the address it was to listen on (``""``: every interface).
+        port: the port (``None`` when unknown).
+        error: the OS error the bind (or the host name's resolution) raised.
+
+    Returns:
+        ``cannot listen for the proxy on 127.0.0.1:8787: Address already in
+        use (another process listens there; ...)``: the address, the OS's
+        own reason and, for the common ones, what to do.
+    """
+    where = f"[{host}]" if ":" in host else (host or "*")
+    if isinstance(error, socket.gaierror):
+        reason = f"the host name does not resolve ({error.strerror})"
+    elif error.errno:
+        reason = os.strerror(error.errno)
+    else:
+        reason = error.strerror or type(error).__name__
+    hint = _LISTEN_HINTS.get(error.errno or 0)
+    port_text = "?" if port is None else str(port)
+    return f"cannot listen for {what} on {where}:{port_text}: {reason}" + (
+        f" ({hint})" if hint else ""
     )

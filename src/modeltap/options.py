@@ -41,11 +41,14 @@ def parse_address(value: str) -> tuple[str, int]:
     """Parse ``HOST:PORT`` (``[v6]:PORT``; an empty host is 127.0.0.1).
 
     Raises:
-        ValueError: it is not ``HOST:PORT`` with a port from 0 to 65535.
+        ValueError: it is not ``HOST:PORT`` with a port from 0 to 65535 (the
+            message quotes the value: it is the user's own option).
     """
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ValueError("use HOST:PORT, e.g. 127.0.0.1:8787")
+    if not sep or not port.isdigit():
+        raise ValueError(f"{value!r} is not HOST:PORT; use HOST:PORT, e.g. 127.0.0.1:8787")
+    if int(port) > 65535:
+        raise ValueError(f"port {int(port)} in {value!r} is out of range (0 to 65535)")
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -496,7 +499,10 @@ def config_values(values: Mapping[str, Any]) -> dict[str, Any]:
         name = key.removeprefix("--").replace("-", "_")
         name = _CLI_NAMES.get(name, name)
         if name == "listen":
-            host, port = parse_address(value) if isinstance(value, str) else value
+            try:
+                host, port = parse_address(value) if isinstance(value, str) else value
+            except ValueError as e:
+                raise ValueError(f"{key}: {e}") from None
             out["listen_host"], out["listen_port"] = host, int(port)
         elif name in config_names() or name in _LISTEN_PARTS or name == "extra":
             out[name] = value

@@ -5,36 +5,46 @@ replaying a recording (:func:`replay_proxy`)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mitmproxy import options as mitm_options
-from mitmproxy.addons import (
-    block,
-    core,
-    disable_h2c,
-    errorcheck,
-    next_layer,
-    proxyauth,
-    proxyserver,
-    tlsconfig,
-    update_alt_svc,
-)
-from mitmproxy.master import Master
-
 from modeltap import options
 from modeltap.addons import Control, Deadlines, ModelTap, Spans, default_addons
 from modeltap.addons.replayer import Replayer
+from modeltap.errors import StartupError
 from modeltap.failures import Timeouts, parse_seconds, parse_upstream_timeout
+from modeltap.listening import listen_failure
 from modeltap.matching import Player
 from modeltap.options import parse_address
 from modeltap.recording import Recording
 from modeltap.replay_upstream import ReplayServer
 from modeltap.run import Run
+
+with warnings.catch_warnings():
+    # mitmproxy's proxyauth imports ldap3, which warns about its own use of
+    # pyasn1 on import: noise in the pytest runs of every project using the
+    # plugin, about code that is not theirs. Only those two warnings.
+    warnings.filterwarnings("ignore", r"(tagMap|typeMap) is deprecated", DeprecationWarning)
+    from mitmproxy import exceptions
+    from mitmproxy import options as mitm_options
+    from mitmproxy.addons import (
+        block,
+        core,
+        disable_h2c,
+        errorcheck,
+        next_layer,
+        proxyauth,
+        proxyserver,
+        tlsconfig,
+        update_alt_svc,
+    )
+    from mitmproxy.master import Master
 
 #: The options that decide whether the proxy is open to anyone (set first).
 _LISTENING = ("mode", "listen_host", "listen_port", "proxyauth", "modeltap_allow_open_proxy")
@@ -122,7 +132,45 @@ class ProxyConfig:
         return timeouts.watchdog
 
 
-def _proxy_addons() -> list[Any]:
+class _StartupCheck(errorcheck.ErrorCheck):
+    """mitmproxy's start-up check, saying what failed in one line.
+
+    mitmproxy's own prints ``Error logged during startup, exiting...`` and
+    calls ``sys.exit(1)``: the pytest fixture then said ``modeltap did not
+    start: 1``. This one raises :class:`StartupError` naming the address and
+    the OS's reason when a listener failed, else the first error logged.
+    """
+
+    #: The name mitmproxy's master looks it up by.
+    name = "errorcheck"
+
+    def __init__(self, master: Master) -> None:
+        super().__init__()
+        self._master = master
+
+    async def shutdown_if_errored(self) -> None:
+        await asyncio.sleep(0)  # as mitmproxy's: let pending log records arrive
+        if self.logger.has_errored:
+            self.finish()
+            raise StartupError(self._describe(self.logger.has_errored))
+
+    def _describe(self, logged: list[logging.LogRecord]) -> str:
+        master = self._master
+        servers = master.addons.get("proxyserver")
+        for instance in servers.servers if servers is not None else ():
+            error = instance.last_exception
+            if isinstance(error, OSError):
+                # mitmproxy wraps the bind's own error in a message of its own
+                # (with a hint in its command line's terms); the cause is the OS's.
+                cause = error.__cause__ if isinstance(error.__cause__, OSError) else error
+                host = instance.mode.listen_host(master.options.listen_host)
+                port = instance.mode.listen_port(master.options.listen_port)
+                return listen_failure("the proxy", host, port, cause)
+        lines = logged[0].getMessage().strip().splitlines()
+        return lines[0] if lines else "an error was logged during start-up"
+
+
+def _proxy_addons(check: errorcheck.ErrorCheck) -> list[Any]:
     """The mitmproxy addons modeltap needs, not DumpMaster's thirty-odd.
 
     mitmproxy calls every loaded addon for every hook of every flow (about ten
@@ -140,7 +188,7 @@ def _proxy_addons() -> list[Any]:
         next_layer.NextLayer(),
         tlsconfig.TlsConfig(),
         update_alt_svc.UpdateAltSvc(),
-        errorcheck.ErrorCheck(),
+        check,
     ]
 
 
@@ -196,21 +244,25 @@ class Proxy:
         """Run until :meth:`stop` (or Ctrl-C in the CLI).
 
         Raises:
-            mitmproxy.exceptions.OptionsError: for bad option values.
+            StartupError: a bad option value, an out dir that cannot be
+                written, a listener that cannot start: one line naming it.
         """
         opts = mitm_options.Options()
         master = Master(opts, with_termlog=False)
-        master.addons.add(*_proxy_addons())
+        master.addons.add(*_proxy_addons(_StartupCheck(master)))
         config = self.config.mitm_options()
         # The addon refuses to start an open proxy, and must judge the real
         # listening set-up, never mitmproxy's defaults (regular mode on every
         # interface) that a failed update would roll back to. So the set-up is
         # in place before the addon is added, then applied again for its check.
         listening = {k: config.pop(k) for k in _LISTENING if k in config}
-        opts.update_defer(**listening)
-        master.addons.add(ModelTap(self.addons))
-        opts.update(**listening)
-        opts.update(**config)
+        try:
+            opts.update_defer(**listening)
+            master.addons.add(ModelTap(self.addons))
+            opts.update(**listening)
+            opts.update(**config)
+        except exceptions.OptionsError as e:
+            raise StartupError(str(e)) from None
         self.master = master
 
         async def announce() -> None:
@@ -246,7 +298,7 @@ class Proxy:
         """Run in this thread until Ctrl-C or SIGTERM; files and spans are flushed on the way out.
 
         Raises:
-            Exception: bad option values or a port in use (mitmproxy's own errors).
+            StartupError: it could not start (the message says what and why).
         """
 
         async def main() -> None:
@@ -283,7 +335,8 @@ class Proxy:
         """Start in a background thread and wait until it listens.
 
         Raises:
-            RuntimeError: if it did not start (the cause is chained).
+            StartupError: if it did not start; one line saying what failed
+                (the address and the OS's reason, the path, the option).
         """
 
         def target() -> None:
@@ -297,7 +350,12 @@ class Proxy:
         self._thread.start()
         if not self._ready.wait(timeout) or not self.addresses:
             self.stop()
-            raise RuntimeError("modeltap did not start") from self._error
+            error = self._error
+            if isinstance(error, StartupError):
+                raise StartupError(str(error)) from None
+            if error is None:
+                raise StartupError(f"it did not listen within {timeout:g} s")
+            raise StartupError(f"{type(error).__name__}: {error}") from error
         return self
 
     def stop(self, timeout: float = 15.0) -> None:

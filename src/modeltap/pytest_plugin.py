@@ -193,6 +193,7 @@ def modeltap(
     See the module documentation for the configuration. The proxy is stopped
     (and its files closed) when the test ends, pass or fail.
     """
+    from modeltap.errors import StartupError
     from modeltap.proxy import Proxy, ProxyConfig
 
     options: dict[str, Any] = {"listen_port": 0, "out": tmp_path / "modeltap", "quiet": True}
@@ -204,11 +205,10 @@ def modeltap(
     config.out = str(config.out)
     try:
         proxy = Proxy(config).start()
-    except RuntimeError as exc:
-        # The cause is a bad option value (mitmproxy's OptionsError names it) or a
-        # start-up failure; its message is enough, mitmproxy's traceback is noise.
-        reason = exc.__cause__ or "it did not listen in time"
-        raise pytest.fail.Exception(f"modeltap did not start: {reason}", pytrace=False) from None
+    except StartupError as exc:
+        # One line naming what failed (an option, the out dir, an address and the
+        # OS's reason); mitmproxy's traceback would be noise.
+        raise pytest.fail.Exception(f"modeltap did not start: {exc}", pytrace=False) from None
     try:
         yield ModelTapFixture(url=proxy.url, out_dir=Path(config.out))
     finally:

@@ -50,6 +50,7 @@ import fcntl
 import logging
 import os
 import stat
+import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -204,15 +205,38 @@ class Sink:
         self._observer_failed = False
 
     def prepare(self) -> None:
-        """Create the out dir if needed.
+        """Create the out dir if needed, and check now that lines can go there.
+
+        The files themselves are created by their first line; what is checked
+        is that they could be: the dir takes a new file (a probe, removed at
+        once) and each file that exists opens for appending. A read-only or
+        immutable dir, a path that is a file, a file that is a directory fail
+        here, at start-up, not at the first request.
 
         Raises:
-            SinkError: if it cannot be created.
+            SinkError: naming the path and the OS's reason.
         """
+        out = self.out_dir
         try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
+            out.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise SinkError(f"cannot use {out} as the out dir: it is not a directory") from None
         except OSError as e:
-            raise SinkError(f"cannot create the out dir: {os.strerror(e.errno or 0)}") from None
+            raise SinkError(f"cannot create the out dir {out}: {_reason(e)}") from None
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".modeltap-probe-", dir=out)
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise SinkError(f"cannot write in the out dir {out}: {_reason(e)}") from None
+        for file in (self.audit, self.events, self.sessions):
+            try:
+                fd = os.open(file.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # made by its first line: the dir takes new files
+            except OSError as e:
+                raise SinkError(f"cannot append to {file.path}: {_reason(e)}") from None
+            os.close(fd)
 
     def write_audit(self, record: AuditRecord) -> None:
         """Write one audit line before its request is forwarded.
@@ -304,3 +328,7 @@ class Sink:
         """Close every file (lines are already on disk: nothing to flush)."""
         for f in (self.audit, self.events, self.sessions):
             f.close()
+
+
+def _reason(error: OSError) -> str:
+    return os.strerror(error.errno) if error.errno else type(error).__name__

@@ -24,7 +24,7 @@ async def test_bad_addresses_are_refused(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         with tap(tmp_path) as t:
             control = t.addon(Control)
-            with pytest.raises(exceptions.OptionsError, match="must be HOST:PORT"):
+            with pytest.raises(exceptions.OptionsError, match="is not HOST:PORT"):
                 t.tctx.configure(control, modeltap_control="nowhere")
             with pytest.raises(exceptions.OptionsError, match="cannot listen for the control API"):
                 t.tctx.configure(control, modeltap_control=f"127.0.0.1:{port}")

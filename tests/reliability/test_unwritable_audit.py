@@ -52,12 +52,23 @@ def tmpfs(where: Path, size: str) -> Iterator[Path]:
 
 
 class Fault:
-    """Breaks the out dir before the proxy starts, and mends it later."""
+    """Breaks the out dir, and mends it later.
+
+    A fault the start-up check sees (a read-only or immutable dir stops the
+    start: tests/test_startup.py) breaks the dir once the proxy runs
+    (``after_start``); the others break it before, where the check cannot see
+    them (a disk that fills up, a file whose writes fail).
+    """
+
+    after_start = False
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.out = tmp / "out"
         self._stack = contextlib.ExitStack()
+
+    def setup(self) -> None:
+        """Make the out dir the fault needs (before the proxy starts)."""
 
     def breakdown(self) -> None:
         raise NotImplementedError
@@ -70,11 +81,15 @@ class Fault:
 
 
 class ReadOnlyFs(Fault):
-    def breakdown(self) -> None:
+    after_start = True
+
+    def setup(self) -> None:
         mnt = self._stack.enter_context(tmpfs(self.tmp / "mnt", "1m"))
         self.out = mnt / "out"
         self.out.mkdir()
-        assert run("mount", "-o", "remount,ro", str(mnt))
+
+    def breakdown(self) -> None:
+        assert run("mount", "-o", "remount,ro", str(self.out.parent))
         with pytest.raises(OSError) as exc:
             (self.out / "probe").write_bytes(b"x")
         assert exc.value.errno == errno.EROFS
@@ -84,8 +99,12 @@ class ReadOnlyFs(Fault):
 
 
 class ImmutableDir(Fault):
-    def breakdown(self) -> None:
+    after_start = True
+
+    def setup(self) -> None:
         self.out.mkdir()
+
+    def breakdown(self) -> None:
         if not run("chattr", "+i", str(self.out)):
             pytest.skip("chattr +i is not supported here")
         self._stack.callback(run, "chattr", "-i", str(self.out))
@@ -133,11 +152,15 @@ def test_unwritable_audit_refuses_then_recovers(
     fault = fault_type(tmp_path)
     proxy: Proxy | None = None
     try:
-        fault.breakdown()
+        fault.setup()
+        if not fault.after_start:
+            fault.breakdown()
         cfg = ProxyConfig(
             listen_port=0, out=str(fault.out), routes=[f"stub={upstream.url}"], quiet=True
         )
         proxy = Proxy(cfg).start()
+        if fault.after_start:
+            fault.breakdown()
         running = Running(proxy, fault.out, upstream)
         url = running.base() + "/v1/chat/completions"
         ws_url = running.base().replace("http://", "ws://") + "/v1/responses"

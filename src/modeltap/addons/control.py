@@ -17,6 +17,8 @@ from mitmproxy import exceptions
 
 from modeltap import control
 from modeltap.addons.base import Addon
+from modeltap.listening import listen_failure
+from modeltap.options import parse_address
 from modeltap.run import Run
 
 logger = logging.getLogger(__name__)
@@ -54,8 +56,9 @@ class Control(Addon):
                 sink.out_dir, self.run.run_id, server.url, server.token
             )
         except OSError as e:
-            # A warning, not an error: mitmproxy stops on an error logged at start-up,
-            # and an unwritable out dir must still start (model requests get 503).
+            # A warning, not an error: the out dir was writable a moment ago (the
+            # evidence addon checked it at start), so this is a full disk or the like,
+            # which model requests meet with 503 until it is mended.
             logger.warning(
                 "modeltap: cannot write the control file in the out dir (%s); "
                 "modeltap session end will not find this proxy",
@@ -72,15 +75,15 @@ class Control(Addon):
             self.file = None
 
     def _bind(self, address: str) -> None:
-        host, sep, port = address.rpartition(":")
-        if not sep or not port.isdigit():
-            raise exceptions.OptionsError("modeltap_control must be HOST:PORT, e.g. 127.0.0.1:0")
         try:
-            sock = control.bind(host.strip("[]") or "127.0.0.1", int(port))
+            host, port = parse_address(address)
+        except ValueError as e:
+            raise exceptions.OptionsError(f"modeltap_control: {e}") from None
+        try:
+            sock = control.bind(host, port)
         except OSError as e:
-            raise exceptions.OptionsError(
-                f"cannot listen for the control API on {address}: {os.strerror(e.errno or 0)}"
-            ) from None
+            failure = listen_failure("the control API", host, port, e)
+            raise exceptions.OptionsError(failure) from None
         if self._sock is not None:
             self._sock.close()
         self._sock = sock
