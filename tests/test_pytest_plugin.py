@@ -296,3 +296,29 @@ def test_fixture_ends_a_session_through_the_control_api(modeltap: ModelTapFixtur
         oai.chat.completions.create(model="gpt-x", messages=[])
     # The late request is evidence too: the session no longer reads as complete.
     assert not modeltap.capture().sessions["direct-end"].evidence_complete
+
+
+def test_report_is_typed_prints_as_text_and_keeps_its_keys(modeltap: ModelTapFixture) -> None:
+    from modeltap.report import build_report, render_text
+
+    oai = openai.OpenAI(base_url=modeltap.openai_base_url, api_key=KEY, max_retries=0)
+    for model in ("gpt-a", "gpt-b"):
+        oai.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"x-modeltap-session": "typed"},
+        )
+    report = modeltap.report()
+    (session,) = report.sessions
+    assert (session.session_id, session.models) == ("typed", ("gpt-a", "gpt-b"))
+    assert [(t.model, t.tool_calls, t.errors) for t in session.turns] == [
+        ("gpt-a", (), ()),
+        ("gpt-b", (), ()),
+    ]
+    assert report.session("typed") is session and report.turns == session.turns
+    assert report.evidence_complete and session.turns[0].evidence_complete
+    # The text is `modeltap report`'s, the keys `modeltap report --json`'s.
+    expected = build_report(modeltap.capture())
+    assert str(report) == report.text() == render_text(expected)
+    assert report["counts"]["turns"] == 2 and dict(report) == expected
+    assert [t["model"] for t in report["sessions"][0]["turns"]] == ["gpt-a", "gpt-b"]

@@ -2,7 +2,8 @@
 
 It writes a request-audit record for every model request before forwarding
 it, refuses what it cannot audit, observes responses and streams, and exports
-OpenTelemetry spans. Read the evidence with :class:`modeltap.Capture`.
+OpenTelemetry spans. Read the evidence with :class:`modeltap.Capture`, or as
+:class:`modeltap.Report` (what ``modeltap report`` prints).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from modeltap.capture import Capture
+    from modeltap.report_types import Report
 
 
 def __getattr__(name: str) -> Any:
@@ -21,7 +23,11 @@ def __getattr__(name: str) -> Any:
         from modeltap.capture import Capture
 
         return Capture
+    if name == "Report":
+        from modeltap.report_types import Report
+
+        return Report
     raise AttributeError(name)
 
 
-__all__ = ["Capture", "__version__"]
+__all__ = ["Capture", "Report", "__version__"]

@@ -56,6 +56,7 @@ import pytest
 if TYPE_CHECKING:
     from modeltap.capture import Capture
     from modeltap.records import SessionStatus
+    from modeltap.report_types import Report
 
 MARKER = "modeltap"
 INI_UPSTREAM = "modeltap_upstream"
@@ -131,11 +132,13 @@ class ModelTapFixture:
         (ended,) = control.end_session(self.out_dir, session_id)
         return ended.status
 
-    def report(self) -> dict[str, Any]:
-        """Return the report of :meth:`capture` (what ``modeltap report --json`` prints)."""
-        from modeltap.report import build_report
+    def report(self) -> Report:
+        """The report of :meth:`capture`: typed (``report.sessions[0].turns``),
+        ``str(report)`` is what ``modeltap report`` prints, and
+        ``report["sessions"]`` what ``modeltap report --json`` prints."""
+        from modeltap.report_types import Report
 
-        return build_report(self.capture())
+        return Report.of(self.capture())
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
