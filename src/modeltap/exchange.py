@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from modeltap import answers, apis
 from modeltap.errors import Rejected, Rule, error_message
@@ -440,14 +440,9 @@ class Exchange:
                 facts = self.tap.finish(f"{kind}: {text}")
             else:
                 facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {text}",))
-            self._respond(facts, now, error=error, failure=kind)
+            self._respond(facts, now, error=error, failure=kind, expired=expired)
             return
-        self.finished = True
-        outcome = Outcome(
-            self.view, now, unaudited=unaudited, error=error, failure=kind, streamed=self.streamed
-        )
-        if self.run.on["finished"]:
-            self.run.publish("finished", outcome)
+        self._finish(now, unaudited=unaudited, error=error, failure=kind, expired=expired)
 
     def _respond(
         self,
@@ -456,6 +451,7 @@ class Exchange:
         *,
         error: ErrorEvent | None = None,
         failure: str | None = None,
+        expired: Phase | None = None,
         body: bytes | None = None,
         content: bytes | None = None,
     ) -> None:
@@ -472,26 +468,17 @@ class Exchange:
             first_chunk_ns=self.tap.first_chunk_ns if self.tap is not None else None,
             end_ns=now,
         )
+        self._finish(
+            now, status=self.status, response=event, error=error, failure=failure,
+            expired=expired, body=body, content=content, observed=facts,
+        )  # fmt: skip
+
+    def _finish(self, now: int, **outcome: Any) -> None:
+        """The exchange ended: tell the listeners how (an :class:`Outcome`'s fields)."""
+        self.finished = True
         if self.run.on["finished"]:
-            outcome = Outcome(
-                self.view,
-                now,
-                status=self.status,
-                response=event,
-                error=error,
-                failure=failure,
-                streamed=self.streamed,
-                body=body,
-                content=content,
-                observed=facts,
-            )
-            self.run.publish("finished", outcome)
+            self.run.publish("finished", Outcome(self.view, now, streamed=self.streamed, **outcome))
 
     def _unaudited(self, status: int | None, now: int, body: bytes | None = None) -> None:
         event = self.run.unaudited(self.view, self.host, status)
-        self.finished = True
-        outcome = Outcome(
-            self.view, now, status=status, unaudited=event, streamed=self.streamed, body=body
-        )
-        if self.run.on["finished"]:
-            self.run.publish("finished", outcome)
+        self._finish(now, status=status, unaudited=event, body=body)

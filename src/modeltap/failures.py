@@ -325,3 +325,40 @@ PHASE_TEXT: Final[dict[str, str]] = {
     "first_byte": "the upstream sent no response within --upstream-timeout first-byte",
     "idle": "the upstream sent nothing for --upstream-timeout idle",
 }
+
+#: What a failure kind is called on the console's line, in a few words.
+_FAILURE_WORDS: Final[dict[str, str]] = {
+    "upstream_unreachable": "upstream unreachable",
+    "upstream_protocol_error": "upstream broke HTTP",
+    "bad_request": "bad request (HTTP framing)",
+    "client_timeout": "timeout: client body",
+    "client_gone": "client gone",
+    "proxy_stopped": "proxy stopped",
+}
+
+_PHASE_WORDS: Final[dict[str, str]] = {
+    "request": "client body",
+    "connect": "connect",
+    "first_byte": "first byte",
+    "idle": "idle",
+}
+
+
+def describe_failure(kind: str, expired: Phase | None = None, *, answered: bool = False) -> str:
+    """A failure in a few words, for the console's line of the exchange.
+
+    Args:
+        kind: one of :data:`FAILURE_KINDS`.
+        expired: the phase whose limit ended it, for a timeout.
+        answered: the upstream's answer had started (a status, or a first
+            WebSocket event): a reset then cut the stream.
+
+    Returns:
+        ``upstream unreachable``, ``stream cut``, ``timeout: first byte``,
+        ``client gone``...; the kind itself for one it does not know.
+    """
+    if kind == "upstream_timeout":
+        return "timeout: " + _PHASE_WORDS.get(expired or "", "upstream")
+    if kind == "upstream_reset":
+        return "stream cut" if answered else "upstream closed the connection"
+    return _FAILURE_WORDS.get(kind, kind.replace("_", " "))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from modeltap.errors import Rejected
+from modeltap.failures import Phase
 from modeltap.records import (
     AuditRecord,
     ErrorEvent,
@@ -102,6 +103,8 @@ class Outcome:
     #: The failure kind when mitmproxy reported the exchange broken, even if
     #: the whole answer had been seen (a client that left after the last event).
     failure: str | None = None
+    #: The phase whose limit modeltap enforced, when a timeout ended it.
+    expired: Phase | None = None
     #: The response was streamed (its body went by in ``chunk`` notices).
     streamed: bool = False
     #: The response body as the upstream sent it (not for streamed responses).

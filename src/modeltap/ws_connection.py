@@ -22,6 +22,7 @@ from modeltap.gate import fail_closed, sha256_hex
 from modeltap.notices import ExchangeView, Outcome
 from modeltap.records import (
     API_RESPONSES,
+    ErrorEvent,
     ResponseFacts,
     WsCloseEvent,
     WsControlEvent,
@@ -196,13 +197,18 @@ class Connection:
         run.in_flight.pop(self.view.id, None)
         if expired is not None:
             # modeltap closed the upstream: the responses in flight timed out.
-            self._fail_pending("upstream_timeout", PHASE_TEXT[expired], now)
+            self._fail_pending("upstream_timeout", PHASE_TEXT[expired], now, expired=expired)
         if too_big_from_client:
             # The message was stopped part-way (close 1009), never forwarded.
             run.refused(self.view, Rejected(Rule.BODY_TOO_LARGE), None, now)
+        # A turn still in flight was cut by whoever closed: the client left, or
+        # the upstream closed (or dropped) the connection mid-response.
+        kind = "client_gone" if closed_by == "client" else "upstream_reset"
         text = f"the WebSocket closed (code {code}) before the response ended"
         for done in self.observer.close(text):
-            self._respond(done.seq, done.facts, now)
+            if done.seq in self.pending:
+                error = run.failure(self.view, done.seq, kind, error_message(kind))
+                self._respond(done.seq, done.facts, now, error=error)
         self._closed(code, reason, closed_by, now)
         session = run.sessions.open.get(self.view.session_id)
         if self.view.session_id == self.view.request_id and session is not None:
@@ -223,15 +229,25 @@ class Connection:
         if self.run.on["message"]:
             self.run.publish("message", self.view, content, is_text, from_client, now)
 
-    def _fail_pending(self, kind: str, text: str, now: int) -> None:
+    def _fail_pending(self, kind: str, text: str, now: int, expired: Phase | None = None) -> None:
         """Each turn in flight ends with an ``error`` event of ``kind``, then its
         (incomplete) response event."""
         for done in self.observer.close(f"{kind}: {text}"):
             if done.seq in self.pending:
-                self.run.failure(self.view, done.seq, kind, text)
-                self._respond(done.seq, done.facts, now)
+                error = self.run.failure(self.view, done.seq, kind, text)
+                self._respond(done.seq, done.facts, now, error=error, expired=expired)
 
-    def _respond(self, seq: int, facts: ResponseFacts, now: int) -> None:
+    def _respond(
+        self,
+        seq: int,
+        facts: ResponseFacts,
+        now: int,
+        *,
+        error: ErrorEvent | None = None,
+        expired: Phase | None = None,
+    ) -> None:
+        """The turn's response event; an ``error`` (already written) goes with
+        its notice, so the console and its span say what broke."""
         turn = self.pending.pop(seq, None)
         if turn is None:
             return
@@ -246,7 +262,16 @@ class Connection:
             end_ns=now,
         )
         if self.run.on["finished"]:
-            self.run.publish("finished", Outcome(turn.view, now, response=event, observed=facts))
+            outcome = Outcome(
+                turn.view,
+                now,
+                response=event,
+                error=error,
+                failure=error.error if error is not None else None,
+                expired=expired,
+                observed=facts,
+            )
+            self.run.publish("finished", outcome)
 
     def _closed(
         self, code: int | None, reason: str | None, closed_by: str | None, now: int

@@ -9,11 +9,12 @@ import pytest
 from modeltap.addons.console import Console, lines
 from modeltap.addons.http import Http
 from modeltap.errors import Rejected, Rule
-from modeltap.notices import Outcome
+from modeltap.failures import Phase
+from modeltap.notices import ExchangeView, Outcome
 from modeltap.records import UnauditedEvent
 from tests.addons.conftest import chat_through, model_flow, tap
 from tests.conftest import exchange_view
-from tests.factories import error_event
+from tests.factories import error_event, response_event
 
 pytestmark = pytest.mark.anyio
 
@@ -28,9 +29,43 @@ def test_the_lines_say_what_happened() -> None:
     error = error_event(session_id="s1", error="upstream_reset")
     broke = Outcome(VIEW, 0, unaudited=unaudited, error=error)
     assert lines(broke, "12:00:00") == [
-        "12:00:00 s1 - - - - - unaudited GET /v1/models",
-        "12:00:00 s1 - - - - - error: upstream_reset",
+        "12:00:00 s1 - - - - - unaudited GET /v1/models: upstream closed the connection",
     ]
+
+
+CHAT = exchange_view(session_id="s1")
+WS_TURN = exchange_view(session_id="s1", transport="websocket", api="openai.responses")
+
+
+@pytest.mark.parametrize(
+    ("view", "kind", "expired", "status", "ttfb_ms", "line"),
+    [
+        (CHAT, "upstream_unreachable", None, None, None, "gpt-5 - - 3ms upstream unreachable"),
+        (CHAT, "upstream_reset", None, 200, 40.0, "gpt-5 200 in=? out=? 3ms stream cut"),
+        (CHAT, "upstream_timeout", "first_byte", None, None, "gpt-5 - - 3ms timeout: first byte"),
+        (CHAT, "upstream_timeout", "idle", 200, 40.0, "gpt-5 200 in=? out=? 3ms timeout: idle"),
+        (CHAT, "client_gone", None, 200, 40.0, "gpt-5 200 in=? out=? 3ms client gone"),
+        (CHAT, "upstream_protocol_error", None, None, None, "gpt-5 - - 3ms upstream broke HTTP"),
+        (WS_TURN, "upstream_reset", None, None, 40.0, "gpt-5 - in=? out=? 3ms stream cut"),
+        (WS_TURN, "client_gone", None, None, None, "gpt-5 - - 3ms client gone"),
+        (WS_TURN, "proxy_stopped", None, None, 40.0, "gpt-5 - in=? out=? 3ms proxy stopped"),
+    ],
+)
+def test_a_failed_exchange_says_what_happened(
+    view: ExchangeView,
+    kind: str,
+    expired: Phase | None,
+    status: int | None,
+    ttfb_ms: float | None,
+    line: str,
+) -> None:
+    """Issue 15: not ``gpt-stub - in=? out=? 1ms``, but what went wrong."""
+    response = response_event(
+        session_id="s1", model="gpt-5", status=status, ttfb_ms=ttfb_ms, duration_ms=3.0
+    )
+    error = error_event(session_id="s1", error=kind)
+    outcome = Outcome(view, 0, status=status, response=response, error=error, expired=expired)
+    assert lines(outcome, "12:00:00") == [f"12:00:00 s1 {view.api} {line}"]
 
 
 async def test_a_line_per_exchange_unless_quiet(

@@ -7,6 +7,12 @@ decided and wrote, whichever addon drove the exchange::
     14:02:11 s1 openai.chat_completions gpt-5 200 in=21 out=5 312ms
     14:02:12 s1 - - 200 - - unaudited GET /v1/models
     14:02:13 s1 openai.responses - 400 - - refused: missing_model
+    14:02:14 s1 openai.chat_completions gpt-5 - - 3ms upstream unreachable
+    14:02:15 s1 openai.chat_completions gpt-5 200 in=? out=? 95ms stream cut
+    14:02:16 s1 openai.responses gpt-5 - - 540000ms timeout: first byte
+
+A failed exchange says what happened (:func:`~modeltap.failures.describe_failure`),
+HTTP and WebSocket turns alike; tokens read ``-`` when no answer came at all.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import sys
 import time
 
 from modeltap.addons.base import Addon
+from modeltap.failures import describe_failure
 from modeltap.notices import Listener, Outcome
 from modeltap.records import Usage
 
@@ -40,7 +47,7 @@ class Console(Addon, Listener):
 
 
 def lines(outcome: Outcome, clock: str | None = None) -> list[str]:
-    """The stderr lines for an outcome (two for a pass-through that then broke).
+    """The stderr line for an outcome (none for an outcome that says nothing).
 
     Args:
         outcome: how the exchange ended.
@@ -70,15 +77,22 @@ def lines(outcome: Outcome, clock: str | None = None) -> list[str]:
     if outcome.response is not None:
         response = outcome.response
         model = response.model or (view.record.model if view.record else None)
-        note = f"error: {error.error}" if error is not None else ""
-        return [line(model, outcome.status, response.usage, response.duration_ms, note)]
-    out = []
+        if error is None:
+            return [line(model, outcome.status, response.usage, response.duration_ms, "")]
+        # An answer had started when it has a status (HTTP) or a first event (WebSocket).
+        answered = outcome.status is not None or response.ttfb_ms is not None
+        note = describe_failure(error.error, outcome.expired, answered=answered)
+        usage = response.usage if answered else None
+        return [line(model, outcome.status, usage, response.duration_ms, note)]
+    notes = []
     if outcome.unaudited is not None:
-        event = outcome.unaudited
-        out.append(line(None, event.status, None, None, f"unaudited {event.method} {event.path}"))
+        notes.append(f"unaudited {outcome.unaudited.method} {outcome.unaudited.path}")
     if error is not None:
-        out.append(line(None, None, None, None, f"error: {error.error}"))
-    return out
+        notes.append(describe_failure(error.error, outcome.expired, answered=bool(outcome.status)))
+    if not notes:
+        return []
+    status = outcome.unaudited.status if outcome.unaudited is not None else outcome.status
+    return [line(None, status, None, None, ": ".join(notes))]
 
 
 def _n(value: int | None) -> str:
