@@ -88,7 +88,7 @@ def test_upstream_that_never_answers_openai_sdk(
         # The per-exchange stderr line says what went wrong.
         lines = capfd.readouterr().err.splitlines()
         assert any(
-            " t openai.chat_completions gpt-5 - " in line and line.endswith("ms timeout: first byte")
+            " t openai.chat_completions gpt-5 - - " in line and line.endswith("timeout: first byte")
             for line in lines
         ), lines
         still_serving(running)
