@@ -120,6 +120,13 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
         f"  timeouts   upstream {timeouts.describe_upstream()}; client body idle "
         f"{timeouts.request:g} s"
     )
+    if cfg.upstream_ca:
+        lines.append(f"  upstream   TLS verified against the public roots and {cfg.upstream_ca}")
+    if cfg.upstream_insecure:
+        lines.append(
+            "  WARNING    upstream TLS NOT VERIFIED (--upstream-insecure): anyone on the path "
+            "can answer as the upstream; sessions.jsonl says upstream_insecure: true"
+        )
     if cfg.mode == "regular" and open_proxy_listeners(
         [("regular", cfg.listen_host, proxy.port)], cfg.proxyauth
     ):

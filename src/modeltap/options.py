@@ -32,7 +32,7 @@ from modeltap.failures import DEFAULT_UPSTREAM_TIMEOUT, Timeouts, parse_seconds
 from modeltap.failures import parse_upstream_timeout as _parse_upstream_timeout
 
 #: mitmproxy's own options that modeltap sets but does not declare.
-MITMPROXY_OWN: Final = frozenset({"proxyauth"})
+MITMPROXY_OWN: Final = frozenset({"proxyauth", "ssl_insecure"})
 
 RUN, REPLAY = "run", "replay"
 
@@ -169,6 +169,26 @@ OPTIONS: Final[tuple[Option, ...]] = (
         None,
         "One upstream mounted at / (shorthand for a single route), e.g. http://127.0.0.1:8000.",
         metavar="URL",
+    ),
+    Option(
+        "upstream_ca",
+        str | None,
+        None,
+        "Also trust this CA (a PEM file of one or more certificates) for upstream TLS, beside "
+        "the public roots: a self-hosted vLLM or a corporate gateway with a private CA. Both "
+        "modes; checked at start (a missing or unreadable file, or one without a certificate, "
+        "stops the start).",
+        metavar="FILE",
+    ),
+    Option(
+        "upstream_insecure",
+        bool,
+        False,
+        "Do not verify upstream TLS certificates at all (mitmproxy's ssl_insecure): anyone on "
+        "the path can then answer as the upstream. For a quick look only; prefer "
+        "--upstream-ca. The start-up screen warns, and every sessions.jsonl line says "
+        "upstream_insecure: true.",
+        mitm="ssl_insecure",
     ),
     Option(
         "strict",

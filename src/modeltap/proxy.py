@@ -77,6 +77,8 @@ class ProxyConfig:
     mode: str = options.default("mode")
     routes: list[str] = field(default_factory=lambda: options.default("routes"))
     upstream: str | None = options.default("upstream")
+    upstream_ca: str | None = options.default("upstream_ca")
+    upstream_insecure: bool = options.default("upstream_insecure")
     strict: bool = options.default("strict")
     fail_closed: bool = options.default("fail_closed")
     image_detail: str | None = options.default("image_detail")

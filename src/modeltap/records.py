@@ -719,6 +719,9 @@ class SessionStatus:
     #: failed export (the exact total is printed at exit). ``None`` when lines
     #: are not exported as log records.
     otlp_logs_dropped: int | None = None
+    #: Upstream TLS certificates were not verified (``--upstream-insecure``):
+    #: whoever answered may not have been the upstream the records name.
+    upstream_insecure: bool = False
 
 
 def to_json_line(record: object) -> bytes:

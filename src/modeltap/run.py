@@ -79,6 +79,8 @@ class Settings:
     #: refuses an AWS SigV4-signed request it would have to change. A replay's
     #: upstream is the recording, which checks none.
     upstreams_check_signatures: bool = True
+    #: Upstream TLS certificates are not verified (``--upstream-insecure``).
+    upstream_insecure: bool = False
 
 
 class InFlight(Protocol):
@@ -230,7 +232,11 @@ class Run:
 
     def _write_end(self, session_id: str) -> SessionStatus:
         """Write an open session's ``sessions.jsonl`` line; it is open no more."""
-        status = replace(self.sessions.close(session_id), otlp_logs_dropped=self.logs_dropped())
+        status = replace(
+            self.sessions.close(session_id),
+            otlp_logs_dropped=self.logs_dropped(),
+            upstream_insecure=self.settings.upstream_insecure,
+        )
         if self.sink is not None and not self.sink.write_session(status):
             logger.warning("modeltap: a sessions.jsonl line could not be written")
         self.publish("session_ended", session_id)

@@ -14,6 +14,7 @@ They share one :class:`~modeltap.run.Run`, handed to each on construction:
 - :class:`~modeltap.addons.console.Console`: one stderr line per exchange (a listener).
 - :class:`~modeltap.addons.spans.Spans`: OpenTelemetry spans (a listener).
 - :class:`~modeltap.addons.recorder.Recorder`: ``--record DIR`` (a listener).
+- :class:`~modeltap.addons.upstream_tls.UpstreamTls`: ``--upstream-ca``, ``--upstream-insecure``.
 
 The replayer (:class:`~modeltap.addons.replayer.Replayer`) is added by
 ``modeltap replay``; :class:`ModelTap` loads them into mitmproxy as one.
@@ -30,6 +31,7 @@ from modeltap.addons.evidence import Evidence
 from modeltap.addons.http import Http
 from modeltap.addons.recorder import Recorder
 from modeltap.addons.spans import Spans
+from modeltap.addons.upstream_tls import UpstreamTls
 from modeltap.addons.websocket import WebSocket
 from modeltap.run import Run
 
@@ -64,6 +66,7 @@ def default_addons(run: Run | None = None) -> list[object]:
         Console(run),
         Spans(run),
         Recorder(run),
+        UpstreamTls(run),
     ]
 
 
@@ -76,6 +79,7 @@ __all__ = [
     "ModelTap",
     "Recorder",
     "Spans",
+    "UpstreamTls",
     "WebSocket",
     "default_addons",
 ]
