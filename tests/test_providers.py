@@ -381,9 +381,9 @@ def test_upstream_at_root_and_routes_named_otherwise() -> None:
     lines = _lines(["oai=https://api.openai.com"], upstream="http://127.0.0.1:9000")
     assert "OPENAI_BASE_URL=http://127.0.0.1:8787/oai/v1  (route oai)" in lines
     assert lines[-3:] == [
-        "OPENAI_BASE_URL=http://127.0.0.1:8787/v1  (route upstream, if it speaks OpenAI)",
-        "ANTHROPIC_BASE_URL=http://127.0.0.1:8787  (route upstream, if it speaks Anthropic)",
-        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787  (route upstream, if it speaks Gemini)",
+        "OPENAI_BASE_URL=http://127.0.0.1:8787/v1  (--upstream, if it speaks OpenAI)",
+        "ANTHROPIC_BASE_URL=http://127.0.0.1:8787  (--upstream, if it speaks Anthropic)",
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787  (--upstream, if it speaks Gemini)",
     ]
 
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 from modeltap import __version__, options
 from modeltap.addons import Control
-from modeltap.client_env import export_lines
+from modeltap.client_env import export_lines, exported_routes
 from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
 from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
 from modeltap.recording import DIFF_FILE, Recording, RecordingError
-from modeltap.routing import PROVIDER_HOSTS, RouteError, RouteTable
+from modeltap.routing import PROVIDER_HOSTS, RouteError, RouteTable, parse_route_spec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,9 +96,11 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
         for i, r in enumerate(routes.routes):
             head = "  routes     " if i == 0 else "             "
             lines.append(f"{head}{r.prefix.ljust(width)}  -> {r.url}")
-        found = export_lines(routes.routes, url)
+        named = {parse_route_spec(spec).name for spec in cfg.routes}
+        shown = exported_routes(routes.routes, named)
+        found = export_lines(shown, url)
         exports = [e.text for e in found]
-        for r in routes.routes:
+        for r in shown:
             if all(e.route != r.name for e in found):
                 exports.append(f"{r.name}: {url}{'' if r.prefix == '/' else r.prefix}")
         for i, e in enumerate(exports):

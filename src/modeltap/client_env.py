@@ -8,16 +8,20 @@ known (a local stub, a gateway: ``Route.provider`` is ``None``) may speak any
 wire, so every rule of :data:`ANY_WIRE` applies to it, each saying which wire
 it assumes. A route whose provider has no rules gets no line (the screen then
 shows its URL). A new wire adds its provider's rules here and nothing else.
+
+Which routes get lines is :func:`exported_routes`: all of them, unless one
+upstream is mounted at ``/`` (``--upstream``), which is then what the user
+means an agent to reach; the default routes stay mounted, without lines.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from modeltap.routing import Route
+from modeltap.routing import UPSTREAM_ROUTE, Route
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +50,8 @@ class ExportLine:
         the note in parentheses when labelled."""
         line = f"{self.variable}={self.value}"
         if self.labelled:
-            line += f"  (route {self.route}{', ' + self.note if self.note else ''})"
+            where = "--upstream" if self.route == UPSTREAM_ROUTE else f"route {self.route}"
+            line += f"  ({where}{', ' + self.note if self.note else ''})"
         return line
 
 
@@ -197,3 +202,21 @@ def export_lines(routes: Iterable[Route], proxy_url: str) -> list[ExportLine]:
                 notes = ", ".join(n for n in (note, said) if n) or None
                 out.append(ExportLine(route.name, found[0], found[1], notes, labelled))
     return out
+
+
+def exported_routes(routes: Sequence[Route], named: Collection[str]) -> list[Route]:
+    """The routes to print ``export`` lines for.
+
+    Args:
+        routes: the routes in effect, in order.
+        named: the names of the routes given with ``--route``.
+
+    Returns:
+        Every route; but when one upstream is mounted at ``/`` (``--upstream``),
+        only it and the routes named with ``--route``: the default routes stay
+        mounted, yet an agent pointed at ``/openai/v1`` would reach
+        api.openai.com, not the upstream the user asked for.
+    """
+    if not any(route.prefix == "/" for route in routes):
+        return list(routes)
+    return [route for route in routes if route.prefix == "/" or route.name in named]

@@ -20,9 +20,9 @@ them: ``listen="127.0.0.1:0"`` or ``listen_port=0``, ``route=[...]`` or
 
 1. ``modeltap_upstream = URL`` in the ini file (``[tool.pytest.ini_options]``),
    then ``--modeltap-upstream URL`` on the command line: the one-route
-   shorthand mounted at ``/`` (like ``modeltap run --upstream``); point the
-   SDK at ``modeltap.url`` plus the upstream's own path, e.g.
-   ``modeltap.url + "/v1"`` for an OpenAI-compatible server.
+   shorthand mounted at ``/`` (like ``modeltap run --upstream``);
+   ``modeltap.openai_base_url`` then leads to it (``modeltap.url + "/v1"``
+   for an OpenAI-compatible server), as ``modeltap run``'s screen says.
 2. The ``modeltap_config`` fixture: a dict, empty by default. Override it
    (in a test module or ``conftest.py``) when the options depend on other
    fixtures, such as a stub upstream's port::
@@ -37,8 +37,8 @@ them: ``listen="127.0.0.1:0"`` or ``listen_port=0``, ``route=[...]`` or
 
 The proxy is quiet (no line per exchange on stderr) unless a marker or
 ``modeltap_config`` says ``quiet=False``. The default routes stay in place:
-``modeltap.openai_base_url`` goes to ``https://api.openai.com`` unless a
-route named ``openai`` replaces it.
+without an upstream, ``modeltap.openai_base_url`` goes to
+``https://api.openai.com`` unless a route named ``openai`` replaces it.
 
 Importing this module does not import mitmproxy: the proxy is loaded by the
 fixture, so pytest starts as fast as before in projects that never use it.
@@ -55,6 +55,8 @@ import pytest
 
 if TYPE_CHECKING:
     from modeltap.capture import Capture
+    from modeltap.client_env import ExportLine
+    from modeltap.proxy import Proxy
     from modeltap.records import SessionStatus
     from modeltap.report_types import Report
 
@@ -70,16 +72,27 @@ class ModelTapFixture:
     url: str
     #: The proxy's output directory (``audit.jsonl``, ``events.jsonl``).
     out_dir: Path
+    #: What ``modeltap run`` would print to export for these routes.
+    exports: tuple[ExportLine, ...] = ()
 
     @property
     def openai_base_url(self) -> str:
-        """Base URL for OpenAI SDKs: ``url + "/openai/v1"``."""
-        return f"{self.url}/openai/v1"
+        """Base URL for OpenAI SDKs, as the start-up screen's ``OPENAI_BASE_URL``:
+        ``url + "/openai/v1"``, or with an upstream at ``/`` (``upstream=`` or
+        ``--modeltap-upstream``) that upstream's, e.g. ``url + "/v1"``."""
+        return self._export("OPENAI_BASE_URL", "openai") or f"{self.url}/openai/v1"
 
     @property
     def anthropic_base_url(self) -> str:
-        """Base URL for Anthropic SDKs: ``url + "/anthropic"``."""
-        return f"{self.url}/anthropic"
+        """Base URL for Anthropic SDKs, as the screen's ``ANTHROPIC_BASE_URL``:
+        ``url + "/anthropic"``, or an upstream at ``/``'s, e.g. ``url``."""
+        return self._export("ANTHROPIC_BASE_URL", "anthropic") or f"{self.url}/anthropic"
+
+    def _export(self, variable: str, route: str) -> str | None:
+        """The value of ``variable`` for the route of that name, else for the first
+        route that has one."""
+        values = [(e.route != route, e.value) for e in self.exports if e.variable == variable]
+        return min(values, key=lambda pair: pair[0])[1] if values else None
 
     def base_url(self, route: str) -> str:
         """Return the proxy URL of a route: ``base_url("vllm")`` is ``url + "/vllm"``.
@@ -213,6 +226,17 @@ def modeltap(
         # OS's reason); mitmproxy's traceback would be noise.
         raise pytest.fail.Exception(f"modeltap did not start: {exc}", pytrace=False) from None
     try:
-        yield ModelTapFixture(url=proxy.url, out_dir=Path(config.out))
+        yield ModelTapFixture(url=proxy.url, out_dir=Path(config.out), exports=_exports(proxy))
     finally:
         proxy.stop()
+
+
+def _exports(proxy: Proxy) -> tuple[ExportLine, ...]:
+    """The ``export`` lines ``modeltap run`` would print for the proxy's routes."""
+    from modeltap.client_env import export_lines, exported_routes
+    from modeltap.routing import RouteTable, parse_route_spec
+
+    config = proxy.config
+    routes = RouteTable.build(list(config.routes), config.upstream).routes
+    named = {parse_route_spec(spec).name for spec in config.routes}
+    return tuple(export_lines(exported_routes(routes, named), proxy.url))
