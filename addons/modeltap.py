@@ -1,18 +1,27 @@
-"""Load modeltap into mitmproxy: ``mitmdump -s addons/modeltap.py --set modeltap_out=DIR``.
+"""Load modeltap into mitmproxy: ``mitmdump -s addons/modeltap.py``.
 
-Use reverse mode with connection_strategy=lazy, e.g.::
+modeltap follows mitmproxy's own ``--mode``. In front of one upstream::
 
-    mitmdump -s addons/modeltap.py --mode reverse:http://127.0.0.1:9 \
-        --set connection_strategy=lazy --set modeltap_upstream=https://api.openai.com
+    mitmdump -s addons/modeltap.py --listen-host 127.0.0.1 \
+        --mode reverse:https://api.openai.com --set modeltap_out=./modeltap-out
 
-or regular mode (``--mode regular --listen-host 127.0.0.1 --set modeltap_mode=regular``;
-on any other address without ``proxyauth`` the addon refuses to start an open
-proxy unless ``--set modeltap_allow_open_proxy=true``). Every option
-of the addons is listed by ``mitmdump -s addons/modeltap.py --options``;
-``--set modeltap_record=DIR`` also records exchanges for ``modeltap replay``.
-The control API (``modeltap session end ID --out DIR``) is served on its own
-listener (``--set modeltap_control=HOST:PORT``, default a free loopback port),
-never through the proxy; its address and token are in the out dir.
+(the reverse target is mounted at ``/`` like ``modeltap run --upstream``;
+``--set modeltap_upstream=URL`` or ``modeltap_routes`` route otherwise). As the
+agent's HTTPS proxy, provider hosts audited::
+
+    mitmdump -s addons/modeltap.py --listen-host 127.0.0.1 --mode regular \
+        --set modeltap_out=./modeltap-out
+
+Keep ``--listen-host 127.0.0.1``: mitmproxy listens on every interface by
+default. In regular mode on any other address without ``proxyauth`` the
+addon refuses to start an open proxy unless ``--set
+modeltap_allow_open_proxy=true``; a reverse proxy there gets a warning. Every
+option of the addons is listed by ``mitmdump -s addons/modeltap.py
+--options``; ``--set modeltap_record=DIR`` also records exchanges for
+``modeltap replay``. The control API (``modeltap session end ID --out DIR``)
+is served on its own listener (``--set modeltap_control=HOST:PORT``, default
+a free loopback port), never through the proxy; its address and token are in
+the out dir.
 """
 
 import os

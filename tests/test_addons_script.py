@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx2 as httpx
 import openai
+import pytest
 
 from modeltap import control
 from tests.conftest import read_jsonl
@@ -76,3 +82,107 @@ def test_the_addons_share_one_run_under_names_of_their_own() -> None:
     names = [getattr(a, "name", None) for a in addons]
     assert all(n and n.startswith("modeltap_") for n in names) and len(set(names)) == len(names)
     assert all(getattr(a, "run", run) is run for a in addons)
+
+
+# --------------------------------------------------------------------------
+# The README's recipes, run as written (issue 15)
+
+
+def readme_recipes() -> dict[str, list[str]]:
+    """The ``mitmdump -s`` commands of the README's "With mitmproxy directly", by mode."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## With mitmproxy directly", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    recipes = {}
+    for line in block.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:3] == ["mitmdump", "-s", "addons/modeltap.py"] and "--mode" in words:
+            recipes[words[words.index("--mode") + 1].split(":", 1)[0]] = words
+    return recipes
+
+
+@contextmanager
+def mitmdump(words: list[str], out: Path, *extra: str) -> Iterator[int]:
+    """Run a recipe: our mitmdump, this repo's script, a free port, ``out`` for its out dir."""
+    port = free_port()
+    args = [str(MITMDUMP), "-q", *extra, "-p", str(port)]
+    for word in words[1:]:
+        word = str(ROOT / word) if word == "addons/modeltap.py" else word
+        args.append(f"modeltap_out={out}" if word.startswith("modeltap_out=") else word)
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_the_readme_recipes_listen_on_loopback() -> None:
+    recipes = readme_recipes()
+    assert set(recipes) == {"reverse", "regular"}
+    for words in recipes.values():
+        assert words[words.index("--listen-host") + 1] == "127.0.0.1"
+        assert not any("modeltap_mode" in word for word in words)
+
+
+def test_reverse_mode_follows_mitmproxys_reverse_target(upstream: Upstream, tmp_path: Path) -> None:
+    words = readme_recipes()["reverse"]
+    words = [re.sub(r"^reverse:.*", f"reverse:{upstream.url}", w) for w in words]
+    with mitmdump(words, tmp_path) as port:
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0)
+        client.chat.completions.create(model="via-reverse", messages=[])
+    (record,) = read_jsonl(tmp_path / "audit.jsonl")
+    assert (record["model"], record["route"], record["upstream"]) == (
+        "via-reverse",
+        "upstream",
+        upstream.url,
+    )
+
+
+def test_regular_mode_needs_no_modeltap_mode(upstream: Upstream, tmp_path: Path) -> None:
+    words = readme_recipes()["regular"]
+    # The stub is a plain-HTTP provider here: a route makes its host an audited one.
+    with mitmdump(words, tmp_path, "--set", f"modeltap_routes=stub={upstream.url}") as port:
+        with httpx.Client(proxy=f"http://127.0.0.1:{port}", timeout=10) as client:
+            resp = client.post(
+                f"{upstream.url}/v1/chat/completions", json={"model": "via-regular", "messages": []}
+            )
+        assert resp.status_code == 200
+    (record,) = read_jsonl(tmp_path / "audit.jsonl")
+    assert (record["model"], record["route"]) == ("via-regular", "stub")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--mode", "regular", "--set", "modeltap_mode=reverse"],
+            b"modeltap_mode=reverse contradicts mitmproxy's --mode (regular)",
+        ),
+        (
+            ["--mode", "regular", "--mode", "reverse:http://127.0.0.1:9@0"],
+            b"mitmproxy's --mode mixes reverse and forwarding listeners",
+        ),
+    ],
+)
+def test_a_mode_modeltap_cannot_follow_stops_the_start(
+    tmp_path: Path, args: list[str], message: bytes
+) -> None:
+    proc = subprocess.run(
+        [
+            str(MITMDUMP), "-s", str(ROOT / "addons" / "modeltap.py"), "--listen-host",
+            "127.0.0.1", "-p", str(free_port()), "--set", f"modeltap_out={tmp_path}", *args,
+        ],
+        capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert message in proc.stdout + proc.stderr

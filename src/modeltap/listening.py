@@ -9,7 +9,8 @@ to start that way unless told so explicitly.
 
 A listener that cannot start (a port in use, an address of no interface, a
 host name that does not resolve) stops the start with one line naming the
-address and the OS's reason (:func:`listen_failure`).
+address and the OS's reason (:func:`listen_failure`). Under ``mitmdump -s``,
+modeltap follows mitmproxy's own ``--mode`` (:func:`modeltap_mode`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import errno
 import ipaddress
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 #: mitmproxy modes in which the client chooses the destination host.
@@ -115,3 +116,47 @@ def listen_failure(what: str, host: str, port: int | None, error: OSError) -> st
     return f"cannot listen for {what} on {where}:{port_text}: {reason}" + (
         f" ({hint})" if hint else ""
     )
+
+
+#: mitmproxy modes in which the client names the host it wants: modeltap audits
+#: them as ``regular`` (provider hosts audited, others passed as unaudited).
+CLIENT_NAMES_HOST: Final = frozenset(
+    {"regular", "upstream", "socks5", "transparent", "wireguard", "local", "tun"}
+)
+
+
+def modeltap_mode(
+    chosen: str | None, listeners: Sequence[tuple[str, str]]
+) -> tuple[str, str | None]:
+    """modeltap's mode under mitmproxy's listeners, and the upstream they imply.
+
+    Args:
+        chosen: ``modeltap_mode`` as set (``reverse``, ``regular``), or None
+            to follow mitmproxy's own ``--mode``.
+        listeners: ``(type, data)`` of each of mitmproxy's modes, e.g.
+            ``("reverse", "https://api.openai.com")`` or ``("regular", "")``.
+
+    Returns:
+        ``(mode, upstream)``: ``upstream`` is the reverse target to mount at
+        ``/`` when the mode was followed, else None.
+
+    Raises:
+        ValueError: the listeners mix reverse and forwarding modes (modeltap
+            routes one way), or contradict ``chosen``.
+    """
+    kinds = {kind for kind, _ in listeners if kind == "reverse" or kind in CLIENT_NAMES_HOST}
+    followed = "regular" if kinds - {"reverse"} else "reverse"
+    if "reverse" in kinds and followed == "regular":
+        raise ValueError(
+            "mitmproxy's --mode mixes reverse and forwarding listeners; modeltap routes one way "
+            "for all of them: run one mode per mitmdump"
+        )
+    if chosen is not None:
+        if kinds and chosen != followed:
+            raise ValueError(
+                f"modeltap_mode={chosen} contradicts mitmproxy's --mode ({followed}); drop "
+                "modeltap_mode: modeltap follows mitmproxy's mode"
+            )
+        return chosen, None
+    targets = [data for kind, data in listeners if kind == "reverse"]
+    return followed, (targets[0] if targets else None)

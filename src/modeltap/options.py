@@ -140,13 +140,16 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ),
     Option(
         "mode",
-        str,
-        "reverse",
-        "reverse: agents point their base URL at the route prefixes. regular: modeltap is the "
-        "agent's HTTP(S) proxy (trust mitmproxy's CA); provider hosts are audited (Azure, "
-        "Bedrock and Vertex hosts too), other hosts pass as unaudited. AWS SigV4-signed "
-        "requests (boto3, AnthropicBedrock, Claude Code on Bedrock) need regular mode, which "
-        "forwards them unchanged; reverse mode refuses them (signed_request).",
+        str | None,
+        None,
+        "reverse (modeltap run's default): agents point their base URL at the route "
+        "prefixes. regular: modeltap is the agent's HTTP(S) proxy (trust mitmproxy's CA); "
+        "provider hosts are audited (Azure, Bedrock and Vertex hosts too), other hosts pass "
+        "as unaudited. AWS SigV4-signed requests (boto3, AnthropicBedrock, Claude Code on "
+        "Bedrock) need regular mode, which forwards them unchanged; reverse mode refuses them "
+        "(signed_request). Under mitmdump, unset follows mitmproxy's own --mode: regular (and "
+        "the other modes where the client names the host) as regular; reverse:URL as reverse, "
+        "with URL mounted at / like --upstream unless modeltap_upstream is set.",
         choices=("reverse", "regular"),
     ),
     Option(

@@ -74,7 +74,8 @@ class ProxyConfig:
     listen_host: str = _LISTEN[0]
     listen_port: int = _LISTEN[1]
     out: str = options.default("out")
-    mode: str = options.default("mode")
+    #: ``reverse`` or ``regular``; unset is ``reverse``.
+    mode: str | None = options.default("mode")
     routes: list[str] = field(default_factory=lambda: options.default("routes"))
     upstream: str | None = options.default("upstream")
     upstream_ca: str | None = options.default("upstream_ca")
@@ -123,6 +124,9 @@ class ProxyConfig:
             if name is None or (name in options.MITMPROXY_OWN and value is None):
                 continue  # not a mitmproxy option, or mitmproxy's own default stays
             opts[name] = list(value) if opt.repeated else value
+        # Said outright: unset, the addon would follow mitmproxy's mode, and take the
+        # placeholder target above for an upstream.
+        opts["modeltap_mode"] = "regular" if self.mode == "regular" else "reverse"
         opts.update(self.extra)
         return opts
 
@@ -409,7 +413,8 @@ class Proxy:
             self.stop()
             error = self._error
             if isinstance(error, StartupError):
-                raise StartupError(str(error)) from None
+                # Chained as before (callers read __cause__): the same one line.
+                raise StartupError(str(error)) from error
             if error is None:
                 raise StartupError(f"it did not listen within {timeout:g} s")
             raise StartupError(f"{type(error).__name__}: {error}") from error

@@ -45,7 +45,7 @@ async def test_an_open_proxy_is_refused_unless_allowed(tmp_path: Path) -> None:
         with pytest.raises(exceptions.OptionsError, match="modeltap_allow_open_proxy=true"):
             t.tctx.options.update(mode=["regular"], listen_host="0.0.0.0")
         t.tctx.options.update(modeltap_allow_open_proxy=True)
-        t.tctx.options.update(mode=["regular"], listen_host="0.0.0.0")
+        t.tctx.options.update(mode=["regular"], listen_host="0.0.0.0", modeltap_mode="regular")
 
 
 async def test_options_reach_the_core(tmp_path: Path) -> None:

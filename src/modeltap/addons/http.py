@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import replace
@@ -44,11 +45,13 @@ from modeltap.gate import (
     sha256_hex,
     take_session,
 )
-from modeltap.listening import open_proxy_listeners, open_proxy_message
+from modeltap.listening import is_loopback, modeltap_mode, open_proxy_listeners, open_proxy_message
 from modeltap.notices import Forward, Reply
 from modeltap.records import RequestFacts
 from modeltap.routing import RouteError, RouteTable
 from modeltap.run import Run, Settings
+
+logger = logging.getLogger(__name__)
 
 #: ``flow.metadata`` key of the frozen :class:`~modeltap.notices.ExchangeView`
 #: of a forwarded WebSocket handshake (the WebSocket addon opens its connection).
@@ -87,10 +90,10 @@ class Http(Addon):
 
     def configure(self, updated: set[str]) -> None:
         self.check(updated)
-        self.run.settings = _settings(self.run.settings, self.options, updated)
         opts = self.options
         if {"mode", "listen_host", "proxyauth", "modeltap_allow_open_proxy"} & updated:
-            _refuse_open_proxy(opts)
+            _refuse_open_proxy(opts)  # first: whatever else is wrong, never an open proxy
+        self.run.settings = _settings(self.run.settings, opts, updated)
         if "stream_large_bodies" in updated and opts.stream_large_bodies:
             # mitmproxy would forward a large request body as it arrives, before the
             # request hook: a model request would reach the upstream unaudited.
@@ -367,20 +370,34 @@ def _settings(settings: Settings, opts: Any, updated: set[str]) -> Settings:
     Raises:
         OptionsError: a bad route or size.
     """
-    if {"modeltap_routes", "modeltap_upstream"} & updated:
+    if {"mode", "modeltap_mode", "modeltap_routes", "modeltap_upstream"} & updated:
+        listeners = []
+        for spec in opts.mode:
+            try:
+                parsed = ProxyMode.parse(spec)
+            except ValueError:
+                continue  # mitmproxy's proxyserver reports a bad mode itself
+            listeners.append((parsed.type_name, parsed.data))
+        try:
+            # Unset, modeltap_mode follows mitmproxy's own mode (mitmdump -s).
+            mode, target = modeltap_mode(opts.modeltap_mode, listeners)
+        except ValueError as e:
+            raise exceptions.OptionsError(str(e)) from None
         try:
             routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
         except RouteError as e:
             raise exceptions.OptionsError(str(e)) from None
-        settings = replace(settings, routes=routes)
+        if target is not None and not opts.modeltap_upstream:
+            try:
+                routes = RouteTable.build(list(opts.modeltap_routes), target)
+            except RouteError as e:
+                raise exceptions.OptionsError(f"mitmproxy's --mode reverse:{target}: {e}") from None
+        settings = replace(settings, routes=routes, mode=mode)
     if "modeltap_max_body" in updated:
         settings = replace(settings, max_body=_size(opts.modeltap_max_body))
-    if {"modeltap_mode", "modeltap_strict", "modeltap_image_detail"} & updated:
+    if {"modeltap_strict", "modeltap_image_detail"} & updated:
         settings = replace(
-            settings,
-            mode=opts.modeltap_mode,
-            strict=opts.modeltap_strict,
-            image_detail=opts.modeltap_image_detail,
+            settings, strict=opts.modeltap_strict, image_detail=opts.modeltap_image_detail
         )
     return settings
 
@@ -396,9 +413,8 @@ def _size(value: str) -> int:
 
 
 def _refuse_open_proxy(opts: Any) -> None:
-    """Refuse to start a forwarding proxy that anyone can reach (SPEC 8)."""
-    if opts.modeltap_allow_open_proxy:
-        return
+    """Refuse to start a forwarding proxy that anyone can reach (SPEC 8); warn
+    of a reverse one (mitmproxy listens on every interface by default)."""
     listeners = []
     for spec in opts.mode:
         try:
@@ -408,6 +424,16 @@ def _refuse_open_proxy(opts: Any) -> None:
         listeners.append(
             (mode.type_name, mode.listen_host(opts.listen_host), mode.listen_port(opts.listen_port))
         )
+    for kind, host, port in listeners:
+        if kind == "reverse" and not is_loopback(host):
+            logger.warning(
+                "modeltap: reverse proxy on %s:%s: anyone who can reach it can use its routes "
+                "(with their own keys); --listen-host 127.0.0.1 keeps it to this machine",
+                host or "*",
+                port,
+            )
+    if opts.modeltap_allow_open_proxy:
+        return
     open_ones = open_proxy_listeners(listeners, opts.proxyauth)
     if open_ones:
         raise exceptions.OptionsError(
