@@ -675,7 +675,7 @@ def test_demo_runs_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert demo_main(["--fast", "--out", str(tmp_path)]) == 0
     printed = capsys.readouterr().out
     assert "Enjoy the walk!" in printed
-    assert '"tool_names":["get_weather","get_time"]' in printed  # the audit records
+    assert "gpt-demo  get_weather, get_time  call_weather1 48 B" in printed  # the audit records
     assert "modeltap report" in printed and "get_weather  call_weather1" in printed
     assert "replayed 3 of 3 recorded turns; 0 differences" in printed
     assert len(read_jsonl(tmp_path / "audit.jsonl")) == 3

@@ -292,6 +292,7 @@ def demo_main(argv: Sequence[str]) -> int:
         print("modeltap demo needs the openai package: pip install openai", file=sys.stderr)
         return 2
     from modeltap.capture import Capture
+    from modeltap.demo import record_lines
     from modeltap.report import build_report, render_text
 
     out = Path(args.out or tempfile.mkdtemp(prefix="modeltap-demo-"))
@@ -313,11 +314,12 @@ def demo_main(argv: Sequence[str]) -> int:
             proxy.stop()
         elapsed = time.monotonic() - started
     print(f"== the agent (openai SDK tool loop, {elapsed:.2f}s) answered:\n{answer}\n")
+    capture = Capture.load(out)
     print(f"== {out / 'audit.jsonl'}: one record per model request, written before forwarding")
-    for line in (out / "audit.jsonl").read_text().splitlines():
-        print(line)
+    print("\n".join(record_lines(capture.records)))
+    print(f"   (names, counts, hashes and sizes only; every field: jq . {out / 'audit.jsonl'})")
     print(f"\n== modeltap report {out}")
-    print(render_text(build_report(Capture.load(out))))
+    print(render_text(build_report(capture)))
     print(f"== replay: {replay.summary()}")
     for problem in replay.problems:
         print(f"   {problem.message}")

@@ -329,6 +329,21 @@ def _table(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[s
     return lines
 
 
+def table_lines(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
+    """Align ``rows`` in columns the way the report's tables are, for other
+    commands' screens (``modeltap demo``'s records).
+
+    Args:
+        rows: cells of each row (the first row is the header), all of one length.
+        right: indexes of the right-aligned columns (numbers).
+        indent: put before every line.
+
+    Returns:
+        One line per row, trailing spaces removed.
+    """
+    return _table(rows, right, indent)
+
+
 def _dollars(cost: Json | None) -> str:
     """An estimate as ``$0.000202``; ``?`` when unknown."""
     if cost is None or cost["estimate_usd"] is None:

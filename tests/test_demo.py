@@ -1,0 +1,49 @@
+"""``modeltap demo`` as a user runs it: the records shown the way the report
+shows turns, not as raw 800-character JSON lines (issue 15)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from modeltap.demo import record_lines
+from tests.conftest import read_jsonl
+from tests.factories import audit_record
+
+
+def test_the_demo_shows_records_as_a_table(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "modeltap.cli", "demo", "--fast", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert not [line for line in lines if line.lstrip().startswith("{")]  # no raw JSON
+    start = lines.index(
+        f"== {tmp_path / 'audit.jsonl'}: one record per model request, written before forwarding"
+    )
+    header, *rows = lines[start + 1 : start + 5]
+    assert header.split() == [
+        "seq", "model", "tools", "advertised", "tool", "results", "sent", "instructions", "body"
+    ]  # fmt: skip
+    records = read_jsonl(tmp_path / "audit.jsonl")
+    assert len(rows) == len(records) == 3
+    assert max(len(line) for line in [header, *rows]) <= 100  # the JSON lines were ~800
+    for row, record in zip(rows, records, strict=True):
+        seq, model, *_ = row.split()
+        assert (int(seq), model) == (record["seq"], record["model"])
+        assert record["instructions_sha256"][:8] + "…" in row
+        assert f"{record['body_bytes']:,} B" in row
+    assert "call_weather1 48 B" in rows[1] and rows[0].split()[4] == "-"
+    assert lines[start + 5] == (
+        f"   (names, counts, hashes and sizes only; every field: jq . {tmp_path / 'audit.jsonl'})"
+    )
+    assert f"== modeltap report {tmp_path}" in lines  # then the report itself
+
+
+def test_unknown_stays_said() -> None:
+    record = audit_record(tool_names=None, instructions_sha256=None, tool_results=())
+    (_, row) = record_lines([record])
+    assert row.split()[2:6] == ["not", "stated", "-", "not"]
+    assert record_lines([]) == []
