@@ -152,3 +152,24 @@ def test_default_lists_are_fresh_copies() -> None:
     first.append("x")
     assert options.default("routes") == []
     assert ProxyConfig().routes == [] and ProxyConfig().routes is not ProxyConfig().routes
+
+
+def test_every_flag_of_modeltap_run_is_a_config_key() -> None:
+    """The pytest plugin takes `modeltap run --help`'s spellings (issue 15): every flag,
+    with or without its dashes, the short ones and the --no- ones included."""
+    parser = cli.build_parser()
+    run = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    cli_only = {o.cli_flag for o in options.OPTIONS if o.cli_only}
+    for action in run._actions:
+        for flag in action.option_strings:
+            if flag in ("-h", "--help") or flag in cli_only:
+                continue
+            sample = "127.0.0.1:0" if action.dest in ("listen", "control") else True
+            for key in (flag, flag.lstrip("-")):
+                values = options.config_values({key: sample})
+                assert values, key
+    assert options.config_values({"--no-otlp-logs": True}) == {"otlp_logs": False}
+    assert options.config_values({"-q": True, "upstream-ca": "ca.pem"}) == {
+        "quiet": True,
+        "upstream_ca": "ca.pem",
+    }

@@ -519,8 +519,10 @@ def config_values(values: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     unknown: list[str] = []
     for key, value in values.items():
-        name = key.removeprefix("--").replace("-", "_")
+        name = key.lstrip("-").replace("-", "_")
         name = _CLI_NAMES.get(name, name)
+        if name in _NEGATED:  # --no-otlp-logs: the option, turned off
+            name, value = _NEGATED[name], not value
         if name == "listen":
             try:
                 host, port = parse_address(value) if isinstance(value, str) else value
@@ -542,7 +544,12 @@ def config_values(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 _CLI_NAMES: Final[dict[str, str]] = {
-    o.cli_name: o.name for o in OPTIONS if o.cli_name != o.name and not o.cli_only
+    **{o.cli_name: o.name for o in OPTIONS if o.cli_name != o.name and not o.cli_only},
+    **{o.short.lstrip("-"): o.name for o in OPTIONS if o.short and not o.cli_only},
+}
+#: ``no_NAME`` for the flags that are on by default (``--no-otlp-logs``).
+_NEGATED: Final[dict[str, str]] = {
+    f"no_{o.name}": o.name for o in OPTIONS if o.type is bool and o.default is True
 }
 
 
