@@ -307,7 +307,6 @@ class Proxy:
             StartupError: a bad option value, an out dir that cannot be
                 written, a listener that cannot start: one line naming it.
         """
-        _ctx_per_proxy()
         opts = mitm_options.Options()
         master = Master(opts, with_termlog=False)
         master.addons.add(*_proxy_addons(_StartupCheck(master)))
@@ -399,6 +398,11 @@ class Proxy:
             StartupError: if it did not start; one line saying what failed
                 (the address and the OS's reason, the path, the option).
         """
+
+        # Only here, where several proxies may share a process (fixtures, a
+        # harness): ``modeltap run`` runs one, and keeps mitmproxy's plain
+        # module globals, read on every connection, at their usual cost.
+        _ctx_per_proxy()
 
         def target() -> None:
             try:
