@@ -13,11 +13,12 @@ length is field declarations, each with the comment that documents it.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote_plus
 
 import orjson
@@ -417,6 +418,11 @@ class Usage:
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     reasoning_tokens: int | None = None
+
+
+#: The counts of :class:`Usage`, in order: the one usage vocabulary of the
+#: files, the report, coverage and the page.
+USAGE_COUNTS: Final = tuple(f.name for f in dataclasses.fields(Usage))
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,14 @@ from modeltap.apis.contract import (
     WireApi,
 )
 from modeltap.errors import Rejected, Rule
-from modeltap.records import MAX_ID_CHARS, RequestFacts, RequestSettings, ResponseFacts
+from modeltap.records import (
+    MAX_ID_CHARS,
+    USAGE_COUNTS,
+    RequestFacts,
+    RequestSettings,
+    ResponseFacts,
+    Usage,
+)
 from modeltap.routing import Route, routed_path
 
 #: Every wire API, in the order endpoints are matched. Adding an API is adding
@@ -188,6 +195,54 @@ def module_for(api: str) -> WireApi:
     return _BY_NAME[api]
 
 
+def reported_usage(api: str | None) -> tuple[str, ...]:
+    """The usage counts a wire can carry, in :class:`~modeltap.records.Usage` order.
+
+    Args:
+        api: a record's ``api`` value.
+
+    Returns:
+        The names of :attr:`WireApi.REPORTED_USAGE`; every count for an
+        unknown or absent API (nothing is known about what it leaves out).
+    """
+    module = find(api)
+    if module is None:
+        return USAGE_COUNTS
+    return tuple(name for name in USAGE_COUNTS if name in module.REPORTED_USAGE)
+
+
+def usage_total(api: str | None, usage: Usage) -> tuple[int | None, bool]:
+    """A turn's total tokens: as reported, or the sum of its parts.
+
+    A reported total is taken as it is; a wire with a total field
+    (OpenAI's ``total_tokens``) that left it out has none. A wire without
+    one (Anthropic Messages) has a total all the same: the sum
+    of every count it reports, input and output as the GenAI conventions
+    count them (:meth:`WireApi.usage_totals`: Anthropic's input plus its
+    cache reads and writes, plus output). It is known only when every one of
+    those counts was reported; unknown stays unknown.
+
+    Args:
+        api: the record's ``api`` value.
+        usage: the turn's usage as the provider reported it.
+
+    Returns:
+        ``(total, summed)``: the total or ``None``, and whether modeltap
+        summed it (the provider reported no total).
+    """
+    module = find(api)
+    if usage.total_tokens is not None or module is None:
+        return usage.total_tokens, False
+    if "total_tokens" in module.REPORTED_USAGE:
+        return None, False  # the wire has a total and this response left it out
+    if any(getattr(usage, name) is None for name in module.REPORTED_USAGE):
+        return None, False
+    counted = module.usage_totals(usage)
+    if counted.input_tokens is None or counted.output_tokens is None:
+        return None, False
+    return counted.input_tokens + counted.output_tokens, True
+
+
 def find(api: str | None) -> WireApi | None:
     """Return the module implementing ``api``, or ``None`` for an unknown or absent name."""
     return _BY_NAME.get(api) if api is not None else None
@@ -212,4 +267,6 @@ __all__ = [
     "model_from_path",
     "module_for",
     "provider_for",
+    "reported_usage",
+    "usage_total",
 ]

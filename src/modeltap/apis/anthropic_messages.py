@@ -96,6 +96,12 @@ NAME: Final = API_ANTHROPIC
 ENDPOINT: Final = "/messages"
 PROVIDER: Final = "anthropic"
 OPENAI_API_TYPE: Final = None
+#: ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
+#: ``cache_creation_input_tokens``; Messages reports no total (it is the sum of
+#: the four) and no reasoning count (thinking is inside ``output_tokens``).
+REPORTED_USAGE: Final = frozenset(
+    {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
+)
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:

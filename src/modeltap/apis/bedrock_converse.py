@@ -80,6 +80,11 @@ from modeltap.sse import SSEEvent
 NAME: Final = API_BEDROCK_CONVERSE
 PROVIDER: Final = "aws.bedrock"
 OPENAI_API_TYPE: Final = None
+#: ``inputTokens``, ``outputTokens``, ``totalTokens``, on every response.
+#: ``cacheReadInputTokens`` / ``cacheWriteInputTokens`` come only when prompt
+#: caching is in play, and Converse has no reasoning count: their absence says
+#: nothing about completeness.
+REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:

@@ -17,7 +17,10 @@ What a module offers, in three groups:
 - **Its identity**: the record's ``api`` name, how its endpoint is matched
   (:meth:`WireApi.match_endpoint`, which also reads what the path says: the
   model it names, a stream it asks for, the cloud form it is; the audit is
-  given that :class:`EndpointMatch`), the GenAI provider whose wire it is.
+  given that :class:`EndpointMatch`), the GenAI provider whose wire it is,
+  and which usage counts its wire can carry (:attr:`WireApi.REPORTED_USAGE`:
+  a count the wire has no field for is not "missing" when a response leaves
+  it out).
 - **What telemetry needs from its bodies and counts** (spans, metrics and
   the cost estimate; never evidence): :meth:`WireApi.request_content`,
   :meth:`WireApi.response_content`, :meth:`WireApi.request_settings` and
@@ -186,6 +189,21 @@ class WireApi(Protocol):
     @property
     def OPENAI_API_TYPE(self) -> str | None:
         """``openai.api.type`` for OpenAI's own wires, else ``None``."""
+        ...
+
+    @property
+    def REPORTED_USAGE(self) -> frozenset[str]:
+        """The :class:`~modeltap.records.Usage` counts this wire reports on every
+        response that carries usage.
+
+        A response that leaves one of them out did not report it (coverage
+        ``usage`` partial); a count outside the set is never reported by this
+        wire (OpenAI has no cache-write count, Anthropic no total and no
+        reasoning count) or only when a feature is used (Converse's cache
+        counts), so its absence says nothing about completeness. Without
+        ``total_tokens`` here, a total is the sum of the counts
+        (:func:`modeltap.apis.usage_total`).
+        """
         ...
 
     def audit_request(self, body: Json, endpoint: EndpointMatch | None = None) -> RequestFacts:

@@ -65,6 +65,12 @@ NAME: Final = API_CHAT
 ENDPOINT: Final = "/chat/completions"
 PROVIDER: Final = "openai"
 OPENAI_API_TYPE: Final = "chat_completions"
+#: ``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+#: ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``;
+#: chat has no field for cache writes.
+REPORTED_USAGE: Final = frozenset(
+    {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
+)
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:

@@ -78,6 +78,12 @@ NAME: Final = API_RESPONSES
 ENDPOINT: Final = "/responses"
 PROVIDER: Final = "openai"
 OPENAI_API_TYPE: Final = "responses"
+#: ``input_tokens``, ``output_tokens``, ``total_tokens``,
+#: ``input_tokens_details.cached_tokens``, ``output_tokens_details.reasoning_tokens``;
+#: the Responses API has no field for cache writes.
+REPORTED_USAGE: Final = frozenset(
+    {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
+)
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:
