@@ -155,7 +155,11 @@ def test_tool_loop_evidence_is_complete(tmp_path: Path) -> None:
     assert session.capture_errors == []
     assert capture.evidence_complete
     coverage = session.coverage.to_json()
-    assert coverage["messages"] == {"status": "unavailable", "reason": MESSAGES_NOT_RECORDED}
+    assert coverage["messages"] == {
+        "status": "unavailable",
+        "reason": MESSAGES_NOT_RECORDED,
+        "reasons": [MESSAGES_NOT_RECORDED],
+    }
     for name in ("events", "actions", "usage", "status", "data"):
         assert coverage[name] == {"status": "complete"}
     assert_invariant(capture)
@@ -198,7 +202,7 @@ def test_stream_without_usage_is_unavailable_not_zero(tmp_path: Path) -> None:
     assert session.usage == Usage()  # every total None, none 0
     usage = session.coverage.usage
     assert usage.status == "unavailable"
-    assert usage.reason == "[turn 0] the provider reported no token usage for this turn"
+    assert usage.reason == "[turn 1] the provider reported no token usage for this turn"
     # Missing usage is the provider's gap, not a hole in what was seen.
     assert session.evidence_complete
 
@@ -222,10 +226,8 @@ def test_known_zero_versus_unknown(tmp_path: Path) -> None:
     )
     usage = session.coverage.usage
     assert usage.status == "partial"
-    assert usage.reasons == (
-        "[turn 0] not reported: cache_write_tokens",
-        "[turn 1] not reported: reasoning_tokens",
-    )
+    # Chat has no cache-write count: only the reasoning count it carries is missing.
+    assert usage.reasons == ("[turn 2] not reported: reasoning_tokens",)
 
 
 def test_sum_usage_of_nothing_is_unknown() -> None:
@@ -282,10 +284,10 @@ def test_tool_call_without_result_lowers_actions(tmp_path: Path) -> None:
     actions = session.coverage.actions
     assert actions.status == "partial"
     assert actions.reasons == (
-        "[turn 0] tool call lookup (call_9) got no result in a later request",
+        "[turn 1] tool call lookup (call_9) got no result in a later request",
     )
     assert session.capture_errors == [
-        "[turn 0] tool call lookup (call_9) got no result in a later request"
+        "[turn 1] tool call lookup (call_9) got no result in a later request"
     ]
     assert session.tool_was_called("lookup")  # the call itself was seen
 
@@ -298,7 +300,7 @@ def test_tool_call_without_call_id_and_no_result_stays_unanswered(tmp_path: Path
     )
     actions = Capture.load(tmp_path).sessions["s-1"].coverage.actions
     assert actions.reasons == (
-        "[turn 0] tool call lookup has no call_id and no later request's results "
+        "[turn 1] tool call lookup has no call_id and no later request's results "
         "matched it by position",
     )
 
@@ -383,10 +385,10 @@ def test_incomplete_stream_lowers_events_and_actions(tmp_path: Path) -> None:
     session = Capture.load(tmp_path).sessions["s-1"]
     reason = "response not seen completely (stream ended before response.completed)"
 
-    assert session.coverage.events.reasons == (f"[turn 0] {reason}",)
+    assert session.coverage.events.reasons == (f"[turn 1] {reason}",)
     assert session.coverage.actions.status == "partial"
     # One fact, one capture error, even though it lowers two channels.
-    assert session.capture_errors == [f"[turn 0] {reason}"]
+    assert session.capture_errors == [f"[turn 1] {reason}"]
     assert session.turns[0].errors == ["stream ended before response.completed"]
 
 
@@ -399,7 +401,7 @@ def test_request_without_response(tmp_path: Path) -> None:
     assert session.usage.input_tokens is None
     assert session.coverage.usage.status == "unavailable"
     assert session.coverage.status.status == "partial"
-    assert session.capture_errors == [f"[turn 1] {NO_RESPONSE}"]
+    assert session.capture_errors == [f"[turn 2] {NO_RESPONSE}"]
 
 
 def test_error_event_lowers_status_and_is_a_turn_error(tmp_path: Path) -> None:
@@ -419,8 +421,8 @@ def test_error_event_lowers_status_and_is_a_turn_error(tmp_path: Path) -> None:
 
     assert session.turns[0].error_events == (error,)
     assert session.error_messages == [
-        "[turn 0] upstream_unreachable: connection refused",
-        f"[turn 0] {NO_RESPONSE}",
+        "[turn 1] upstream_unreachable: connection refused",
+        f"[turn 1] {NO_RESPONSE}",
     ]
     assert "error event: upstream_unreachable: connection refused" in "; ".join(
         session.coverage.status.reasons

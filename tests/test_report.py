@@ -126,7 +126,10 @@ def test_turns_follow_the_turn_result_shape(tmp_path: Path) -> None:
     (session,) = report["sessions"]
     turn0, turn1, turn2 = session["turns"]
 
-    assert turn0["turn_index"] == 0
+    assert (turn0["turn_index"], turn0["turn"]) == (0, 1)  # a position, and the number shown
+    assert [t["turn"] for t in (turn0, turn1, turn2)] == [1, 2, 3]
+    assert [t["retry_of_turn"] for t in (turn0, turn1, turn2)] == [None, None, None]
+    assert [t["attempt"] for t in (turn0, turn1, turn2)] == [1, 1, 1]
     assert turn0["model"] == "claude-sonnet-4-5"
     assert (turn0["provider"], turn0["model_source"]) == ("anthropic", "body")
     assert turn0["tools_advertised"] == ["Read", "Bash", "fs.grep"]
@@ -140,19 +143,22 @@ def test_turns_follow_the_turn_result_shape(tmp_path: Path) -> None:
             "bytes": 3000,
             "duration_ms": 500.0,  # response ended at 1.0 s, answer sent at 1.5 s
             "result_turn_index": 1,
+            "result_turn": 2,
         }
     ]
     assert turn1["tool_invocations"][0]["name"] == "fs.grep"
     assert turn1["tool_invocations"][0]["args"] == "TODO"  # free text kept as sent
     assert turn1["tool_invocations"][0]["duration_ms"] == 1000.0
     assert turn2["tool_calls"] == []
+    # events.jsonl's names, the provider's numbers.
     assert turn0["token_usage"] == {
-        "prompt_tokens": 100,
-        "completion_tokens": 20,
+        "input_tokens": 100,
+        "output_tokens": 20,
         "total_tokens": 120,
-        "cache_creation_tokens": 0,
         "cache_read_tokens": 0,
+        "cache_write_tokens": 0,
         "reasoning_tokens": 0,
+        "total_summed": False,
     }
     assert turn2["execution_time_ms"] == 1250.0
     assert (turn0["input"], turn0["response"]) == (None, None)
@@ -165,7 +171,7 @@ def test_session_roll_up(tmp_path: Path) -> None:
 
     assert session["tool_calls"] == ["Read", "fs.grep"]
     assert [inv["call_id"] for inv in session["tool_invocations"]] == ["toolu_1", "toolu_2"]
-    assert session["token_usage"]["prompt_tokens"] == 300
+    assert session["token_usage"]["input_tokens"] == 300
     assert session["token_usage"]["cache_read_tokens"] == 0
     assert session["execution_time_ms"] == 3050.0
     assert session["errors"] == []
@@ -176,12 +182,16 @@ def test_session_roll_up(tmp_path: Path) -> None:
         "events": 3,
         "sessions": 1,
         "turns": 3,
+        "retries": 0,
         "refusals": 0,
+        "pass_through": 0,
         "load_errors": 0,
     }
+    assert session["retry_count"] == 0
     assert session["coverage"]["messages"] == {
         "status": "unavailable",
         "reason": MESSAGES_NOT_RECORDED,
+        "reasons": [MESSAGES_NOT_RECORDED],
     }
     assert session["coverage"]["actions"] == {"status": "complete"}
 
@@ -191,14 +201,18 @@ def test_stream_without_usage(tmp_path: Path) -> None:
     report = report_of(tmp_path)
     (session,) = report["sessions"]
 
-    assert set(session["token_usage"].values()) == {None}
+    assert set(session["token_usage"].values()) == {None, False}
+    assert session["token_usage"]["total_summed"] is False
+    reason = "the provider reported no token usage for this turn"
     assert session["coverage"]["usage"] == {
         "status": "unavailable",
-        "reason": "[turn 0] the provider reported no token usage for this turn",
+        "reason": f"[turn 1] {reason}",
+        "reasons": [f"[turn 1] {reason}"],
     }
     assert session["turns"][0]["coverage"]["usage"] == {
         "status": "unavailable",
-        "reason": "the provider reported no token usage for this turn",
+        "reason": reason,
+        "reasons": [reason],
     }
 
 
@@ -212,9 +226,11 @@ def test_known_zero_stays_zero_and_unknown_stays_null(tmp_path: Path) -> None:
         ],
     )
     usage = report_of(tmp_path)["sessions"][0]["token_usage"]
-    assert usage["prompt_tokens"] == 10
+    assert usage["input_tokens"] == 10
     assert usage["cache_read_tokens"] == 0
-    assert usage["total_tokens"] is None
+    # Anthropic reports no total: the second turn's is the sum of its parts.
+    assert usage["total_tokens"] == 12
+    assert usage["total_summed"] is True
 
 
 def test_refused_request(tmp_path: Path) -> None:
@@ -232,7 +248,7 @@ def test_refused_request(tmp_path: Path) -> None:
     assert session["coverage"]["status"]["status"] == "partial"
     assert "request refused (fail_closed)" in session["coverage"]["status"]["reason"]
     assert session["refusals"][0]["rule"] == "fail_closed"
-    assert session["errors"] == [f"refused (fail_closed): {refusal.message}"]
+    assert session["errors"] == [f"request refused (fail_closed): {refusal.message}"]
     assert report["counts"]["refusals"] == 1
     assert report["evidence_complete"] is False
 
@@ -247,13 +263,14 @@ def test_tool_call_without_result(tmp_path: Path) -> None:
 
     inv = session["tool_invocations"][0]
     assert (inv["bytes"], inv["duration_ms"], inv["result_turn_index"]) == (None, None, None)
+    assert inv["result_turn"] is None
+    reason = "[turn 1] tool call Bash (toolu_9) got no result in a later request"
     assert session["coverage"]["actions"] == {
         "status": "partial",
-        "reason": "[turn 0] tool call Bash (toolu_9) got no result in a later request",
+        "reason": reason,
+        "reasons": [reason],
     }
-    assert session["capture_errors"] == [
-        "[turn 0] tool call Bash (toolu_9) got no result in a later request"
-    ]
+    assert session["capture_errors"] == [reason]
 
 
 def test_incomplete_response_errors_are_prefixed(tmp_path: Path) -> None:
@@ -272,11 +289,13 @@ def test_incomplete_response_errors_are_prefixed(tmp_path: Path) -> None:
     )
     session = report_of(tmp_path)["sessions"][0]
 
-    assert session["errors"] == ["[turn 1] stream ended before message_stop"]
+    assert session["errors"] == ["[turn 2] stream ended before message_stop"]
     assert session["turns"][1]["errors"] == ["stream ended before message_stop"]
+    reason = "[turn 2] response not seen completely (stream ended before message_stop)"
     assert session["coverage"]["events"] == {
         "status": "partial",
-        "reason": "[turn 1] response not seen completely (stream ended before message_stop)",
+        "reason": reason,
+        "reasons": [reason],
     }
     # A turn can only lower a channel: turn 0 stays complete on its own.
     assert session["turns"][0]["coverage"]["events"] == {"status": "complete"}
@@ -377,7 +396,7 @@ def test_render_text_key_lines(tmp_path: Path) -> None:
         *("time", "evidence", "calls"),
     ]
     assert table[1].split() == [
-        *("0", "claude-sonnet-4-5", "anthropic", "200", "3", "100", "20", "120", "$0.0006"),
+        *("1", "claude-sonnet-4-5", "anthropic", "200", "3", "100", "20", "120", "$0.0006"),
         *("900", "ms", "complete", "Read"),
     ]
     assert table[-1].split() == [
@@ -385,8 +404,8 @@ def test_render_text_key_lines(tmp_path: Path) -> None:
     ]
     # Columns line up: every table row has the same width up to "calls".
     assert len({line.index("complete") for line in table[1:]}) == 1
-    assert "    turn 0  Read     toolu_1  -> turn 1  2.9 KB  500 ms" in lines
-    assert "    turn 1  fs.grep  toolu_2  -> turn 2    17 B   1.0 s" in lines
+    assert "    turn 1  Read     toolu_1  -> turn 2  2.9 KB  500 ms" in lines
+    assert "    turn 2  fs.grep  toolu_2  -> turn 3    17 B   1.0 s" in lines
     assert (
         "  usage     in 300  out 60  total 360  cache read 0  cache write 0  reasoning 0" in lines
     )
@@ -418,22 +437,22 @@ def test_render_text_shows_gaps(tmp_path: Path) -> None:
     lines = render_text(report_of(tmp_path)).splitlines()
 
     assert lines[1].endswith("evidence INCOMPLETE")
-    assert "    turn 0  Bash  toolu_9  no result" in lines
+    assert "    turn 1  Bash  toolu_9  no result" in lines
     assert "  usage     in ?  out ?  total ?  cache read ?  cache write ?  reasoning ?" in lines
     assert (
         "  cost      ? estimated by genai-prices 0.2.3 (1 of 2 turns could not be priced)" in lines
     )
-    assert "    [turn 1] stream cut" in lines
+    assert "    [turn 2] stream cut" in lines
     actions = lines.index(
-        "    actions   partial      [turn 0] tool call Bash (toolu_9) got no result"
+        "    actions   partial      [turn 1] tool call Bash (toolu_9) got no result"
         " in a later request"
     )
     # A second reason goes on its own line, under the first.
     assert lines[actions + 1] == (
-        "                           [turn 1] response not seen completely (stream cut)"
+        "                           [turn 2] response not seen completely (stream cut)"
     )
     assert (
-        "    usage     unavailable  [turns 0-1] the provider reported no token usage for this turn"
+        "    usage     unavailable  [turns 1-2] the provider reported no token usage for this turn"
         in lines
     )
 

@@ -11,6 +11,12 @@ got its result, a refused request, an incomplete stream each fail the session.
 A directory that holds only ``sessions.jsonl`` (the agent bypassed the proxy)
 is read too. These are execution facts only — never whether the agent did its
 task well; assert on the task's own output too.
+
+Requests passed through unaudited (an SDK's ``GET .../models`` without a
+session header) make no session (:class:`~modeltap.capture.Capture` keeps
+them as ``pass_through``), so they never fail the check as "audit
+unsupported". A failing session's evidence reasons are printed once each,
+turns grouped as in ``modeltap report`` (``[turns 1-3] ...``).
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
-from modeltap.capture import NO_REQUESTS, Capture, Session
+from modeltap.capture import EVIDENCE_CHANNELS, Capture, Session
 
 
 def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[str]]:
@@ -29,7 +36,8 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
     Args:
         capture: a loaded out dir.
         session_id: check only this session (a session with no line at all
-            fails: nothing reached the proxy in its name).
+            fails as "no such session", naming the sessions there are;
+            one that only passed unaudited requests through says so).
 
     Returns:
         Reasons by session id, and under ``"(files)"`` the unreadable lines.
@@ -43,7 +51,7 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
     for sid in ids:
         session = capture.sessions.get(sid)
         if session is None:
-            found[sid] = [f"{NO_REQUESTS} (no line of this session in the out dir)"]
+            found[sid] = _no_such_session(capture, sid)
             continue
         reasons: list[str] = []
         if not session.ends:
@@ -54,7 +62,7 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
                 reasons.append(reason)
         if not session.evidence_complete:
             reasons.append("evidence is incomplete")
-            reasons += [f"  {e}" for e in session.capture_errors]
+            reasons += [f"  {e}" for e in _evidence_reasons(session)]
         found[sid] = reasons
     for error in capture.load_errors:
         found.setdefault("(files)", []).append(str(error))
@@ -65,6 +73,45 @@ def _pass_through_only(session: Session) -> bool:
     """Only unaudited traffic and no end line: not a session anyone asked about
     (the proxy reports the run's implicit session only when it saw model traffic)."""
     return not (session.turns or session.refusals or session.errors or session.ends)
+
+
+#: How many known sessions a "no such session" answer lists.
+LISTED_SESSIONS: Final = 10
+
+
+def _no_such_session(capture: Capture, session_id: str) -> list[str]:
+    """Why a session nothing is known of fails: it does not exist, and what does."""
+    passed = [e for e in capture.pass_through if e.session_id == session_id]
+    if passed:
+        what = ", ".join(dict.fromkeys(f"{e.method} {e.path}" for e in passed))
+        first = (
+            f"no such session: {session_id!r} sent no model request, only "
+            f"{len(passed)} unaudited pass-through request{'s' if len(passed) != 1 else ''} "
+            f"({what})"
+        )
+    else:
+        first = (
+            f"no such session: {session_id!r} is not in this out dir "
+            "(nothing reached the proxy in its name)"
+        )
+    known = list(capture.sessions)
+    if not known:
+        return [first, "no session at all in this out dir"]
+    shown = ", ".join(known[:LISTED_SESSIONS])
+    more = f" and {len(known) - LISTED_SESSIONS} more" if len(known) > LISTED_SESSIONS else ""
+    noun = "session" if len(known) == 1 else "sessions"
+    return [first, f"{len(known)} {noun} in this out dir: {shown}{more}"]
+
+
+def _evidence_reasons(session: Session) -> list[str]:
+    """The reasons of the evidence channels, each once, turns grouped (``[turns 1-3]``)."""
+    coverage = session.coverage
+    out: list[str] = []
+    for name in EVIDENCE_CHANNELS:
+        for reason in coverage.channel(name).reasons:
+            if reason not in out:
+                out.append(reason)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -92,8 +139,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{'FAIL' if reasons else 'ok  '} session {sid}")
         for reason in reasons:
             print(f"       {reason}")
+    noun = "session" if len(found) == 1 else "sessions"
     if failed:
-        print(f"{len(failed)} of {len(found)} sessions failed the check.")
+        print(f"{len(failed)} of {len(found)} {noun} failed the check.")
         return 1
-    print(f"all {len(found)} sessions completed with complete evidence.")
+    both = "the" if len(found) == 1 else "all"
+    print(f"{both} {len(found)} {noun} completed with complete evidence.")
     return 0

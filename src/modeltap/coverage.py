@@ -14,7 +14,9 @@ a session is the worst over its turns plus what happened outside them.
 
 * ``events``: partial when a request has no response, or its response was
   not seen completely (``evidence_complete: false``; the reason carries the
-  response's ``capture_errors``).
+  response's ``capture_errors``, or says "no response" when the upstream
+  never answered: the error event that says why lowers ``status``, so the
+  failure is named once).
 * ``actions``: partial when a tool call never got its result in a later
   request of the session (the reason names the call), or when the response
   that would list the calls is missing or incomplete. Which request answers a
@@ -22,8 +24,12 @@ a session is the worst over its turns plus what happened outside them.
   calls without one (Gemini's Developer API); a call that no request matches
   stays unanswered, and says why.
 * ``messages``: always unavailable: message content is not recorded.
-* ``usage``: unavailable when a turn has no usage at all; partial when some
-  counts are ``null``.
+* ``usage``: unavailable when a turn has no usage at all ("no response" when
+  the upstream never answered, an error answer's status, or that the
+  provider reported none); partial when a count the response's wire carries
+  is ``null``. What a wire carries is its API module's knowledge
+  (:attr:`~modeltap.apis.contract.WireApi.REPORTED_USAGE`): OpenAI has no
+  cache-write count and Anthropic no total, so their absence lowers nothing.
 * ``status``: partial when a request was refused, an ``error`` event
   happened, or a request's outcome is unknown (no response).
 * ``data``: partial when lines are missing or do not link up (the reader
@@ -35,7 +41,9 @@ A session with no audited request has ``events``, ``actions``, ``usage`` and
 ``status`` unavailable: "No outbound model requests captured; audit
 unsupported". ``evidence_complete`` is true exactly when ``events``,
 ``actions``, ``status`` and ``data`` are complete; ``capture_errors`` lists
-their reasons, turn reasons prefixed ``[turn i]``.
+their reasons, turn reasons prefixed ``[turn N]`` (turns numbered from 1,
+like ``seq``: :func:`turn_number`). A refusal is named by its rule once:
+``request refused (RULE): what`` (:func:`refusal_text`).
 
 The fold is fed in turn order: a turn's audit record, then its response and
 error events, then the next turn. A tool call is answered by the first later
@@ -53,23 +61,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from modeltap.apis import reported_usage
 from modeltap.pairing import ToolPairing
 from modeltap.records import (
     NO_REQUESTS_MESSAGE,
+    USAGE_COUNTS,
     AuditRecord,
     ErrorEvent,
     RejectedEvent,
     ResponseEvent,
     SessionStatus,
     ToolCall,
-    Usage,
 )
 
 CoverageStatus = Literal["complete", "partial", "unavailable"]
 CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
 #: The channels ``evidence_complete`` and ``capture_errors`` are made of.
 EVIDENCE_CHANNELS: Final = ("events", "actions", "status", "data")
-USAGE_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Usage))
+#: The usage counts, in order (the names of ``events.jsonl``'s ``usage``).
+USAGE_FIELDS: Final = USAGE_COUNTS
 
 NO_REQUESTS: Final = NO_REQUESTS_MESSAGE
 NO_RESPONSE: Final = "no response event was recorded for this request"
@@ -78,6 +88,8 @@ NO_RESPONSE_AT_END: Final = "no response had been seen when the session ended"
 MESSAGES_NOT_RECORDED: Final = "message content is not recorded (names, counts and hashes only)"
 #: Prefix of the reasons a ``sessions.jsonl`` line gave that the files do not show.
 PROXY_REPORTED: Final = "the proxy reported: "
+#: Why a turn has no usage when the upstream never answered it.
+NO_ANSWER: Final = "no response: the upstream never answered"
 
 _RANK: Final[dict[str, int]] = {"complete": 0, "partial": 1, "unavailable": 2}
 
@@ -100,11 +112,13 @@ class ChannelCoverage:
         reasons = self.reasons if reason in self.reasons else (*self.reasons, reason)
         return ChannelCoverage(worst, reasons)
 
-    def to_json(self) -> dict[str, str]:
-        """Return ``{"status": ...}`` plus ``"reason"`` when not complete."""
-        out: dict[str, str] = {"status": self.status}
+    def to_json(self) -> dict[str, str | list[str]]:
+        """Return ``{"status": ...}`` plus, when not complete, ``"reason"`` (the
+        reasons joined with ``"; "``) and ``"reasons"`` (the list)."""
+        out: dict[str, str | list[str]] = {"status": self.status}
         if self.status != "complete":
             out["reason"] = self.reason or "no reason recorded"
+            out["reasons"] = list(self.reasons) or ["no reason recorded"]
         return out
 
 
@@ -143,8 +157,8 @@ class EvidenceCoverage:
                     out.append(reason)
         return out
 
-    def to_json(self) -> dict[str, dict[str, str]]:
-        """Return ``{channel: {"status", "reason"?}}`` for the six channels."""
+    def to_json(self) -> dict[str, dict[str, str | list[str]]]:
+        """Return ``{channel: {"status", "reason"?, "reasons"?}}`` for the six channels."""
         return {name: self.channel(name).to_json() for name in CHANNELS}
 
 
@@ -152,11 +166,17 @@ class EvidenceCoverage:
 COMPLETE: Final = EvidenceCoverage()
 
 
+def turn_number(index: int) -> int:
+    """The number a turn is shown with: its 0-based index plus one, counted
+    from 1 like ``seq`` (every message, report and page names turns so)."""
+    return index + 1
+
+
 def label_indexes(indexes: list[int], noun: str) -> str:
-    """``[turn 3]``, ``[turns 0-2, 5]``: which turns a shared reason applies to.
+    """``[turn 3]``, ``[turns 1-3, 6]``: which turns a shared reason applies to.
 
     Args:
-        indexes: ascending turn indexes.
+        indexes: ascending turn numbers (from 1: :func:`turn_number`).
         noun: ``"turn"``.
 
     Returns:
@@ -199,7 +219,10 @@ def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCov
             for reason in channel.reasons:
                 by_reason.setdefault(reason, []).append(index)
         if worst != "complete":
-            reasons = tuple(f"{label_indexes(ix, 'turn')} {r}" for r, ix in by_reason.items())
+            reasons = tuple(
+                f"{label_indexes([turn_number(i) for i in ix], 'turn')} {r}"
+                for r, ix in by_reason.items()
+            )
             coverage = dataclasses.replace(coverage, **{name: ChannelCoverage(worst, reasons)})
     return coverage
 
@@ -237,13 +260,53 @@ def session_capture_errors(
     out: list[str] = []
     for index, coverage in turns:
         for reason in coverage.capture_errors:
-            line = f"[turn {index}] {reason}"
+            line = f"[turn {turn_number(index)}] {reason}"
             if line not in out:
                 out.append(line)
     for reason in own.capture_errors:
         if reason not in out:
             out.append(reason)
     return out
+
+
+def never_answered(event: ResponseEvent) -> bool:
+    """Whether the upstream never answered: no HTTP status and no first byte
+    (unreachable, reset or timed out before answering, the proxy stopped)."""
+    return event.status is None and event.ttfb_ms is None
+
+
+def no_usage_reason(event: ResponseEvent) -> str:
+    """Why a response carries no usage count at all, in words a reader can act on.
+
+    Args:
+        event: the response.
+
+    Returns:
+        "no response" when the upstream never answered (no status, no first
+        byte: unreachable, reset before answering, timed out), the HTTP
+        status of an error answer (error bodies carry no usage), else that
+        the provider reported none.
+    """
+    if never_answered(event):
+        return NO_ANSWER
+    if event.status is not None and event.status >= 400:
+        return f"an error answer (HTTP {event.status}) reports no token usage"
+    return "the provider reported no token usage for this turn"
+
+
+def refusal_text(rule: str, message: str) -> str:
+    """A refusal as a reason: ``request refused (RULE): what``, the rule named once.
+
+    Args:
+        rule: the refusal's rule.
+        message: the message the client got (``modeltap refused the request
+            [rule RULE]: what.``).
+
+    Returns:
+        The reason, without the message's own preamble.
+    """
+    preamble = f"modeltap refused the request [rule {rule}]: "
+    return f"request refused ({rule}): {message.removeprefix(preamble)}"
 
 
 def file_moved_reason(file: str) -> str:
@@ -371,25 +434,29 @@ class SessionEvidence:
         """
         self._open.discard(turn)
         if not event.evidence_complete:
-            # ", " inside: "; " separates whole reasons when a channel is rendered.
-            detail = ", ".join(event.capture_errors) or "no reason recorded"
-            reason = f"response not seen completely ({detail})"
+            if never_answered(event):
+                # The error event that says why lowers ``status``: said once.
+                reason = NO_ANSWER
+            else:
+                # ", " inside: "; " separates whole reasons when a channel is rendered.
+                detail = ", ".join(event.capture_errors) or "no reason recorded"
+                reason = f"response not seen completely ({detail})"
             self.lower_turn(turn, "events", "partial", reason)
             self.lower_turn(turn, "actions", "partial", reason)
         if self._usage:
-            missing = [name for name in USAGE_FIELDS if getattr(event.usage, name) is None]
-            if len(missing) == len(USAGE_FIELDS):
-                self.lower_turn(
-                    turn,
-                    "usage",
-                    "unavailable",
-                    "the provider reported no token usage for this turn",
-                )
-            elif missing:
-                self.lower_turn(turn, "usage", "partial", f"not reported: {', '.join(missing)}")
+            self._usage_of(turn, event)
         for position, call in enumerate(event.tool_calls):
             label = qualified_tool_name(call) or "(unnamed)"
             self._calls.asked(call.call_id, (turn, position, label))
+
+    def _usage_of(self, turn: int, event: ResponseEvent) -> None:
+        """Lower ``usage`` by what the response's wire could have reported and did not."""
+        carried = reported_usage(event.api)
+        missing = [name for name in carried if getattr(event.usage, name) is None]
+        if missing and len(missing) == len(carried):
+            self.lower_turn(turn, "usage", "unavailable", no_usage_reason(event))
+        elif missing:
+            self.lower_turn(turn, "usage", "partial", f"not reported: {', '.join(missing)}")
 
     def turn_error(self, turn: int, event: ErrorEvent) -> None:
         """Take in an ``error`` event that names ``turn``'s request."""
@@ -397,7 +464,7 @@ class SessionEvidence:
 
     def refused(self, event: RejectedEvent) -> None:
         """Take in a refusal (a refused request has no audit record, so no turn)."""
-        self.lower("status", "partial", f"request refused ({event.rule}): {event.message}")
+        self.lower("status", "partial", refusal_text(event.rule, event.message))
 
     def error(self, event: ErrorEvent) -> None:
         """Take in an ``error`` event that belongs to no turn."""

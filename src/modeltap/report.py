@@ -5,11 +5,15 @@ dict (its shape is ``schemas/report.schema.json``); :func:`render_text` prints
 that dict for a terminal; :func:`main` is the command (``cli.py`` delegates
 to it).
 
-One audited request is one model turn. A turn follows the TurnResult shape of
-a multi-turn test result wherever a field applies: ``turn_index``,
-``tool_calls`` (qualified names), ``tool_invocations`` (``name``, ``call_id``,
-``args``, ``result``, ``bytes``, ``duration_ms``, ``result_turn_index``),
-``token_usage``, ``errors``, ``execution_time_ms``. Verdict fields (passed,
+One audited request is one model turn. Turns are numbered from 1, like
+``seq``: ``turn`` (and ``[turn N]`` in every message, ``result_turn``,
+``retry_of_turn``) is that number; the ``*_index`` fields are 0-based
+positions in the ``turns`` list, as the TurnResult shape of a multi-turn test
+result has them. A turn follows that shape wherever a field applies:
+``turn_index``, ``tool_calls`` (qualified names), ``tool_invocations``
+(``name``, ``call_id``, ``args``, ``result``, ``bytes``, ``duration_ms``,
+``result_turn_index``, ``result_turn``), ``token_usage``, ``errors``,
+``execution_time_ms``. Verdict fields (passed,
 metrics) do not apply: these are execution facts, not a judgement of the
 agent. Content fields (``input``, ``response``, a call's ``result``) are
 ``null``: this version records names, counts and hashes, never content.
@@ -22,10 +26,19 @@ agent. Content fields (``input``, ``response``, a call's ``result``) are
 * ``args`` is the call's arguments parsed as a JSON object when they are one,
   else the arguments string as the model sent it (custom tools send free
   text), ``null`` when none were seen.
-* ``token_usage``: ``prompt_tokens`` (input), ``completion_tokens`` (output),
-  ``total_tokens``, ``cache_creation_tokens`` (cache writes),
-  ``cache_read_tokens``, ``reasoning_tokens``; each ``null`` when the provider
-  did not report it. ``execution_time_ms`` is the response's ``duration_ms``.
+* ``token_usage``: the counts under the names ``events.jsonl`` gives them
+  (``input_tokens``, ``output_tokens``, ``total_tokens``,
+  ``cache_read_tokens``, ``cache_write_tokens``, ``reasoning_tokens``; the
+  provider's own numbers, each ``null`` when not reported), except
+  ``total_tokens`` for a wire that reports no total (Anthropic): there it is
+  the sum of the parts the provider reported (input, cache reads and writes,
+  output; ``null`` unless all are known), and ``total_summed`` is true.
+  ``execution_time_ms`` is the response's ``duration_ms``.
+* Retries: a turn that sends again the request of an earlier attempt that
+  had just failed (:mod:`modeltap.capture.retries`) has ``retry_of_turn``
+  (the attempt it repeats), ``attempt`` (2, 3, ...) and
+  ``first_attempt_turn``; a first attempt has ``retry_of_turn: null`` and
+  ``attempt: 1``. Every attempt stays a turn (each was a real request).
 
 * ``cost``: the turn's estimated price (``estimate_usd``, ``source``,
   ``priced_as``, ``note``), an estimate by a price table, ``null`` without a
@@ -36,14 +49,19 @@ order; ``token_usage`` summed element-wise, a sum being ``null`` when any
 turn's count is unknown (a known zero stays zero); ``cost`` summed, its
 estimate ``null`` when any turn could not be priced; ``execution_time_ms`` the
 sum of the turns' (``null`` if any is unknown); ``errors`` are the turns'
-errors prefixed ``[turn i]``, then refusals and errors outside any turn.
+errors prefixed ``[turn N]`` (each once per turn), then refusals and errors
+outside any turn; ``retry_count`` counts the retries.
+
+Requests passed through unaudited by ids that saw no model traffic (an SDK's
+``GET .../models`` without a session header) are no session: the capture's
+``counts.pass_through`` counts them.
 
 Evidence coverage (computed by :mod:`modeltap.coverage`, the same code that
 wrote ``evidence_complete`` into ``sessions.jsonl``), six channels per turn,
 session and capture, each
 ``{"status": "complete"}`` or ``{"status": "partial" | "unavailable",
 "reason": ...}``. A turn can only lower a channel; a session is the worst over
-its turns (reasons prefixed ``[turn i]``, or ``[turns 0-2]`` when shared) plus
+its turns (reasons prefixed ``[turn N]``, or ``[turns 1-3]`` when shared) plus
 what happened outside them; the capture is the worst over its sessions.
 
 ========  ==============================================================
@@ -58,8 +76,11 @@ actions   partial: a tool call never got its result in a later request
           response listing the calls is missing or incomplete
 messages  unavailable: "message content is not recorded (names, counts
           and hashes only)"
-usage     unavailable: no usage for a turn (no response, or every count
-          null); partial: some counts null (the reason lists them)
+usage     unavailable: no usage for a turn ("no response" when the
+          upstream never answered, an error answer, or every count null);
+          partial: a count the provider's wire carries is null (the reason
+          lists them; a count a wire never carries, such as OpenAI's cache
+          writes, is not missing: ``WireApi.REPORTED_USAGE``)
 status    partial: a request was refused (``rejected`` event), an
           ``error`` event happened, or a request's outcome is unknown
 data      partial: a line could not be read (``load_errors``; this lowers
@@ -95,7 +116,8 @@ from modeltap.capture import (
     ToolInvocation,
     Turn,
 )
-from modeltap.records import Cost, Usage
+from modeltap.coverage import refusal_text, turn_number
+from modeltap.records import USAGE_COUNTS, Cost, Usage
 
 REPORT_VERSION: Final = 1
 
@@ -106,24 +128,27 @@ Json = dict[str, Any]
 # The JSON report
 
 
-def token_usage(usage: Usage) -> dict[str, int | None]:
-    """Map modeltap usage onto the TurnResult ``token_usage`` names.
+def token_usage(
+    usage: Usage, total: int | None = None, *, summed: bool = False
+) -> dict[str, int | bool | None]:
+    """Usage as the report writes it: the names of ``events.jsonl``'s ``usage``.
 
     Args:
         usage: usage as recorded (each count ``None`` when unknown).
+        total: the total to write; by default the recorded ``total_tokens``.
+        summed: whether ``total`` was summed by modeltap from the reported
+            parts (the provider's wire has no total).
 
     Returns:
-        ``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
-        ``cache_creation_tokens``, ``cache_read_tokens``, ``reasoning_tokens``.
+        ``input_tokens``, ``output_tokens``, ``total_tokens``,
+        ``cache_read_tokens``, ``cache_write_tokens``, ``reasoning_tokens``
+        and ``total_summed``.
     """
-    return {
-        "prompt_tokens": usage.input_tokens,
-        "completion_tokens": usage.output_tokens,
-        "total_tokens": usage.total_tokens,
-        "cache_creation_tokens": usage.cache_write_tokens,
-        "cache_read_tokens": usage.cache_read_tokens,
-        "reasoning_tokens": usage.reasoning_tokens,
-    }
+    out: dict[str, int | bool | None] = {name: getattr(usage, name) for name in USAGE_COUNTS}
+    if summed:
+        out["total_tokens"] = total
+    out["total_summed"] = summed and total is not None
+    return out
 
 
 def cost_json(cost: Cost | None) -> Json | None:
@@ -167,6 +192,9 @@ def _invocation_json(inv: ToolInvocation) -> Json:
         "bytes": inv.result_bytes,
         "duration_ms": inv.duration_ms,
         "result_turn_index": inv.result_turn_index,
+        "result_turn": (
+            None if inv.result_turn_index is None else turn_number(inv.result_turn_index)
+        ),
     }
 
 
@@ -178,6 +206,12 @@ def _turn_json(turn: Turn) -> Json:
     record, response = turn.record, turn.response
     return {
         "turn_index": turn.index,
+        "turn": turn.number,
+        "retry_of_turn": None if turn.retry_of is None else turn_number(turn.retry_of),
+        "attempt": turn.attempt,
+        "first_attempt_turn": turn_number(
+            turn.index if turn.first_attempt is None else turn.first_attempt
+        ),
         "seq": record.seq,
         "run_id": record.run_id,
         "request_id": record.request_id,
@@ -203,7 +237,7 @@ def _turn_json(turn: Turn) -> Json:
         "tool_results_sent": [
             {"call_id": result.call_id, "bytes": result.bytes} for result in record.tool_results
         ],
-        "token_usage": token_usage(turn.usage),
+        "token_usage": token_usage(turn.usage, turn.total_tokens, summed=turn.total_summed),
         "cost": cost_json(turn.cost),
         "execution_time_ms": turn.execution_time_ms,
         "ttfb_ms": response.ttfb_ms if response else None,
@@ -226,9 +260,12 @@ def _session_json(session: Session) -> Json:
         "models": list(models),
         "tools_advertised": session.tools_advertised(),
         "turn_count": len(session.turns),
+        "retry_count": session.retries,
         "tool_calls": [inv.name for inv in session.tool_invocations],
         "tool_invocations": [_invocation_json(inv) for inv in session.tool_invocations],
-        "token_usage": token_usage(session.usage),
+        "token_usage": token_usage(
+            session.usage, session.total_tokens, summed=session.total_summed
+        ),
         "cost": cost_json(session.cost),
         "execution_time_ms": session.execution_time_ms,
         "errors": session.error_messages,
@@ -270,13 +307,17 @@ def build_report(capture: Capture) -> Json:
             "events": len(capture.events),
             "sessions": len(sessions),
             "turns": sum(s["turn_count"] for s in sessions),
+            "retries": sum(s["retry_count"] for s in sessions),
             "refusals": sum(len(s["refusals"]) for s in sessions),
+            "pass_through": len(capture.pass_through),
             "load_errors": len(capture.load_errors),
         },
         "load_errors": [
             {"file": e.file, "line": e.line, "message": e.message} for e in capture.load_errors
         ],
-        "token_usage": token_usage(capture.usage),
+        "token_usage": token_usage(
+            capture.usage, capture.total_tokens, summed=capture.total_summed
+        ),
         "cost": cost_json(capture.cost),
         "evidence_complete": capture.evidence_complete,
         "capture_errors": capture.capture_errors,
@@ -290,10 +331,16 @@ def build_report(capture: Capture) -> Json:
 
 
 UNKNOWN: Final = "?"
+#: Marks a total modeltap summed from the reported parts (the wire has none).
+SUMMED: Final = "*"
 
 
 def _count(value: int | None) -> str:
     return UNKNOWN if value is None else f"{value:,}"
+
+
+def _total(usage: Json) -> str:
+    return _count(usage["total_tokens"]) + (SUMMED if usage.get("total_summed") else "")
 
 
 def _duration(ms: float | None) -> str:
@@ -358,11 +405,11 @@ def _cost_line(cost: Json | None) -> str:
     return f"{_dollars(cost)} estimated by {cost['source']}{why}"
 
 
-def _usage_line(usage: dict[str, int | None]) -> str:
+def _usage_line(usage: Json) -> str:
     return (
-        f"in {_count(usage['prompt_tokens'])}  out {_count(usage['completion_tokens'])}  "
-        f"total {_count(usage['total_tokens'])}  cache read {_count(usage['cache_read_tokens'])}  "
-        f"cache write {_count(usage['cache_creation_tokens'])}  "
+        f"in {_count(usage['input_tokens'])}  out {_count(usage['output_tokens'])}  "
+        f"total {_total(usage)}  cache read {_count(usage['cache_read_tokens'])}  "
+        f"cache write {_count(usage['cache_write_tokens'])}  "
         f"reasoning {_count(usage['reasoning_tokens'])}"
     )
 
@@ -374,7 +421,7 @@ def _coverage_lines(coverage: Json, indent: str) -> list[str]:
     for name in CHANNELS:
         entry = coverage[name]
         head = f"{indent}{name.ljust(width)}  "
-        reasons = entry["reason"].split("; ") if "reason" in entry else []
+        reasons = entry.get("reasons") or ([entry["reason"]] if "reason" in entry else [])
         if not reasons:
             lines.append(f"{head}{entry['status']}")
             continue
@@ -384,20 +431,22 @@ def _coverage_lines(coverage: Json, indent: str) -> list[str]:
     return lines
 
 
-def _turn_row(turn: Json) -> list[str]:
+def _turn_row(turn: Json, retries: bool) -> list[str]:
     usage = turn["token_usage"]
     tools = turn["tools_advertised"]
     status = turn["http_status"]
     calls = [name or "(unnamed)" for name in turn["tool_calls"]]
+    retry = turn["retry_of_turn"]
     return [
-        str(turn["turn_index"]),
+        str(turn["turn"]),
+        *([("" if retry is None else str(retry))] if retries else []),
         turn["model"],
         turn["provider"] or UNKNOWN,
         "-" if status is None else str(status),
         UNKNOWN if tools is None else str(len(tools)),
-        _count(usage["prompt_tokens"]),
-        _count(usage["completion_tokens"]),
-        _count(usage["total_tokens"]),
+        _count(usage["input_tokens"]),
+        _count(usage["output_tokens"]),
+        _total(usage),
         _dollars(turn["cost"]),
         _duration(turn["execution_time_ms"]),
         "complete" if turn["evidence_complete"] else "partial",
@@ -413,43 +462,47 @@ def _session_lines(session: Json) -> list[str]:
     if tools:
         lines.append(f"  tools advertised ({len(tools)}): {', '.join(tools)}")
     if session["turns"]:
-        header = ["turn", "model", "provider", "http", "tools"]
-        header += ["in", "out", "total", "est. $", "time", "evidence"]
+        retries = bool(session["retry_count"])
+        header = ["turn", *(["retry of"] if retries else []), "model", "provider", "http"]
+        header += ["tools", "in", "out", "total", "est. $", "time", "evidence"]
         rows = [[*header, "calls"]]
-        rows.extend(_turn_row(turn) for turn in session["turns"])
+        rows.extend(_turn_row(turn, retries) for turn in session["turns"])
         usage = session["token_usage"]
         calls = len(session["tool_calls"])
         rows.append(
             [
                 "all",
+                *([""] if retries else []),
                 "",
                 "",
                 "",
                 "",
-                _count(usage["prompt_tokens"]),
-                _count(usage["completion_tokens"]),
-                _count(usage["total_tokens"]),
+                _count(usage["input_tokens"]),
+                _count(usage["output_tokens"]),
+                _total(usage),
                 _dollars(session["cost"]),
                 _duration(session["execution_time_ms"]),
                 "complete" if session["evidence_complete"] else "partial",
                 f"{calls} call{'s' if calls != 1 else ''}",
             ]
         )
+        shift = 1 if retries else 0
         lines.append("")
-        lines.extend(_table(rows, right={0, 3, 4, 5, 6, 7, 8, 9}))
+        lines.extend(_table(rows, right={0, *(i + shift for i in (3, 4, 5, 6, 7, 8, 9))}))
+        lines.extend(_retry_lines(session["turns"]))
     invocations = session["tool_invocations"]
     if invocations:
         lines += ["", "  tool results"]
         rows = []
         for turn in session["turns"]:
             for inv in turn["tool_invocations"]:
-                answered = inv["result_turn_index"] is not None
+                answered = inv["result_turn"] is not None
                 rows.append(
                     [
-                        f"turn {turn['turn_index']}",
+                        f"turn {turn['turn']}",
                         inv["name"] or "(unnamed)",
                         inv["call_id"] or "(no call_id)",
-                        f"-> turn {inv['result_turn_index']}" if answered else "no result",
+                        f"-> turn {inv['result_turn']}" if answered else "no result",
                         _size(inv["bytes"]) if answered else "",
                         _duration(inv["duration_ms"]) if answered else "",
                     ]
@@ -457,14 +510,47 @@ def _session_lines(session: Json) -> list[str]:
         lines.extend(_table(rows, right={4, 5}, indent="    "))
     lines += ["", f"  usage     {_usage_line(session['token_usage'])}"]
     lines.append(f"  cost      {_cost_line(session['cost'])}")
-    if session["refusals"]:
-        lines += ["", f"  refusals ({len(session['refusals'])})"]
-        lines.extend(f"    {r['ts']}  {r['rule']}: {r['message']}" for r in session["refusals"])
-    if session["errors"]:
+    refused = [refusal_text(r["rule"], r["message"]) for r in session["refusals"]]
+    if refused:
+        lines += ["", f"  refusals ({len(refused)})"]
+        lines.extend(
+            f"    {r['ts']}  {text}" for r, text in zip(session["refusals"], refused, strict=True)
+        )
+    # Each error once: refusals have their block above.
+    errors = list(session["errors"])
+    for text in refused:
+        if text in errors:
+            errors.remove(text)
+    if errors:
         lines += ["", "  errors"]
-        lines.extend(f"    {error}" for error in session["errors"])
+        lines.extend(f"    {error}" for error in errors)
     lines += ["", "  coverage"]
     lines.extend(_coverage_lines(session["coverage"], indent="    "))
+    return lines
+
+
+def _retry_lines(turns: list[Json]) -> list[str]:
+    """One line per retried call: which turns were attempts of it, and how it ended."""
+    attempts: dict[int, list[Json]] = {}
+    for turn in turns:
+        attempts.setdefault(turn["first_attempt_turn"], []).append(turn)
+    lines: list[str] = []
+    for first, group in attempts.items():
+        if len(group) < 2:
+            continue
+        numbers = ", ".join(str(t["turn"]) for t in group)
+        last = group[-1]
+        status = last["http_status"]
+        outcome = (
+            "the last got no answer"
+            if status is None
+            else f"the last answered HTTP {status}"
+            + ("" if last["evidence_complete"] else ", incomplete")
+        )
+        lines.append(
+            f"  retried   turn {first}'s request was sent {len(group)} times "
+            f"(turns {numbers}); {outcome}"
+        )
     return lines
 
 
@@ -479,11 +565,15 @@ def render_text(report: Json) -> str:
     """
     counts = report["counts"]
     evidence = "complete" if report["evidence_complete"] else "INCOMPLETE"
+    retries = counts.get("retries", 0)
+    turns = f"turns {counts['turns']}" + (
+        f" ({retries} {'retry' if retries == 1 else 'retries'})" if retries else ""
+    )
     lines = [
         f"modeltap report  {report['directory']}",
         (
             f"runs {len(report['run_ids'])}   sessions {counts['sessions']}   "
-            f"turns {counts['turns']}   refusals {counts['refusals']}   "
+            f"{turns}   refusals {counts['refusals']}   "
             f"unreadable lines {counts['load_errors']}   evidence {evidence}"
         ),
     ]
@@ -496,8 +586,28 @@ def render_text(report: Json) -> str:
         lines += ["", *_session_lines(session)]
     if not report["sessions"]:
         lines += ["", "no sessions: no outbound model requests captured"]
+    passed = counts.get("pass_through", 0)
+    if passed:
+        lines += [
+            "",
+            f"{passed} unaudited pass-through request{'s' if passed != 1 else ''} "
+            "(e.g. GET .../models) outside any session: not model traffic",
+        ]
     lines += ["", "? = unknown (not reported or not seen)"]
+    if _any_summed(report):
+        lines.append(
+            f"{SUMMED} = total summed by modeltap from the counts the provider reported "
+            "(input, cache read, cache write, output): its API reports no total"
+        )
     return "\n".join(lines) + "\n"
+
+
+def _any_summed(report: Json) -> bool:
+    return any(
+        turn["token_usage"].get("total_summed")
+        for session in report["sessions"]
+        for turn in session["turns"]
+    )
 
 
 # --------------------------------------------------------------------------

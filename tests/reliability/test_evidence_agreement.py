@@ -124,11 +124,11 @@ CASES: dict[str, tuple[Callable[[Running], None], bool, str]] = {
     "tool-never-answered": (
         tool_never_answered,
         False,
-        "[turn 0] tool call lookup (call_1) got no result in a later request",
+        "[turn 1] tool call lookup (call_1) got no result in a later request",
     ),
     "refused-request": (refused_request, False, "request refused (missing_model)"),
-    "stream-cut": (stream_cut, False, "[turn 0] error event: upstream_"),
-    "stream-without-its-end": (stream_without_its_end, False, "[turn 0] response not seen"),
+    "stream-cut": (stream_cut, False, "[turn 1] error event: upstream_"),
+    "stream-without-its-end": (stream_without_its_end, False, "[turn 1] response not seen"),
     "audit-file-moved": (
         audit_file_moved,
         False,
@@ -142,7 +142,7 @@ CASES: dict[str, tuple[Callable[[Running], None], bool, str]] = {
     "websocket-tool-never-answered": (
         websocket_tool_never_answered,
         False,
-        "[turn 0] tool call lookup (call_ws) got no result in a later request",
+        "[turn 1] tool call lookup (call_ws) got no result in a later request",
     ),
 }
 

@@ -415,7 +415,7 @@ def test_a_long_session_keeps_no_state_per_turn() -> None:
     assert status.requests_audited == 10_000 and status.tool_calls_admitted == 9_999
     # Only the last call is still open, so the line names just that one.
     assert status.capture_errors == (
-        "[turn 9999] tool call f (call_10000) got no result in a later request",
+        "[turn 10000] tool call f (call_10000) got no result in a later request",
     )
     growth = sizes[1] - sizes[0]
     assert growth < 4096, growth  # 9,000 more turns: no per-turn state kept

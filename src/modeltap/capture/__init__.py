@@ -7,10 +7,13 @@ exists, ``sessions.jsonl`` from one output directory and gives:
   (:mod:`modeltap.capture.lines` decodes them).
 * ``sessions``: a dict by ``session_id``, ordered by each session's earliest
   timestamp (file order breaks ties). A :class:`Session` holds its
-  :class:`Turn` objects (one audited request = one model turn, in file order)
-  and what belongs to no turn: refusals (a refused request has no audit
-  record), unaudited pass-throughs, errors without a ``seq``
-  (:mod:`modeltap.capture.grouping` builds them).
+  :class:`Turn` objects (one audited request = one model turn, in file order;
+  a turn that sends again a request that had just failed is marked a retry,
+  :mod:`modeltap.capture.retries`) and what belongs to no turn: refusals (a
+  refused request has no audit record), unaudited pass-throughs, errors
+  without a ``seq`` (:mod:`modeltap.capture.grouping` builds them). Ids that
+  saw only unaudited pass-throughs (an SDK's ``GET .../models``) are no
+  session: their events are ``pass_through``.
 * ``load_errors``: every line that could not be read, naming file and line
   number. A torn last line (the writer was killed mid-append) is reported
   here; loading never crashes on file content and never drops a line silently.
@@ -25,13 +28,15 @@ exists, ``sessions.jsonl`` from one output directory and gives:
 purpose (a provider that reports no usage has not hidden what happened: that
 shows as ``None`` totals and in coverage) and so is ``messages`` (never
 recorded). ``capture_errors`` lists the reasons of those four channels, turn
-reasons prefixed ``[turn i]`` (and ``[session ID]`` on a :class:`Capture`),
+reasons prefixed ``[turn N]`` (turns counted from 1, like ``seq``; and
+``[session ID]`` on a :class:`Capture`),
 so ``evidence_complete`` is equivalent to ``capture_errors == []``.
 
 The package::
 
     capture (Capture.load)  ->  lines.py     files and lines -> records.py types
                             ->  grouping.py  lines -> sessions and turns, fed to coverage.py
+                            ->  retries.py   which turns retry a failed attempt
                             ->  turns.py     Turn, Session and their queries
 """
 
@@ -54,6 +59,7 @@ from modeltap.capture.lines import (
     decode_session_end,
     read_lines,
 )
+from modeltap.capture.retries import RETRY_WINDOW_MS, Attempt, attempt_failed, find_retries
 from modeltap.capture.turns import (
     Session,
     ToolInvocation,
@@ -75,7 +81,7 @@ from modeltap.coverage import (
     EvidenceCoverage,
     qualified_tool_name,
 )
-from modeltap.records import AuditRecord, Event
+from modeltap.records import AuditRecord, Event, UnauditedEvent
 
 # Coverage lives in modeltap.coverage; readers have always found it here too.
 __all__ = [
@@ -84,7 +90,9 @@ __all__ = [
     "MESSAGES_NOT_RECORDED",
     "NO_REQUESTS",
     "NO_RESPONSE",
+    "RETRY_WINDOW_MS",
     "USAGE_FIELDS",
+    "Attempt",
     "Capture",
     "ChannelCoverage",
     "CoverageStatus",
@@ -94,9 +102,12 @@ __all__ = [
     "SessionEnd",
     "ToolInvocation",
     "Turn",
+    "TurnQueries",
+    "attempt_failed",
     "decode_event",
     "decode_record",
     "decode_session_end",
+    "find_retries",
     "qualified_tool_name",
     "sum_costs",
     "sum_usage",
@@ -114,6 +125,9 @@ class Capture(TurnQueries):
     session_ends: tuple[SessionEnd, ...]
     sessions: dict[str, Session]
     load_errors: tuple[LoadError, ...] = ()
+    #: Unaudited pass-throughs (``GET .../models``) of ids that saw no model
+    #: traffic: not sessions, so they lower no coverage.
+    pass_through: tuple[UnauditedEvent, ...] = ()
 
     def _turns(self) -> Iterable[Turn]:
         return (turn for session in self.sessions.values() for turn in session.turns)
@@ -199,7 +213,7 @@ class Capture(TurnQueries):
         records = [r for _, r in read_lines(root / AUDIT_FILE, decode_record, errors)]
         events = [e for _, e in read_lines(root / EVENTS_FILE, decode_event, errors)]
         ends = [s for _, s in read_lines(root / SESSIONS_FILE, decode_session_end, errors)]
-        sessions = group(records, events, ends, tuple(errors))
+        sessions, pass_through = group(records, events, ends, tuple(errors))
         return cls(
             directory=root,
             records=tuple(records),
@@ -207,4 +221,5 @@ class Capture(TurnQueries):
             session_ends=tuple(ends),
             sessions=sessions,
             load_errors=tuple(errors),
+            pass_through=pass_through,
         )

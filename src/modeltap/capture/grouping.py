@@ -14,6 +14,13 @@ counts; a WebSocket conversation that reconnects gets a line per socket
 close, each counting the whole session so far). Reasons of an incomplete
 ``sessions.jsonl`` line that the files do not show lower ``events`` as "the
 proxy reported: ...".
+
+Requests passed through unaudited (``GET .../models``, a ``HEAD /``
+preflight) are not model traffic: lines that are nothing else — no audit
+record, no refusal, no error, no ``sessions.jsonl`` line — make no session
+(so no "audit unsupported" session out of an SDK listing models); they are
+kept apart as the capture's ``pass_through``. Each session's turns are placed
+among the attempts of their calls (:mod:`modeltap.capture.retries`).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from modeltap.capture.lines import (
     LoadError,
     SessionEnd,
 )
+from modeltap.capture.retries import find_retries
 from modeltap.capture.turns import Session, ToolInvocation, Turn, ms_between, parse_ts
 from modeltap.coverage import EvidenceCoverage, SessionEvidence
 from modeltap.records import (
@@ -73,7 +81,19 @@ def group(
     events: list[Event],
     ends: list[SessionEnd],
     load_errors: tuple[LoadError, ...],
-) -> dict[str, Session]:
+) -> tuple[dict[str, Session], tuple[UnauditedEvent, ...]]:
+    """Group a capture's lines by session.
+
+    Args:
+        records: every audit record, in file order.
+        events: every event, in file order.
+        ends: every ``sessions.jsonl`` line.
+        load_errors: the lines that could not be read (they lower every session).
+
+    Returns:
+        The sessions by id, ordered by first appearance, and the unaudited
+        pass-through events of ids that saw nothing else (no session).
+    """
     parts: dict[str, _SessionParts] = {}
     position = 0
 
@@ -104,10 +124,24 @@ def group(
             linked.setdefault((event.run_id, event.seq), []).append(event)
 
     ordered = sorted(parts.items(), key=lambda item: _sort_key(item[1].first_seen))
-    return {
-        session_id: _build_session(session_id, entry, linked, record_keys, load_errors)
-        for session_id, entry in ordered
-    }
+    sessions: dict[str, Session] = {}
+    pass_through: list[UnauditedEvent] = []
+    for session_id, entry in ordered:
+        if _pass_through_only(entry):
+            pass_through.extend(e for e in entry.events if isinstance(e, UnauditedEvent))
+            continue
+        sessions[session_id] = _build_session(session_id, entry, linked, record_keys, load_errors)
+    return sessions, tuple(pass_through)
+
+
+def _pass_through_only(entry: _SessionParts) -> bool:
+    """Only unaudited pass-throughs: not model traffic, so not a session."""
+    return (
+        not entry.records
+        and not entry.ends
+        and bool(entry.events)
+        and all(isinstance(e, UnauditedEvent) for e in entry.events)
+    )
 
 
 def _build_session(
@@ -212,11 +246,15 @@ def _build_session(
         evidence.reported(end)
 
     result = evidence.result()
+    attempts = find_retries(turns)
     turns = [
         dataclasses.replace(
             turn,
             tool_invocations=_invocations(turn, turns, evidence),
             coverage=result.turns.get(turn.index, EvidenceCoverage()),
+            retry_of=attempts[turn.index].retry_of,
+            attempt=attempts[turn.index].attempt,
+            first_attempt=attempts[turn.index].first_attempt,
         )
         for turn in turns
     ]

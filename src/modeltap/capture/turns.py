@@ -15,7 +15,20 @@ helpers, all following "unknown is not zero":
   order (records with ``tool_names: null`` add nothing: they are unknown).
 * ``usage``: a :class:`modeltap.records.Usage` summed element-wise over the
   turns. A total is ``None`` when any turn's count is ``None`` (or there is no
-  turn at all); a known zero stays zero.
+  turn at all); a known zero stays zero. The counts are the providers' own
+  (``events.jsonl``'s names: ``input_tokens``, ``output_tokens``,
+  ``total_tokens``, ``cache_read_tokens``, ``cache_write_tokens``,
+  ``reasoning_tokens``).
+* ``total_tokens``: every turn's total summed, where a turn of a wire that
+  reports no total (Anthropic) counts the sum of its parts
+  (:func:`modeltap.apis.usage_total`); ``total_summed`` says whether any
+  turn's total was summed so.
+
+Turns are numbered from 1 wherever they are shown (``[turn 1]``, like
+``seq``): :attr:`Turn.number`. :attr:`Turn.index` is the turn's 0-based
+position in ``session.turns``. A turn that sends again a request that had
+just failed is a retry (:mod:`modeltap.capture.retries`): ``retry_of``,
+``attempt`` and ``first_attempt`` say so.
 * ``cost``: the turns' estimated prices summed (:func:`sum_costs`), an
   estimate like each of them; ``None`` as soon as one turn could not be
   priced (its note says how many).
@@ -31,6 +44,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from modeltap.apis import usage_total
 from modeltap.capture.lines import SessionEnd
 from modeltap.coverage import (
     COMPLETE,
@@ -39,7 +53,9 @@ from modeltap.coverage import (
     EvidenceCoverage,
     merge,
     qualified_tool_name,
+    refusal_text,
     session_capture_errors,
+    turn_number,
     worst_of_turns,
 )
 from modeltap.records import (
@@ -172,6 +188,23 @@ class Turn:
     events: tuple[Event, ...] = ()
     tool_invocations: tuple[ToolInvocation, ...] = ()
     coverage: EvidenceCoverage = COMPLETE
+    #: The index of the earlier attempt this turn sends again, or ``None``
+    #: (:mod:`modeltap.capture.retries`).
+    retry_of: int | None = None
+    #: 1 for a first attempt, 2 for its first retry, ...
+    attempt: int = 1
+    #: The index of the first attempt of this turn's call (its own when it is one).
+    first_attempt: int | None = None
+
+    @property
+    def number(self) -> int:
+        """The turn's number as every message shows it: from 1, like ``seq``."""
+        return turn_number(self.index)
+
+    @property
+    def is_retry(self) -> bool:
+        """Whether this turn sends again a request that had just failed."""
+        return self.retry_of is not None
 
     @property
     def model(self) -> str:
@@ -189,6 +222,17 @@ class Turn:
         return self.response.usage if self.response is not None else Usage()
 
     @property
+    def total_tokens(self) -> int | None:
+        """The turn's total: as reported, or the sum of its parts for a wire
+        that reports no total (:func:`modeltap.apis.usage_total`)."""
+        return usage_total(self.record.api, self.usage)[0]
+
+    @property
+    def total_summed(self) -> bool:
+        """Whether :attr:`total_tokens` was summed by modeltap (no reported total)."""
+        return usage_total(self.record.api, self.usage)[1]
+
+    @property
     def execution_time_ms(self) -> float | None:
         """The response's ``duration_ms``, or ``None`` if unknown."""
         return self.response.duration_ms if self.response is not None else None
@@ -204,7 +248,8 @@ class Turn:
         """What went wrong in this exchange, unprefixed.
 
         Error events, the response's ``capture_errors``, an HTTP error status,
-        and a missing response.
+        and a missing response; each once (an error event and the response it
+        cut say the same thing).
         """
         out = [f"{e.error}: {e.message}" for e in self.error_events]
         if self.response is None:
@@ -213,7 +258,7 @@ class Turn:
             if self.response.status is not None and self.response.status >= 400:
                 out.append(f"upstream answered HTTP {self.response.status}")
             out.extend(self.response.capture_errors)
-        return out
+        return list(dict.fromkeys(out))
 
     @property
     def evidence_complete(self) -> bool:
@@ -279,6 +324,25 @@ class TurnQueries:
         return sum_usage(turn.usage for turn in self._turns())
 
     @property
+    def total_tokens(self) -> int | None:
+        """The turns' totals summed (:attr:`Turn.total_tokens`); ``None`` when
+        any is unknown or there is no turn."""
+        totals = [turn.total_tokens for turn in self._turns()]
+        if not totals or any(t is None for t in totals):
+            return None
+        return sum(t for t in totals if t is not None)
+
+    @property
+    def total_summed(self) -> bool:
+        """Whether any turn's total was summed by modeltap (:attr:`Turn.total_summed`)."""
+        return any(turn.total_summed for turn in self._turns())
+
+    @property
+    def retries(self) -> int:
+        """How many turns were retries of an earlier attempt."""
+        return sum(1 for turn in self._turns() if turn.is_retry)
+
+    @property
     def cost(self) -> Cost:
         """The estimated price summed over the turns (see :func:`sum_costs`)."""
         return sum_costs(turn.cost for turn in self._turns())
@@ -328,9 +392,9 @@ class Session(TurnQueries):
 
     @property
     def error_messages(self) -> list[str]:
-        """Turn errors prefixed ``[turn i]``, then refusals and errors outside turns."""
-        out = [f"[turn {turn.index}] {msg}" for turn in self.turns for msg in turn.errors]
-        out.extend(f"refused ({e.rule}): {e.message}" for e in self.refusals)
+        """Turn errors prefixed ``[turn N]``, then refusals and errors outside turns."""
+        out = [f"[turn {turn.number}] {msg}" for turn in self.turns for msg in turn.errors]
+        out.extend(refusal_text(e.rule, e.message) for e in self.refusals)
         out.extend(f"{e.error}: {e.message}" for e in self.errors)
         return out
 
@@ -349,7 +413,7 @@ class Session(TurnQueries):
 
     @property
     def capture_errors(self) -> list[str]:
-        """Why the evidence is incomplete: turn reasons as ``[turn i] ...``, then the session's."""
+        """Why the evidence is incomplete: turn reasons as ``[turn N] ...``, then the session's."""
         return session_capture_errors(
             ((t.index, t.coverage) for t in self.turns), self.own_coverage
         )

@@ -28,7 +28,7 @@ from modeltap.view.bodies import (
     attach_bodies,
     load_recording,
 )
-from modeltap.view.data import FORMAT, build_view_data, retry_of, turn_changes
+from modeltap.view.data import FORMAT, build_view_data, turn_changes
 from modeltap.view.page import content_security_policy, json_for_script, render_page
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "json_for_script",
     "main",
     "render_page",
-    "retry_of",
     "turn_changes",
 ]
 

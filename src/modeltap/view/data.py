@@ -14,9 +14,12 @@ from those same objects, so it can be tested without a browser:
 * :func:`turn_changes`: what changed in a turn's request from the previous
   turn of its session (tools added or removed, instructions hash, model,
   effort, thinking, hosted tools, images, API, route, stream ...);
-* :func:`retry_of`: whether a turn is an SDK's retry of the one before it
-  (the same request body, sent again after an attempt that failed), so a
-  retried call reads as one call with several attempts, not as unrelated turns;
+* retries, as the capture reads them (:mod:`modeltap.capture.retries`, the
+  rule ``modeltap report`` uses too): a turn that sends again the request of
+  an attempt that had just failed is marked a retry of it, so a retried call
+  reads as one call with several attempts, not as unrelated turns;
+* turn numbers from 1 (``number``, like ``seq`` and every message); ``index``
+  is the 0-based position the page links by;
 * times as milliseconds since the epoch, so the page draws the timeline
   without parsing dates.
 
@@ -31,7 +34,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from modeltap import __version__
-from modeltap.capture import CHANNELS, Capture, EvidenceCoverage, Session, Turn
+from modeltap.capture import CHANNELS, Capture, EvidenceCoverage, Session, Turn, TurnQueries
 from modeltap.records import AuditRecord, HostedTool, utc_now
 
 Json = dict[str, Any]
@@ -73,6 +76,16 @@ def coverage_json(coverage: EvidenceCoverage) -> Json:
     for name in CHANNELS:
         channel = coverage.channel(name)
         out[name] = {"status": channel.status, "reasons": list(channel.reasons)}
+    return out
+
+
+def usage_json(owner: Turn | TurnQueries) -> Json:
+    """Usage under ``events.jsonl``'s names; ``total_tokens`` is the total the
+    capture gives (summed from the parts for a wire that reports none, then
+    ``total_summed`` is true)."""
+    out: Json = dataclasses.asdict(owner.usage)
+    out["total_tokens"] = owner.total_tokens
+    out["total_summed"] = owner.total_summed and owner.total_tokens is not None
     return out
 
 
@@ -296,55 +309,16 @@ def _part_hashes(parts: Any) -> list[str] | None:
 
 
 # --------------------------------------------------------------------------
-# Retries
-
-
-def _failed(turn: Turn) -> bool:
-    """Whether an attempt failed in a way an SDK retries: an error, no answer, 408/409/429/5xx."""
-    if turn.error_events or turn.response is None:
-        return True
-    status = turn.response.status
-    return status is not None and (status in (408, 409, 429) or status >= 500)
-
-
-def retry_of(previous: Turn | None, current: Turn) -> bool:
-    """Whether ``current`` is a retry of ``previous`` (the turn before it in its session).
-
-    SDKs retry a failed call by sending the very same request again: the
-    same body (``body_sha256``) to the same API and route, after an attempt
-    that got an error, no answer, or an HTTP status they retry (408, 409, 429,
-    5xx). The capture keeps every attempt (each was a real request); the page
-    groups them as one call.
-
-    Args:
-        previous: the turn before, in the same session (``None`` for the first).
-        current: this turn.
-
-    Returns:
-        True when ``current`` repeats ``previous`` after it failed.
-    """
-    if previous is None:
-        return False
-    a, b = previous.record, current.record
-    return (
-        a.body_sha256 == b.body_sha256
-        and a.api == b.api
-        and a.route == b.route
-        and a.run_id == b.run_id
-        and _failed(previous)
-    )
-
-
-# --------------------------------------------------------------------------
 # Turns, sessions, the capture
 
 
-def _turn_json(turn: Turn, previous: Turn | None, first_attempt: int | None) -> Json:
+def _turn_json(turn: Turn, previous: Turn | None, attempts: int | None) -> Json:
     record, response = turn.record, turn.response
     start = epoch_ms(record.ts)
     end = epoch_ms(response.ts) if response is not None else None
     out: Json = {
         "index": turn.index,
+        "number": turn.number,
         "seq": record.seq,
         "t": start,
         "end": end,
@@ -355,7 +329,7 @@ def _turn_json(turn: Turn, previous: Turn | None, first_attempt: int | None) -> 
         "evidence_complete": turn.evidence_complete,
         "capture_errors": turn.capture_errors,
         "coverage": coverage_json(turn.coverage),
-        "usage": dataclasses.asdict(turn.usage),
+        "usage": usage_json(turn),
         "invocations": [
             {
                 "name": inv.name,
@@ -370,30 +344,27 @@ def _turn_json(turn: Turn, previous: Turn | None, first_attempt: int | None) -> 
             for inv in turn.tool_invocations
         ],
         "changes": turn_changes(previous.record if previous else None, record),
-        "retry_of": first_attempt,
+        "retry_of": turn.retry_of,
+        "attempt": turn.attempt,
+        "first_attempt": turn.first_attempt,
+        "attempts": attempts,
     }
     out.update(_cost(turn))
     return out
 
 
 def _session_json(session: Session) -> Json:
+    # A first attempt counts the attempts of its call; a retry has None.
+    attempts: dict[int, int] = {}
+    for turn in session.turns:
+        first = turn.index if turn.first_attempt is None else turn.first_attempt
+        attempts[first] = attempts.get(first, 0) + 1
     turns: list[Json] = []
     previous: Turn | None = None
-    first_attempt: dict[int, int] = {}
     for turn in session.turns:
-        of: int | None = None
-        if retry_of(previous, turn):
-            assert previous is not None
-            of = first_attempt.get(previous.index, previous.index)
-            first_attempt[turn.index] = of
-        turns.append(_turn_json(turn, previous, of))
+        count = None if turn.is_retry else attempts.get(turn.index, 1)
+        turns.append(_turn_json(turn, previous, count))
         previous = turn
-    attempts: dict[int, int] = {}
-    for item in turns:
-        if item["retry_of"] is not None:
-            attempts[item["retry_of"]] = attempts.get(item["retry_of"], 1) + 1
-    for item in turns:
-        item["attempts"] = attempts.get(item["index"], 1) if item["retry_of"] is None else None
 
     models: dict[str, None] = {}
     for turn in session.turns:
@@ -423,7 +394,7 @@ def _session_json(session: Session) -> Json:
         "capture_errors": session.capture_errors,
         "error_messages": session.error_messages,
         "coverage": coverage_json(session.coverage),
-        "usage": dataclasses.asdict(session.usage),
+        "usage": usage_json(session),
         "execution_time_ms": session.execution_time_ms,
         "start": min(times) if times else None,
         "stop": max(times) if times else None,
@@ -470,7 +441,7 @@ def build_view_data(capture: Capture, *, title: str | None = None) -> Json:
         "evidence_complete": capture.evidence_complete,
         "capture_errors": capture.capture_errors,
         "coverage": coverage_json(capture.coverage),
-        "usage": dataclasses.asdict(capture.usage),
+        "usage": usage_json(capture),
         "load_errors": [str(e) for e in capture.load_errors],
         "models": list(models),
         "tools_called": list(called),

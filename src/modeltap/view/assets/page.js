@@ -46,6 +46,9 @@
 
   function unknown(text) { return h('span', { class: 'unknown', text: text || 'unknown' }); }
 
+  // Turns are shown numbered from 1 (like seq and every message); the data links by index.
+  function turnNo(index) { return index + 1; }
+
   function msText(ms) {
     if (ms === null || ms === undefined) return null;
     var a = Math.abs(ms);
@@ -508,8 +511,8 @@
       var t = r.turn, tm = r.timing;
       if (t.retry_of !== null) cls += ' retry';
       add(lab, [
-        h('span', { class: 'idx', text: 'turn ' + t.index }),
-        t.retry_of !== null ? h('span', { class: 'badge retry', text: 'retry', title: 'retry of turn ' + t.retry_of }) : null,
+        h('span', { class: 'idx', text: 'turn ' + t.number }),
+        t.retry_of !== null ? h('span', { class: 'badge retry', text: 'retry', title: 'retry of turn ' + turnNo(t.retry_of) }) : null,
         t.attempts > 1 ? h('span', { class: 'badge retry', text: '×' + t.attempts, title: t.attempts + ' attempts' }) : null,
         t.changes.length ? h('span', { class: 'badge change', text: 'Δ', title: t.changes.map(function (c) { return c.text; }).join('\n') }) : null,
         r.error ? h('span', { class: 'badge bad', text: t.response && t.response.status >= 400 ? String(t.response.status) : 'error' }) : null,
@@ -518,7 +521,7 @@
         r.called.length ? h('span', { class: 'tools', text: '→ ' + r.called.join(', ') }) : null,
         h('span', { class: 'dur', text: msText(tm.dur) || '?' })
       ]);
-      title = 'turn ' + t.index + ' · ' + t.record.model + '\nfirst chunk ' + (msText(tm.first) || 'unknown') +
+      title = 'turn ' + t.number + ' · ' + t.record.model + '\nfirst chunk ' + (msText(tm.first) || 'unknown') +
         ' · duration ' + (msText(tm.dur) || 'unknown');
       var span = S.axis === 'time' ? x.span : x.maxDur;
       var left = S.axis === 'time' ? (tm.start !== null && x.t0 !== null ? tm.start - x.t0 : 0) : 0;
@@ -708,23 +711,23 @@
   function drawTurn(x, r) {
     var t = r.turn, rec = t.record, resp = t.response, tm = r.timing;
     var badges = [];
-    if (t.retry_of !== null) badges.push(h('span', { class: 'badge retry', id: 'retry-badge', text: 'retry of turn ' + t.retry_of }));
+    if (t.retry_of !== null) badges.push(h('span', { class: 'badge retry', id: 'retry-badge', text: 'retry of turn ' + turnNo(t.retry_of) }));
     if (t.attempts > 1) badges.push(h('span', { class: 'badge retry', id: 'retry-badge', text: t.attempts + ' attempts (retried by the client)' }));
     if (r.error) badges.push(h('span', { class: 'badge bad', text: resp && resp.status >= 400 ? 'HTTP ' + resp.status : 'error' }));
     badges.push(t.evidence_complete ? h('span', { class: 'badge ok', text: 'evidence complete' })
       : h('span', { class: 'badge bad', text: 'evidence incomplete' }));
     add(el.detail, [
-      h('h3', { id: 'detail-title', text: 'Turn ' + t.index + ' · seq ' + rec.seq }),
+      h('h3', { id: 'detail-title', text: 'Turn ' + t.number + ' · seq ' + rec.seq }),
       h('div', { class: 'sub' }, h('span', { text: clock(t.t) || rec.ts }), h('span', { text: rec.api }),
         h('span', { text: rec.transport }), badges)
     ]);
 
     // What changed
     var prev = x.byIndex.get(t.index - 1);
-    add(el.detail, h('h4', { text: prev ? 'What changed from turn ' + prev.turn.index : 'What changed' }));
+    add(el.detail, h('h4', { text: prev ? 'What changed from turn ' + prev.turn.number : 'What changed' }));
     var changes = h('div', { id: 'changes' });
     if (t.retry_of !== null) {
-      add(changes, h('p', { class: 'nochange', text: 'A retry: the same request body as turn ' + t.retry_of + ', sent again after that attempt failed.' }));
+      add(changes, h('p', { class: 'nochange', text: 'A retry: the same request body as turn ' + turnNo(t.retry_of) + ', sent again after that attempt failed.' }));
     }
     if (!prev) add(changes, h('p', { class: 'nochange', text: 'First turn of the session.' }));
     else if (!t.changes.length) add(changes, h('p', { class: 'nochange', text: 'Nothing the audit records changed (model, effort, tools, instructions, images, route).' }));
@@ -753,7 +756,7 @@
     t.invocations.forEach(function (inv) {
       var res;
       if (inv.answered) {
-        res = h('div', { class: 'res', 'data-role': 'result' }, 'result sent back in turn ' + inv.result_turn_index +
+        res = h('div', { class: 'res', 'data-role': 'result' }, 'result sent back in turn ' + turnNo(inv.result_turn_index) +
           ' · ' + (bytesText(inv.result_bytes) || 'size unknown') + ' · after ' + (msText(inv.duration_ms) || 'unknown'));
       } else {
         res = h('div', { class: 'res', 'data-role': 'result' }, h('span', { class: 'errs', text: 'no result came back in a later request' }));
@@ -776,7 +779,9 @@
     // Usage and cost
     add(el.detail, h('h4', { text: 'Usage' }));
     add(el.detail, h('table', { class: 'usage', id: 'usage' }, USAGE.map(function (u) {
-      return h('tr', { 'data-usage': u[0] }, h('td', { text: u[1] }), h('td', null, count(t.usage[u[0]])));
+      var summed = u[0] === 'total_tokens' && t.usage.total_summed;
+      return h('tr', { 'data-usage': u[0] }, h('td', { text: u[1] }), h('td', null, count(t.usage[u[0]]),
+        summed ? h('span', { class: 'unknown', 'data-role': 'summed', text: ' (sum of the reported counts: the provider reports no total)' }) : null));
     }), h('tr', { 'data-usage': 'cost' }, h('td', { text: 'cost' }), h('td', null, costNode(turnCost(t))))));
 
     // Errors
