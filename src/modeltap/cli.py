@@ -69,10 +69,23 @@ def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     return ProxyConfig.from_options({k: v for k, v in vars(args).items() if k in names})
 
 
-def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
-    """The one-screen summary printed at start (SPEC section 1)."""
+def startup_screen(
+    proxy: Proxy, ui_link: str | None = None, *, recording: Recording | None = None
+) -> str:
+    """The one-screen summary printed at start (SPEC section 1).
+
+    With ``recording`` (``modeltap replay``), the routes are the recorded
+    ones, each answered from the recording: what the agent talks to, never the
+    replay's internal upstream.
+    """
     cfg = proxy.config
-    routes = RouteTable.build(cfg.routes, cfg.upstream)
+    recorded_turns: dict[str, int] = {}
+    specs = list(cfg.routes)
+    if recording is not None:
+        specs, upstream, recorded_turns = recording.recorded_routes()
+        routes = RouteTable.build(specs, upstream)
+    else:
+        routes = RouteTable.build(cfg.routes, cfg.upstream)
     url = proxy.url
     out = Path(cfg.out)
     lines = [f"modeltap {__version__}  run {proxy.run_id}"]
@@ -95,8 +108,13 @@ def startup_screen(proxy: Proxy, ui_link: str | None = None) -> str:
         width = max(len(r.prefix) for r in routes.routes)
         for i, r in enumerate(routes.routes):
             head = "  routes     " if i == 0 else "             "
-            lines.append(f"{head}{r.prefix.ljust(width)}  -> {r.url}")
-        named = {parse_route_spec(spec).name for spec in cfg.routes}
+            target = r.url
+            if recording is not None:
+                n = recorded_turns.get(r.name, 0)
+                recorded = f"{plural(n, 'turn')} recorded from {r.url}" if n else "no turn recorded"
+                target = f"the recording ({recorded})"
+            lines.append(f"{head}{r.prefix.ljust(width)}  -> {target}")
+        named = {parse_route_spec(spec).name for spec in specs}
         shown = exported_routes(routes.routes, named)
         found = export_lines(shown, url)
         exports = [e.text for e in found]
@@ -197,6 +215,11 @@ def serve_ui(proxy: Proxy) -> str | None:
     return page.new_link()
 
 
+def plural(n: int, noun: str) -> str:
+    """``1 turn``, ``3 turns``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 # --------------------------------------------------------------------------
 # modeltap replay and modeltap demo
 
@@ -207,8 +230,10 @@ def build_replay_parser() -> argparse.ArgumentParser:
         description="Answer an agent from a recording made with `modeltap run --record DIR`: "
         "no upstream, no network. Requests are matched in order within each session on "
         "their audit record (model, tools, instructions hash, image count, input hash); a "
-        "changed request gets a provider-shaped error and a line in OUT/replay-diff.jsonl. "
-        "Runs until Ctrl-C.",
+        "changed request gets a provider-shaped error and one line in OUT/replay-diff.jsonl "
+        "saying where it changed (JSON paths with sizes), and later turns still line up "
+        "(an inserted, deleted or changed turn is one line). The replayed run is audited "
+        "into its own --out (default ./modeltap-replay). Runs until Ctrl-C.",
     )
     parser.add_argument("recording", metavar="DIR", help="the --record directory")
     parser.add_argument(
@@ -221,6 +246,13 @@ def build_replay_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 1 if any request differed from the recording or a recorded turn was not "
         "replayed (the diff is printed at exit)",
+    )
+    parser.add_argument(
+        "--show-content",
+        action="store_true",
+        help="diff lines (stderr, replay-diff.jsonl) also show the changed values, cut at 200 "
+        "characters; off by default: only paths and sizes. Never headers, never values of "
+        "keys named like credentials, never in the error the agent gets",
     )
     options.add_arguments(parser, options.REPLAY)
     return parser
@@ -242,14 +274,15 @@ def replay_main(argv: Sequence[str]) -> int:
     config = ProxyConfig.from_options(
         {o.name: getattr(args, o.cli_name) for o in options.OPTIONS if options.REPLAY in o.commands}
     )
-    proxy, replay = replay_proxy(recording, config, fast=args.fast)
+    proxy, replay = replay_proxy(recording, config, fast=args.fast, show_content=args.show_content)
 
     def ready(p: Proxy) -> None:
         pace = "without delays (--fast)" if args.fast else "at the recorded pace"
-        print(startup_screen(p), file=sys.stderr)
+        print(startup_screen(p, recording=recording), file=sys.stderr)
+        turns = plural(replay.player.turns_recorded, "turn")
+        sessions = plural(len(recording.sessions), "session")
         print(
-            f"  replaying  {recording.root}  ({replay.player.turns_recorded} turns in "
-            f"{len(recording.sessions)} sessions) {pace}; diff -> "
+            f"  replaying  {recording.root}  ({turns} in {sessions}) {pace}; diff -> "
             f"{Path(config.out) / DIFF_FILE}",
             file=sys.stderr,
             flush=True,

@@ -93,6 +93,13 @@ class Option:
     #: Only the command line takes it: what the command does around the proxy
     #: (``--ui``), not a ``ProxyConfig`` field or a mitmproxy option.
     cli_only: bool = False
+    #: ``(command, default)`` pairs where a command's default differs from
+    #: ``default`` (``replay`` writes beside, never into, a run's ``--out``).
+    command_defaults: tuple[tuple[str, Any], ...] = ()
+
+    def default_for(self, command: str) -> Any:
+        """The default on ``command``'s command line."""
+        return dict(self.command_defaults).get(command, self.default)
 
     @property
     def mitm_name(self) -> str | None:
@@ -134,9 +141,11 @@ OPTIONS: Final[tuple[Option, ...]] = (
         str,
         "./modeltap-out",
         "Directory for audit.jsonl, events.jsonl and sessions.jsonl. Lines are appended, one "
-        "whole line per write, so several proxies may share it.",
+        "whole line per write, so several proxies may share it. modeltap replay has its own "
+        "default, so a replay is never appended to the recorded run's files.",
         metavar="DIR",
         commands=frozenset({RUN, REPLAY}),
+        command_defaults=((REPLAY, "./modeltap-replay"),),
     ),
     Option(
         "mode",
@@ -455,10 +464,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         if command not in opt.commands:
             continue
         flags = [f for f in (opt.short, opt.cli_flag) if f]
-        text = opt.help + _default_note(opt)
+        default = opt.default_for(command)
+        text = opt.help + _default_note(default)
         if opt.type is bool:
             # A flag that is on by default is turned off with --no-NAME.
-            on = opt.default is True
+            on = default is True
             action = argparse.BooleanOptionalAction if on else "store_true"
             parser.add_argument(*flags, action=action, default=on, help=text)
         elif opt.repeated:
@@ -469,15 +479,15 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
             parser.add_argument(
                 *flags,
                 type=_argparse_type(opt.parse) if opt.parse else str,
-                default=opt.parse(opt.default) if opt.parse and opt.default else opt.default,
+                default=opt.parse(default) if opt.parse and default else default,
                 choices=opt.choices,
                 metavar=opt.metavar if opt.choices is None else None,
                 help=text,
             )
 
 
-def _default_note(opt: Option) -> str:
-    return "" if opt.default in (None, False, []) else f" Default: {opt.default}."
+def _default_note(default: Any) -> str:
+    return "" if default in (None, False, []) else f" Default: {default}."
 
 
 def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:

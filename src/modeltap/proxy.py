@@ -441,7 +441,11 @@ class Proxy:
 
 
 def replay_proxy(
-    recording: Recording | str | Path, config: ProxyConfig, *, fast: bool = False
+    recording: Recording | str | Path,
+    config: ProxyConfig,
+    *,
+    fast: bool = False,
+    show_content: bool = False,
 ) -> tuple[Proxy, Replayer]:
     """A :class:`Proxy` that replays ``recording`` (not started).
 
@@ -455,6 +459,8 @@ def replay_proxy(
             routes to the replay upstream, and it runs in reverse mode
             without recording.
         fast: replay without the recorded delays.
+        show_content: mismatch lines (stderr, ``replay-diff.jsonl``) also
+            give the changed values; never the error the agent gets.
 
     Returns:
         ``(proxy, replayer)``: start the proxy; read ``replayer.problems`` after it stopped.
@@ -468,6 +474,7 @@ def replay_proxy(
     routes, upstream = recording.routes_to(server.url)
     config = replace(config, mode="reverse", routes=routes, upstream=upstream, record=None)
     proxy = Proxy(config)
-    replayer = Replayer(proxy.core, Player(recording), server, Path(config.out), quiet=config.quiet)
+    player = Player(recording, show_content=show_content)
+    replayer = Replayer(proxy.core, player, server, Path(config.out), quiet=config.quiet)
     proxy.addons.append(replayer)
     return proxy, replayer

@@ -432,6 +432,33 @@ class Recording:
                 raise RecordingError(f"{RECORDING_FILE} line {number}: {e}") from None
         return cls(root, entries)
 
+    def request_body(self, entry: Entry) -> Any:
+        """The recorded request body of ``entry``, parsed; ``None`` when it is
+        not there (no blob, unreadable, not JSON)."""
+        request = entry.line.get("request")
+        sha = request.get("body") if isinstance(request, dict) else None
+        if not isinstance(sha, str):
+            return None
+        try:
+            return orjson.loads(self.blobs.path(sha).read_bytes())
+        except (OSError, ValueError):
+            return None
+
+    def recorded_routes(self) -> tuple[list[str], str | None, dict[str, int]]:
+        """The routes as they were when recording: ``NAME=URL`` of each recorded
+        route's upstream, the ``--upstream`` URL if one was recorded, and how many
+        turns each route recorded (what the replay start-up screen shows)."""
+        upstreams: dict[str, str] = {}
+        turns: dict[str, int] = {}
+        for entry in self.entries:
+            name, upstream = entry.line.get("route"), entry.line.get("upstream")
+            if isinstance(name, str) and isinstance(upstream, str):
+                upstreams[name] = upstream
+                if entry.kind != "unaudited":
+                    turns[name] = turns.get(name, 0) + 1
+        upstream_url = upstreams.pop(UPSTREAM_ROUTE, None)
+        return [f"{n}={u}" for n, u in upstreams.items()], upstream_url, turns
+
     def routes_to(self, url: str) -> tuple[list[str], str | None]:
         """Routes (``NAME=URL[,provider=P]``) and ``--upstream`` that send every
         recorded route, and the default ones, to the replay upstream at ``url``,

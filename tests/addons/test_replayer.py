@@ -84,7 +84,7 @@ async def test_a_changed_or_unrecorded_request_is_answered_and_noted(tmp_path: P
         assert [p.kind for p in replay.problems] == ["mismatch"]
         diff = read_jsonl(tmp_path / "out" / "replay-diff.jsonl")
         assert [d["kind"] for d in diff] == ["mismatch"]
-        assert "replayed 0 of 1 recorded turns; 1 differences" in replay.summary()
+        assert "replayed 0 of 1 recorded turn; 1 difference" in replay.summary()
 
 
 async def test_a_websocket_is_tagged_for_the_replay_upstream(tmp_path: Path) -> None:

@@ -72,10 +72,11 @@ class Replayer(Listener):
             if entry is None:
                 return _reply(view, 404, "this request is not in the recording", UNRECORDED)
             return Forward(((ENTRY_HEADER, str(entry.index)),))
-        key = TurnKey.of(view.record, orjson.loads(body or b"null"))
-        played = self.player.play(view.session_id, "http", view.api, key)
+        parsed = orjson.loads(body or b"null")
+        key = TurnKey.of(view.record, parsed)
+        played = self.player.play(view.session_id, "http", view.api, key, parsed)
+        self._note(played.problems)
         if played.entry is None:
-            self._note(played.problems)
             return _reply(view, 400, played.error_message, played.code or MISMATCH)
         self.turns_played += 1
         return Forward(((ENTRY_HEADER, str(played.entry.index)),))
@@ -94,11 +95,11 @@ class Replayer(Listener):
         decisions = self.server.connections.get(view.parent or "")
         if decisions is None or view.record is None:
             return
-        key = TurnKey.of(view.record, orjson.loads(body))
-        played = self.player.play(view.session_id, "websocket", API_RESPONSES, key)
-        if played.entry is None:
-            self._note(played.problems)
-        else:
+        parsed = orjson.loads(body)
+        key = TurnKey.of(view.record, parsed)
+        played = self.player.play(view.session_id, "websocket", API_RESPONSES, key, parsed)
+        self._note(played.problems)
+        if played.entry is not None:
             self.turns_played += 1
         # The replay upstream takes one decision per create it receives, in order.
         decisions.append(played)
@@ -111,13 +112,19 @@ class Replayer(Listener):
                 self.diff_file.append(orjson.dumps(problem.to_json()) + b"\n")
             if not self.quiet:
                 print(f"modeltap replay: {problem.message}", file=sys.stderr, flush=True)
+                for line in problem.content:  # only with --show-content
+                    print(f"    {line}", file=sys.stderr, flush=True)
 
     def summary(self) -> str:
         """One line: how much of the recording was replayed and how much differed."""
         differing = sum(1 for p in self.problems if p.kind != "unplayed")
+        unplayed = len(self.problems) - differing
+        recorded = self.player.turns_recorded
         return (
-            f"replayed {self.turns_played} of {self.player.turns_recorded} recorded turns; "
-            f"{differing} differences, {len(self.problems) - differing} not replayed"
+            f"replayed {self.turns_played} of {recorded} recorded "
+            f"turn{'' if recorded == 1 else 's'}; "
+            f"{differing} difference{'' if differing == 1 else 's'}, "
+            f"{unplayed} not replayed"
         )
 
 
