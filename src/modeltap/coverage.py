@@ -37,6 +37,8 @@ a session is the worst over its turns plus what happened outside them.
   proxy while the session had lines in it (a ``file_reopened`` event with
   ``lost_lines``: :meth:`SessionEvidence.file_reopened`).
 
+The reasons' words (and turn numbering) are :mod:`modeltap.coverage_reasons`'.
+
 A session with no audited request has ``events``, ``actions``, ``usage`` and
 ``status`` unavailable: "No outbound model requests captured; audit
 unsupported". ``evidence_complete`` is true exactly when ``events``,
@@ -62,17 +64,60 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from modeltap.apis import reported_usage
+from modeltap.coverage_reasons import (
+    MESSAGES_NOT_RECORDED,
+    NO_ANSWER,
+    NO_REQUESTS,
+    NO_RESPONSE,
+    NO_RESPONSE_AT_END,
+    PROXY_REPORTED,
+    file_moved_reason,
+    label_indexes,
+    never_answered,
+    no_usage_reason,
+    qualified_tool_name,
+    refusal_text,
+    turn_number,
+)
 from modeltap.pairing import ToolPairing
 from modeltap.records import (
-    NO_REQUESTS_MESSAGE,
     USAGE_COUNTS,
     AuditRecord,
     ErrorEvent,
     RejectedEvent,
     ResponseEvent,
     SessionStatus,
-    ToolCall,
 )
+
+# The reasons' words live in coverage_reasons; readers have always found them here too.
+__all__ = [
+    "CHANNELS",
+    "COMPLETE",
+    "EVIDENCE_CHANNELS",
+    "MESSAGES_NOT_RECORDED",
+    "NO_ANSWER",
+    "NO_REQUESTS",
+    "NO_RESPONSE",
+    "NO_RESPONSE_AT_END",
+    "PROXY_REPORTED",
+    "USAGE_FIELDS",
+    "Answer",
+    "ChannelCoverage",
+    "CoverageStatus",
+    "EvidenceCoverage",
+    "SessionCoverage",
+    "SessionEvidence",
+    "file_moved_reason",
+    "label_indexes",
+    "merge",
+    "never_answered",
+    "no_usage_reason",
+    "qualified_tool_name",
+    "refusal_text",
+    "session_capture_errors",
+    "turn_number",
+    "worst_of_turns",
+]
 
 CoverageStatus = Literal["complete", "partial", "unavailable"]
 CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
@@ -80,16 +125,6 @@ CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
 EVIDENCE_CHANNELS: Final = ("events", "actions", "status", "data")
 #: The usage counts, in order (the names of ``events.jsonl``'s ``usage``).
 USAGE_FIELDS: Final = USAGE_COUNTS
-
-NO_REQUESTS: Final = NO_REQUESTS_MESSAGE
-NO_RESPONSE: Final = "no response event was recorded for this request"
-#: Why a request has no response in a session line written while it was in flight.
-NO_RESPONSE_AT_END: Final = "no response had been seen when the session ended"
-MESSAGES_NOT_RECORDED: Final = "message content is not recorded (names, counts and hashes only)"
-#: Prefix of the reasons a ``sessions.jsonl`` line gave that the files do not show.
-PROXY_REPORTED: Final = "the proxy reported: "
-#: Why a turn has no usage when the upstream never answered it.
-NO_ANSWER: Final = "no response: the upstream never answered"
 
 _RANK: Final[dict[str, int]] = {"complete": 0, "partial": 1, "unavailable": 2}
 
@@ -166,36 +201,6 @@ class EvidenceCoverage:
 COMPLETE: Final = EvidenceCoverage()
 
 
-def turn_number(index: int) -> int:
-    """The number a turn is shown with: its 0-based index plus one, counted
-    from 1 like ``seq`` (every message, report and page names turns so)."""
-    return index + 1
-
-
-def label_indexes(indexes: list[int], noun: str) -> str:
-    """``[turn 3]``, ``[turns 1-3, 6]``: which turns a shared reason applies to.
-
-    Args:
-        indexes: ascending turn numbers (from 1: :func:`turn_number`).
-        noun: ``"turn"``.
-
-    Returns:
-        The bracketed label.
-    """
-    if len(indexes) == 1:
-        return f"[{noun} {indexes[0]}]"
-    spans: list[str] = []
-    start = prev = indexes[0]
-    for i in [*indexes[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        spans.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return f"[{noun}s {', '.join(spans)}]"
-
-
 def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCoverage:
     """Combine turn coverage: worst status per channel, reasons labelled by turn.
 
@@ -267,75 +272,6 @@ def session_capture_errors(
         if reason not in out:
             out.append(reason)
     return out
-
-
-def never_answered(event: ResponseEvent) -> bool:
-    """Whether the upstream never answered: no HTTP status and no first byte
-    (unreachable, reset or timed out before answering, the proxy stopped)."""
-    return event.status is None and event.ttfb_ms is None
-
-
-def no_usage_reason(event: ResponseEvent) -> str:
-    """Why a response carries no usage count at all, in words a reader can act on.
-
-    Args:
-        event: the response.
-
-    Returns:
-        "no response" when the upstream never answered (no status, no first
-        byte: unreachable, reset before answering, timed out), the HTTP
-        status of an error answer (error bodies carry no usage), else that
-        the provider reported none.
-    """
-    if never_answered(event):
-        return NO_ANSWER
-    if event.status is not None and event.status >= 400:
-        return f"an error answer (HTTP {event.status}) reports no token usage"
-    return "the provider reported no token usage for this turn"
-
-
-def refusal_text(rule: str, message: str) -> str:
-    """A refusal as a reason: ``request refused (RULE): what``, the rule named once.
-
-    Args:
-        rule: the refusal's rule.
-        message: the message the client got (``modeltap refused the request
-            [rule RULE]: what.``).
-
-    Returns:
-        The reason, without the message's own preamble.
-    """
-    preamble = f"modeltap refused the request [rule {rule}]: "
-    return f"request refused ({rule}): {message.removeprefix(preamble)}"
-
-
-def file_moved_reason(file: str) -> str:
-    """Why a session's ``data`` is partial after ``file`` was opened again at its path.
-
-    Args:
-        file: ``audit.jsonl``, ``events.jsonl`` or ``sessions.jsonl``.
-
-    Returns:
-        The reason, the same for the proxy and every reader.
-    """
-    return (
-        f"{file} was moved or deleted under the running proxy; "
-        "this session's lines written to it before are not in the out dir"
-    )
-
-
-def qualified_tool_name(call: ToolCall) -> str | None:
-    """Return ``namespace.name`` for a namespaced call, else its ``name``.
-
-    Args:
-        call: a tool call of a response.
-
-    Returns:
-        The name, or ``None`` when the call had none.
-    """
-    if call.name is None:
-        return None
-    return f"{call.namespace}.{call.name}" if call.namespace else call.name
 
 
 @dataclass(frozen=True, slots=True)
