@@ -175,11 +175,11 @@ def test_timeline_bars_show_first_chunk_and_duration(page: Page, rich_capture: M
         assert turn.response is not None
         ttft, duration = turn.response.ttft_ms, turn.response.duration_ms
         assert ttft is not None and duration is not None and 0 < ttft < duration
-        page.row(f"t{turn.index}")
+        page.row(f"t{turn.number}")
         assert page.field("#detail", "ttft_ms") == ms_text(ttft)
         assert page.field("#detail", "duration_ms") == ms_text(duration)
         assert page.field("#detail", "ttfb_ms") == ms_text(turn.response.ttfb_ms)
-        row = f"#rows .row[data-key=t{turn.index}]"
+        row = f"#rows .row[data-key=t{turn.number}]"
         assert page.text(f"{row} .dur") == ms_text(duration)
         # The bar: waiting until the first chunk, then output, in proportion.
         wait, stream = page.tab.evaluate(
@@ -196,25 +196,25 @@ def test_tool_execution_gaps_between_model_calls(page: Page, rich_capture: Made)
     page.session("agent-1")
     invocation = capture.sessions["agent-1"].turns[0].tool_invocations[0]
     assert invocation.duration_ms is not None
-    gap = page.text("#rows .row[data-key=t0] .gap .gl")
+    gap = page.text("#rows .row[data-key=t1] .gap .gl")
     assert gap == f"lookup {ms_text(invocation.duration_ms)}"
-    page.row("t0")
+    page.row("t1")
     assert page.texts("#tool-calls .call .name") == ["lookup"]
     assert page.text("#tool-calls [data-role=arguments]") == json.dumps(
         json.loads(TOOL_ARGUMENTS), indent=2
     )
     assert page.text("#tool-calls [data-role=result]") == (
-        f"result sent back in turn 1 · {invocation.result_bytes} B · after "
+        f"result sent back in turn 2 · {invocation.result_bytes} B · after "
         f"{ms_text(invocation.duration_ms)}"
     )
 
 
 def test_retries_are_grouped_in_the_timeline(page: Page, rich_capture: Made) -> None:
     page.session("agent-1")
-    assert page.tab.get_attribute("#rows .row[data-key=t2]", "class") == "row turn retry"
-    assert page.text("#rows .row[data-key=t2] .badge.retry") == "retry"
-    assert page.text("#rows .row[data-key=t1] .badge.retry") == "\u00d72"  # x2
-    assert page.text("#rows .row[data-key=t1] .badge.bad") == "429"
+    assert page.tab.get_attribute("#rows .row[data-key=t3]", "class") == "row turn retry"
+    assert page.text("#rows .row[data-key=t3] .badge.retry") == "retry"
+    assert page.text("#rows .row[data-key=t2] .badge.retry") == "\u00d72"  # x2
+    assert page.text("#rows .row[data-key=t2] .badge.bad") == "429"
     # The 429 reported no usage: the total is unknown; what the others reported is
     # shown beside it as what it is, never as the total.
     capture = Capture.load(rich_capture.out)
@@ -224,10 +224,10 @@ def test_retries_are_grouped_in_the_timeline(page: Page, rich_capture: Made) -> 
     assert page.text("#session-usage [data-usage=input_tokens]") == (
         f"input unknown ({known:,} in 3 of 4 turns)"
     )
+    page.row("t3")
+    assert page.text("#retry-badge") == "retry of turn 2"
+    assert page.text("#changes").startswith("A retry: the same request body as turn 2")
     page.row("t2")
-    assert page.text("#retry-badge") == "retry of turn 1"
-    assert page.text("#changes").startswith("A retry: the same request body as turn 1")
-    page.row("t1")
     assert page.text("#retry-badge") == "2 attempts (retried by the client)"
     assert page.texts("#errors li") == ["upstream answered HTTP 429"]
 
@@ -244,9 +244,9 @@ def test_refusals_and_errors_are_marked(page: Page, rich_capture: Made) -> None:
 
     page.session("broken-1")
     turn = capture.sessions["broken-1"].turns[0]
-    assert page.text("#rows .row[data-key=t0] .badge.bad") == "error"
-    assert page.tab.locator("#rows .row[data-key=t0] .seg.bad").count() == 1
-    page.row("t0")
+    assert page.text("#rows .row[data-key=t1] .badge.bad") == "error"
+    assert page.tab.locator("#rows .row[data-key=t1] .seg.bad").count() == 1
+    page.row("t1")
     assert page.texts("#errors li") == turn.errors
     assert turn.response is not None
     assert page.field("#response", "status") == "no answer"
@@ -261,10 +261,10 @@ def test_websocket_session_with_a_refused_message(page: Page, rich_capture: Made
     # In time order: a turn, the refused continuation, the next turn.
     assert page.tab.evaluate(
         "() => [...document.querySelectorAll('#rows .row')].map(r => r.dataset.key)"
-    ) == ["t0", "r0", "t1"]
+    ) == ["t1", "r0", "t2"]
     assert page.text("#rows .row[data-key=r0] .model") == "ws_implicit_continuation"
     assert page.text("#session-head [data-role=stop-reason]") == s.stop_reason
-    page.row("t1")
+    page.row("t2")
     assert page.texts("#changes li") == [
         "effort changed: medium -> high",
         "hosted tools removed: web_search",
@@ -281,9 +281,9 @@ def test_what_changed_from_the_previous_turn(page: Page, rich_capture: Made) -> 
     capture = Capture.load(rich_capture.out)
     records = [t.record for t in capture.sessions["agent-1"].turns]
     page.session("agent-1")
-    page.row("t0")
-    assert page.text("#changes") == "First turn of the session."
     page.row("t1")
+    assert page.text("#changes") == "First turn of the session."
+    page.row("t2")
     changes = page.tab.evaluate(
         """() => [...document.querySelectorAll('#changes li')].map(
             li => [li.dataset.what, li.dataset.kind, li.textContent])"""
@@ -302,8 +302,8 @@ def test_what_changed_from_the_previous_turn(page: Page, rich_capture: Made) -> 
             ["instructions_parts", "changed", "instruction parts changed: #1 of 1"],
         ]
     )
-    assert page.tab.locator("#rows .row[data-key=t1] .badge.change").count() == 1
-    page.row("t3")
+    assert page.tab.locator("#rows .row[data-key=t2] .badge.change").count() == 1
+    page.row("t4")
     assert page.texts("#changes li") == [
         "model changed: gpt-stub -> gpt-stub-mini",
         "tools removed: lookup",
@@ -314,7 +314,7 @@ def test_what_changed_from_the_previous_turn(page: Page, rich_capture: Made) -> 
 def test_audit_facts_usage_and_unknowns(page: Page, rich_capture: Made) -> None:
     capture = Capture.load(rich_capture.out)
     page.session("claude-1")
-    page.row("t0")
+    page.row("t1")
     record = capture.sessions["claude-1"].turns[0].record
     assert page.field("#audit", "model") == record.model
     assert page.field("#audit", "thinking") == '{"type":"enabled","budget_tokens":1024}'
@@ -333,8 +333,14 @@ def test_audit_facts_usage_and_unknowns(page: Page, rich_capture: Made) -> None:
         value = getattr(usage, name)
         assert value is not None
         assert shown[name] == f"{value:,}"
-    # Anthropic reports no total and no reasoning count: unknown, never 0.
-    assert usage.total_tokens is None and shown["total_tokens"] == "unknown"
+    # Anthropic reports no total: the page shows the sum of its reported counts,
+    # and says so; it reports no reasoning count either: unknown, never 0.
+    assert usage.total_tokens is None  # the record keeps the provider's own numbers
+    parts = ("input_tokens", "cache_read_tokens", "cache_write_tokens", "output_tokens")
+    total = sum(getattr(usage, name) for name in parts)
+    assert shown["total_tokens"] == (
+        f"{total:,} (sum of the reported counts: the provider reports no total)"
+    )
     assert shown["reasoning_tokens"] == "unknown"
     # The stand-in model is not in the price table: its estimate is unknown, never $0.
     cost = capture.sessions["claude-1"].turns[0].cost
@@ -364,13 +370,13 @@ def test_cost_estimates_when_the_capture_has_them(
     agent["turns"][2]["cost"] = cost(0.0)
     path = tmp_path / "cost.html"
     path.write_text(render_page(data), encoding="utf-8")
-    opened = Page(browser, path, "#s=agent-1&r=t0")
+    opened = Page(browser, path, "#s=agent-1&r=t1")
     try:
         assert opened.text("#session-head [data-role=cost] b") == "$0.00123 (estimate)"
         assert opened.text("#usage tr[data-usage=cost] td:last-child") == "$0.000900 (estimate)"
-        opened.row("t1")
-        assert opened.text("#usage tr[data-usage=cost] td:last-child") == "unknown"
         opened.row("t2")
+        assert opened.text("#usage tr[data-usage=cost] td:last-child") == "unknown"
+        opened.row("t3")
         assert opened.text("#usage tr[data-usage=cost] td:last-child") == "$0 (estimate)"
     finally:
         opened.close()
@@ -395,20 +401,20 @@ def test_filter_by_model_tool_session_and_problems(page: Page) -> None:
     page.tab.select_option("#filter-model", "claude-stub")
     assert sessions() == ["claude-1"]
     assert page.text("#session-id") == "claude-1"
-    assert rows() == ["t0", "t1"]
+    assert rows() == ["t1", "t2"]
     page.tab.select_option("#filter-model", "")
 
     page.tab.select_option("#filter-tool", "c:get_time")
     assert sessions() == ["agent-1"]
-    assert rows() == ["t2"]
+    assert rows() == ["t3"]
     page.tab.select_option("#filter-tool", "a:get_time")
-    assert rows() == ["t1", "t2", "t3"]
+    assert rows() == ["t2", "t3", "t4"]
     page.tab.select_option("#filter-tool", "")
 
     page.tab.fill("#q", "broken")
     assert sessions() == ["broken-1"]
     page.tab.fill("#q", "gpt-stub-mini")
-    assert sessions() == ["agent-1"] and rows() == ["t3"]
+    assert sessions() == ["agent-1"] and rows() == ["t4"]
     page.tab.fill("#q", "")
 
     page.tab.check("#filter-problems")
@@ -418,18 +424,18 @@ def test_filter_by_model_tool_session_and_problems(page: Page) -> None:
     page.tab.uncheck("#filter-problems")
     page.tab.check("#filter-changed")
     page.session("agent-1")
-    assert rows() == ["t1", "t3"]
+    assert rows() == ["t2", "t4"]
     screenshot(page.tab, "filtered")
 
 
 def test_keyboard_and_link_to_a_turn(browser: Any, rich_page_file: Path) -> None:
-    opened = Page(browser, rich_page_file, "#s=claude-1&r=t1")
+    opened = Page(browser, rich_page_file, "#s=claude-1&r=t2")
     try:
         assert opened.text("#session-id") == "claude-1"
-        assert opened.text("#detail-title").startswith("Turn 1 ·")
+        assert opened.text("#detail-title").startswith("Turn 2 ·")
         opened.tab.keyboard.press("k")
-        assert opened.text("#detail-title").startswith("Turn 0 ·")
-        assert opened.tab.evaluate("() => location.hash") == "#s=claude-1&r=t0"
+        assert opened.text("#detail-title").startswith("Turn 1 ·")
+        assert opened.tab.evaluate("() => location.hash") == "#s=claude-1&r=t1"
         opened.tab.keyboard.press("/")
         assert opened.tab.evaluate("() => document.activeElement.id") == "q"
     finally:
@@ -442,8 +448,8 @@ def test_keyboard_and_link_to_a_turn(browser: Any, rich_page_file: Path) -> None
 
 def test_agent_controlled_strings_are_shown_as_text(page: Page) -> None:
     page.session(INJECT_SESSION)
-    page.row("t0")
-    assert page.text("#rows .row[data-key=t0] .model") == INJECT_MODEL
+    page.row("t1")
+    assert page.text("#rows .row[data-key=t1] .model") == INJECT_MODEL
     assert page.field("#audit", "model") == INJECT_MODEL
     assert page.field("#audit", "tool_names") == INJECT_TOOL
     assert page.texts("#tool-calls .call .name") == [INJECT_CALLED]
@@ -477,7 +483,7 @@ def test_bodies_show_only_with_the_recording(
 ) -> None:
     path = tmp_path / "with-bodies.html"
     path.write_text(build_page(rich_capture.out, record=rich_capture.record), encoding="utf-8")
-    opened = Page(browser, path, "#s=agent-1&r=t0")
+    opened = Page(browser, path, "#s=agent-1&r=t1")
     try:
         assert opened.text("#content-shown").startswith("content shown: bodies from")
         opened.tab.click("#bodies button:has-text('request body')")
@@ -489,12 +495,12 @@ def test_bodies_show_only_with_the_recording(
             "chatcmpl-call_lookup1"
         )
         opened.session("claude-1")
-        opened.row("t0")
+        opened.row("t1")
         opened.tab.click("#bodies button:has-text('response body')")
         assert opened.text("#bodies [data-role=response-body]").startswith("event: message_start")
         screenshot(opened.tab, "bodies")
         opened.session("codex-ws")
-        opened.row("t1")
+        opened.row("t2")
         opened.tab.click("#bodies button:has-text('request body')")
         request = json.loads(opened.text("#bodies [data-role=request-body]"))
         assert request["reasoning"] == {"effort": "high"}
@@ -507,7 +513,7 @@ def test_bodies_show_only_with_the_recording(
 
 def test_no_bodies_section_without_the_recording(page: Page) -> None:
     page.session("agent-1")
-    page.row("t0")
+    page.row("t1")
     assert page.tab.locator("#bodies").count() == 0
     assert page.tab.locator("#content-shown").count() == 0
 
@@ -560,12 +566,12 @@ def test_two_thousand_turns_stay_virtual(browser: Any, long_page_file: Path) -> 
         tab.evaluate(
             "() => { const t = document.getElementById('timeline'); t.scrollTop = t.scrollHeight; }"
         )
-        tab.wait_for_selector("#rows .row[data-key=t1999]")
+        tab.wait_for_selector("#rows .row[data-key=t2000]")
         assert tab.locator("#rows .row").count() < 100
-        tab.click("#rows .row[data-key=t1998]")
-        assert opened.text("#detail-title").startswith("Turn 1998 ·")
-        tab.keyboard.press("j")
+        tab.click("#rows .row[data-key=t1999]")
         assert opened.text("#detail-title").startswith("Turn 1999 ·")
+        tab.keyboard.press("j")
+        assert opened.text("#detail-title").startswith("Turn 2000 ·")
         screenshot(tab, "two-thousand-turns")
     finally:
         opened.close()
@@ -582,8 +588,8 @@ def test_narrow_windows_keep_the_timeline_usable(
         tab.goto(rich_page_file.as_uri() + "#s=agent-1")
         tab.wait_for_selector("html[data-ready=true]")
         assert tab.evaluate("() => document.getElementById('timeline').clientHeight") > 300
-        tab.click("#rows .row[data-key=t3]")
-        assert tab.inner_text("#detail-title").startswith("Turn 3 ·")
+        tab.click("#rows .row[data-key=t4]")
+        assert tab.inner_text("#detail-title").startswith("Turn 4 ·")
         screenshot(tab, f"narrow-{width}")
         watch.assert_clean()
     finally:

@@ -220,8 +220,8 @@ def test_run_ui_updates_as_exchanges_happen(upstream: Upstream, tmp_path: Path) 
                 client.chat.completions.create(
                     model="gpt-stub-2", messages=[{"role": "user", "content": "two"}]
                 )
-                tab.wait_for_selector("#rows .row[data-key=t1]", timeout=10_000)
-                tab.click("#rows .row[data-key=t1]")
+                tab.wait_for_selector("#rows .row[data-key=t2]", timeout=10_000)
+                tab.click("#rows .row[data-key=t2]")
                 assert tab.inner_text("#changes li") == "model changed: gpt-stub -> gpt-stub-2"
                 assert tab.inner_text("#live").startswith("live · ")
                 screenshot(tab, "live")

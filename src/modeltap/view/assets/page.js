@@ -184,7 +184,7 @@
     data.sessions.forEach(function (s) {
       var rows = [];
       s.turns.forEach(function (t) {
-        rows.push({ kind: 'turn', key: 't' + t.index, t: t.t, turn: t, order: rows.length });
+        rows.push({ kind: 'turn', key: 't' + t.number, t: t.t, turn: t, order: rows.length });
       });
       s.refusals.forEach(function (e, i) {
         rows.push({ kind: 'refusal', key: 'r' + i, t: e.t, ev: e, order: rows.length });
