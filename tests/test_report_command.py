@@ -205,7 +205,10 @@ def test_a_models_listing_without_a_session_header_makes_no_session(run: Run) ->
     report = run.json
     assert sorted(s["session_id"] for s in report["sessions"]) == ["claude", "dead", "retried"]
     assert report["counts"]["pass_through"] == 1
+    (listing,) = report["pass_through"]
+    assert (listing["method"], listing["path"]) == ("GET", "/v1/models")
     text = run.text
+    assert "passed through unaudited, in no session (not model traffic): GET /v1/models" in text
     assert "audit unsupported" not in text
     checked = modeltap("check", str(run.out))
     # Only the unreachable session fails; nothing about the listing.

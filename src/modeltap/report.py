@@ -54,7 +54,8 @@ outside any turn; ``retry_count`` counts the retries.
 
 Requests passed through unaudited by ids that saw no model traffic (an SDK's
 ``GET .../models`` without a session header) are no session: the capture's
-``counts.pass_through`` counts them.
+``pass_through`` lists them (``ts``, ``session_id``, ``method``, ``path``,
+``status``) and ``counts.pass_through`` counts them.
 
 Evidence coverage (computed by :mod:`modeltap.coverage`, the same code that
 wrote ``evidence_complete`` into ``sessions.jsonl``), six channels per turn,
@@ -323,6 +324,16 @@ def build_report(capture: Capture) -> Json:
         },
         "load_errors": [
             {"file": e.file, "line": e.line, "message": e.message} for e in capture.load_errors
+        ],
+        "pass_through": [
+            {
+                "ts": e.ts,
+                "session_id": e.session_id,
+                "method": e.method,
+                "path": e.path,
+                "status": e.status,
+            }
+            for e in capture.pass_through
         ],
         "token_usage": token_usage(
             capture.usage, capture.total_tokens, summed=capture.total_summed

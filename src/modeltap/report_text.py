@@ -273,13 +273,13 @@ def render_text(report: Json) -> str:
         lines += ["", *_session_lines(session)]
     if not report["sessions"]:
         lines += ["", "no sessions: no outbound model requests captured"]
-    passed = counts.get("pass_through", 0)
+    passed: dict[str, int] = {}
+    for e in report.get("pass_through", ()):
+        what = f"{e['method']} {e['path']}"
+        passed[what] = passed.get(what, 0) + 1
     if passed:
-        lines += [
-            "",
-            f"{passed} unaudited pass-through request{'s' if passed != 1 else ''} "
-            "(e.g. GET .../models) outside any session: not model traffic",
-        ]
+        listed = ", ".join(f"{what}" + (f" ({n}x)" if n > 1 else "") for what, n in passed.items())
+        lines += ["", f"passed through unaudited, in no session (not model traffic): {listed}"]
     lines += ["", "? = unknown (not reported or not seen)"]
     if _any_summed(report):
         lines.append(

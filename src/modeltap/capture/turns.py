@@ -140,7 +140,8 @@ def sum_costs(costs: Iterable[Cost | None]) -> Cost:
         return Cost(estimate_usd=None, source=source, note="no turn to price")
     unknown = sum(1 for cost in parts if cost is None or cost.estimate_usd is None)
     if unknown:
-        note = f"{unknown} of {len(parts)} turns could not be priced"
+        noun = "turn" if len(parts) == 1 else "turns"
+        note = f"{unknown} of {len(parts)} {noun} could not be priced"
         return Cost(estimate_usd=None, source=source, note=note)
     total = sum(cost.estimate_usd or 0.0 for cost in parts if cost is not None)
     return Cost(estimate_usd=round(total, 12), source=source)
