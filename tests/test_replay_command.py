@@ -42,10 +42,13 @@ class ReplayProcess:
             cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         self.stderr = ""
+        self.stdout = ""
         self.url = ""
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._out_reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._out_reader.start()
         if not self._ready.wait(30) or not self.url:
             self.proc.kill()
             raise RuntimeError(f"modeltap replay did not start: {self.stderr}")
@@ -61,12 +64,19 @@ class ReplayProcess:
                 self._ready.set()
         self._ready.set()
 
+    def _read_stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.stdout += line
+
     def stop(self) -> tuple[int, str]:
-        """SIGTERM, then the exit code and stdout (the diff with --check)."""
+        """SIGTERM, then the exit code and stdout (the diff with --check); stderr
+        is whole once the process is gone."""
         self.proc.send_signal(signal.SIGTERM)
-        stdout, _ = self.proc.communicate(timeout=30)
-        self._reader.join(5)
-        return self.proc.returncode, stdout
+        code = self.proc.wait(30)
+        self._reader.join(10)
+        self._out_reader.join(10)
+        return code, self.stdout
 
 
 @pytest.fixture
@@ -175,6 +185,7 @@ def test_a_changed_user_message_is_a_json_path_with_sizes(
     assert line in result[1]["message"]
     assert "colour" not in result[1]["message"]  # no content without --show-content
     assert stdout.splitlines() == [line]
+    assert "replayed 2 of 3 recorded turns; 1 difference, 0 not replayed" in p.stderr
     (diff,) = read_jsonl(tmp_path / "out" / "replay-diff.jsonl")
     assert (diff["kind"], diff["message"], diff["turn"]) == ("mismatch", line, 2)
     assert "content" not in diff and "sha256" not in diff["message"]
