@@ -107,6 +107,11 @@ PROVIDER: Final = "gcp.gemini"
 #: The provider of Vertex AI's paths (``…/publishers/…``, ``…/projects/…/locations/…``).
 VERTEX_PROVIDER: Final = "gcp.vertex_ai"
 OPENAI_API_TYPE: Final = None
+#: ``usageMetadata``'s ``promptTokenCount``, ``candidatesTokenCount`` and
+#: ``totalTokenCount``. ``cachedContentTokenCount`` comes only with cached
+#: content and ``thoughtsTokenCount`` only from thinking models, and Gemini has
+#: no cache-write count: their absence says nothing about completeness.
+REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
 
 #: The model-running methods, lower case, and whether each streams.
 _METHODS: Final = {"generatecontent": False, "streamgeneratecontent": True}
