@@ -132,14 +132,15 @@ def test_a_gemini_tool_loop_reads_as_an_openai_one(
     chat, gemini = sessions["chat-loop"], sessions["gemini-loop"]
     assert [t["api"] for t in gemini["turns"]] == ["gemini.generate_content"] * 2
     assert tool_story(gemini) == tool_story(chat)
-    # And what they both say, written out: one call, answered by the next turn.
+    # And what they both say, written out: one call, answered by the next turn
+    # (result_turn_index 1, shown as turn 2: turns are numbered from 1).
     assert tool_story(gemini)["invocations"] == [("lookup", {"q": "weather", "n": 3}, 13, 1)]
     assert tool_story(gemini)["results_sent"] == [[], [13]]
     assert gemini["evidence_complete"] is True
     assert [inv["call_id"] for inv in gemini["tool_invocations"]] == [None]
     text = render_text(report)
     gemini_text = text[text.index("session gemini-loop") :]
-    assert "(no call_id)  -> turn 1" in gemini_text
+    assert "(no call_id)  -> turn 2" in gemini_text
     assert "no result" not in gemini_text
 
     spans = otlp_http_receiver.wait_for(running.proxy.spans.telemetry.stats().exported)
