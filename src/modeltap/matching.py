@@ -43,7 +43,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
-from modeltap.recording import VOLATILE_FIELDS, Entry, Recording, TurnKey
+from modeltap.recording import VOLATILE_FIELDS, Entry, Recording, TurnKey, comparable_body
 from modeltap.records import Json, utc_now
 from modeltap.request_diff import BodyChange, body_changes, summarize
 
@@ -294,7 +294,8 @@ class Player:
         bodies = None
         if body is not None:
             old = self.recording.request_body(entry)
-            bodies = None if old is None else (old, body)
+            if old is not None:  # compared as the input hash compares them
+                bodies = (comparable_body(old, entry.api), comparable_body(body, api))
         changes, body_diff = describe_changes(
             entry, transport, api, key, bodies, show_content=self.show_content
         )

@@ -127,11 +127,26 @@ def input_sha256(body: object, api: str | None = None) -> str:
     Returns:
         64 hex digits.
     """
+    body = comparable_body(body, api)
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def comparable_body(body: Any, api: str | None = None) -> Any:
+    """What of a request body a replay compares: the body without the
+    :data:`VOLATILE_FIELDS` (and Gemini's made-up ids, see :func:`input_sha256`).
+
+    Args:
+        body: the parsed request body.
+        api: the request's API (``None``: as sent).
+
+    Returns:
+        The body :func:`input_sha256` hashes (and the replay diff walks).
+    """
     if isinstance(body, dict):
         body = {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
         if api == API_GEMINI:
             body = _gemini_comparable(body)
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return body
 
 
 def _gemini_comparable(body: Json) -> Json:
