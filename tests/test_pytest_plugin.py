@@ -316,6 +316,11 @@ def test_report_is_typed_prints_as_text_and_keeps_its_keys(modeltap: ModelTapFix
         ("gpt-b", (), ()),
     ]
     assert report.session("typed") is session and report.turns == session.turns
+    # Numbered as the text shows them, from 1; the index is the position.
+    assert [(t.number, t.index, t.attempt, t.retry_of_turn) for t in session.turns] == [
+        (1, 0, 1, None),
+        (2, 1, 1, None),
+    ]
     assert report.evidence_complete and session.turns[0].evidence_complete
     # The text is `modeltap report`'s, the keys `modeltap report --json`'s.
     expected = build_report(modeltap.capture())

@@ -27,8 +27,14 @@ Json = dict[str, Any]
 class ReportTurn:
     """One turn (one audited model request) of a session."""
 
-    #: Its number in the report (``turn_index``), as the text report shows it.
+    #: Its 0-based position in the session's turns (``turn_index``).
     index: int
+    #: Its number as the text report and every message show it (``turn``): from 1, like ``seq``.
+    number: int
+    #: The number of the earlier attempt this turn retried, or None (``retry_of_turn``).
+    retry_of_turn: int | None
+    #: 1 for a first attempt, 2 for its first retry, ... (``attempt``).
+    attempt: int
     #: The ``seq`` of its audit record.
     seq: int
     model: str
@@ -48,6 +54,9 @@ class ReportTurn:
         tools = data.get("tools_advertised")
         return cls(
             index=int(data["turn_index"]),
+            number=int(data["turn"]),
+            retry_of_turn=data.get("retry_of_turn"),
+            attempt=int(data.get("attempt", 1)),
             seq=int(data["seq"]),
             model=str(data["model"]),
             tools_advertised=None if tools is None else tuple(tools),
