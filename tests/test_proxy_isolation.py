@@ -48,3 +48,37 @@ def test_two_proxies_write_their_own_lines(tmp_path: Path, upstream: Upstream) -
     assert "unaudited" in kinds and "rejected" not in kinds
     kinds = [e["kind"] for e in read_jsonl(tmp_path / "b" / "events.jsonl")]
     assert "rejected" in kinds and "unaudited" not in kinds
+
+
+def test_errors_logged_by_other_threads_do_not_stop_a_start(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """An OTLP exporter's worker thread logs its failures at ERROR (a collector
+    that is down, another proxy's exporter in the same process): mitmproxy's
+    start-up check stopped whichever proxy was starting at that moment."""
+    import logging
+    import threading
+
+    stop = threading.Event()
+
+    def noisy_exporter() -> None:
+        log = logging.getLogger("opentelemetry.exporter.otlp.proto.http.trace_exporter")
+        while not stop.is_set():
+            log.error("Failed to export span batch code: 503")
+            stop.wait(0.001)
+
+    worker = threading.Thread(target=noisy_exporter, daemon=True)
+    worker.start()
+    try:
+        for n in range(3):
+            proxy = Proxy(
+                ProxyConfig(
+                    listen_port=0, out=str(tmp_path / str(n)), upstream=upstream.url, quiet=True
+                )
+            )
+            with proxy:
+                ask(proxy, f"m-{n}")
+            assert [r["model"] for r in read_jsonl(tmp_path / str(n) / "audit.jsonl")] == [f"m-{n}"]
+    finally:
+        stop.set()
+        worker.join()

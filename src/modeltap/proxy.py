@@ -207,6 +207,12 @@ class _StartupCheck(errorcheck.ErrorCheck):
     def __init__(self, master: Master) -> None:
         super().__init__()
         self._master = master
+        # Only errors logged in this proxy's own thread stop its start: an OTLP
+        # exporter's worker thread (this proxy's, finding no collector, or
+        # another proxy's in the same process) logs its failures at ERROR,
+        # and a dead collector must never stop a proxy from starting.
+        thread = threading.get_ident()
+        self.logger.addFilter(lambda record: record.thread == thread)
 
     async def shutdown_if_errored(self) -> None:
         await asyncio.sleep(0)  # as mitmproxy's: let pending log records arrive
