@@ -119,6 +119,13 @@ def json_bytes(value: Any) -> bytes | None:
         return None
 
 
+def json_text(value: Any) -> str | None:
+    """``value`` as compact JSON text (a tool input the model sent as an object),
+    or ``None`` if orjson cannot write it."""
+    encoded = json_bytes(value)
+    return encoded.decode() if encoded is not None else None
+
+
 def utf8_len(value: Any) -> int:
     """Size in bytes of a tool result as sent: strings as UTF-8, anything else as JSON.
 
