@@ -20,24 +20,29 @@ from modeltap.errors import Rejected, Rule
 from modeltap.records import Json
 
 
-def parse_json_object(raw: bytes) -> Json:
-    """Parse a request body that must be one JSON object.
+def parse_json_object(
+    raw: bytes, invalid: Rule = Rule.INVALID_JSON, not_object: Rule = Rule.BODY_NOT_OBJECT
+) -> Json:
+    """Parse a request body (or WebSocket message) that must be one JSON object.
 
     Args:
         raw: the decoded (uncompressed) body bytes.
+        invalid: the rule refusing text that is not JSON.
+        not_object: the rule refusing JSON that is not an object (a WebSocket
+            message refuses both as ``ws_invalid_json``).
 
     Returns:
         The parsed object.
 
     Raises:
-        Rejected: ``invalid_json``, ``body_not_object`` or ``duplicate_key``.
+        Rejected: ``invalid``, ``not_object`` or ``duplicate_key``.
     """
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise Rejected(Rule.INVALID_JSON) from None
+        raise Rejected(invalid) from None
     if not isinstance(value, dict):
-        raise Rejected(Rule.BODY_NOT_OBJECT)
+        raise Rejected(not_object)
     reject_duplicate_keys(raw, value)
     return value
 
