@@ -368,17 +368,46 @@ def reverse_proxy(
     )
 
 
+def bedrock_over_tls(
+    start_proxy: Callable[..., Running],
+    upstream: Upstream,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    **options: Any,
+) -> tuple[Running, Any]:
+    """A reverse proxy, and a boto3 client with a Bedrock API key on its Bedrock route.
+
+    boto3 sends a bearer token only over HTTPS: the proxy's port answers TLS
+    too, with the CA of its ``confdir``.
+    """
+    running = reverse_proxy(
+        start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")}, **options
+    )
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
+    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
+    return running, bedrock_client(
+        endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem")
+    )
+
+
+def anthropic_vertex(running: Running) -> anthropic.AnthropicVertex:
+    """The Anthropic SDK's Vertex client on the proxy's Vertex route."""
+    return anthropic.AnthropicVertex(
+        region="us-east5",
+        project_id="fleet-project",
+        access_token="ya29.vertex-token-example",
+        base_url=running.base("vertex") + "/v1",
+        max_retries=0,
+    )
+
+
 def test_boto3_with_a_bedrock_api_key_over_tls_in_reverse_mode(
     start_proxy: Callable[..., Running],
     upstream: Upstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running = reverse_proxy(start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")})
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    # boto3 sends a bearer token only over HTTPS: the proxy's port answers TLS too.
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"))
+    running, client = bedrock_over_tls(start_proxy, upstream, tmp_path, monkeypatch)
     answers = drive_boto3(client)
     check_boto3_capture(answers, running.audit(), running.events())
     assert {r.headers["Authorization"] for r in upstream.received} == {
@@ -482,10 +511,7 @@ def test_other_families_native_invoke_bodies_are_refused(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running = reverse_proxy(start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")})
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"))
+    running, client = bedrock_over_tls(start_proxy, upstream, tmp_path, monkeypatch)
     titan = {
         "inputText": "Write a haiku about fjords.",
         "textGenerationConfig": {"maxTokenCount": 50},
@@ -506,10 +532,7 @@ def test_bedrock_tool_calls_pair_with_their_results_in_the_report(
 ) -> None:
     from modeltap.capture import Capture
 
-    running = reverse_proxy(start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")})
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"))
+    running, client = bedrock_over_tls(start_proxy, upstream, tmp_path, monkeypatch)
     tools = {
         "tools": [{"toolSpec": {"name": "lookup", "inputSchema": {"json": {"type": "object"}}}}]
     }
@@ -554,13 +577,7 @@ def test_bedrock_tool_calls_pair_with_their_results_in_the_report(
 
 def test_anthropic_vertex(start_proxy: Callable[..., Running], upstream: Upstream) -> None:
     running = reverse_proxy(start_proxy, upstream)
-    client = anthropic.AnthropicVertex(
-        region="us-east5",
-        project_id="fleet-project",
-        access_token="ya29.vertex-token-example",
-        base_url=running.base("vertex") + "/v1",
-        max_retries=0,
-    )
+    client = anthropic_vertex(running)
     model = "claude-sonnet-4-5@20250929"
     client.messages.create(model=model, max_tokens=16, messages=[{"role": "user", "content": "Hi"}])
     with client.messages.stream(
@@ -672,15 +689,9 @@ def test_bedrock_spans_name_the_provider(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running = reverse_proxy(
-        start_proxy,
-        upstream,
-        otlp=otlp_http_receiver.endpoint,
-        extra={"confdir": str(tmp_path / "m")},
+    running, client = bedrock_over_tls(
+        start_proxy, upstream, tmp_path, monkeypatch, otlp=otlp_http_receiver.endpoint
     )
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "m" / "mitmproxy-ca-cert.pem"))
     client.converse(modelId=SONNET, messages=CONVERSE_MESSAGES, system=CONVERSE_SYSTEM)
     running.proxy.stop()
     (span,) = [s for s in otlp_http_receiver.wait_for(3) if "modeltap.seq" in s.attributes]
@@ -703,13 +714,7 @@ def test_vertex_and_bedrock_invoke_spans_follow_the_conventions(
     """The Anthropic wire on two clouds: the span names the cloud and the path's
     model, and counts the input the convention's way (cache reads included)."""
     running = reverse_proxy(start_proxy, upstream, otlp=otlp_http_receiver.endpoint)
-    vertex = anthropic.AnthropicVertex(
-        region="us-east5",
-        project_id="fleet-project",
-        access_token="ya29.vertex-token-example",
-        base_url=running.base("vertex") + "/v1",
-        max_retries=0,
-    )
+    vertex = anthropic_vertex(running)
     bedrock = anthropic.AnthropicBedrock(
         api_key="ABSKbedrock-api-key-example",
         aws_region="us-east-1",
@@ -748,14 +753,10 @@ def test_a_bedrock_recording_replays_to_boto3_signed_or_not(
 ) -> None:
     """Recorded with an API key; replayed to the same calls signed with SigV4: the
     replay's upstream is the recording, which checks no signature."""
-    running = reverse_proxy(
-        start_proxy, upstream, extra={"confdir": str(tmp_path / "m")}, record=str(tmp_path / "rec")
+    running, client = bedrock_over_tls(
+        start_proxy, upstream, tmp_path, monkeypatch, record=str(tmp_path / "rec")
     )
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    recorded = drive_boto3(
-        bedrock_client(endpoint, verify=str(tmp_path / "m" / "mitmproxy-ca-cert.pem"))
-    )
+    recorded = drive_boto3(client)
     running.proxy.stop()
     upstream.stop()
 
