@@ -210,12 +210,8 @@ class Upstream:
         )
         for i, frame in enumerate(frames):
             await resp.write(compress(frame))
-            if reply.cut_after == i:
-                assert request.transport is not None
-                request.transport.abort()
+            if await self._cut_or_gate(request, reply, i):
                 return resp
-            if i in reply.gate_after:
-                await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
             if i in reply.pause_after:
                 await asyncio.sleep(reply.pause_after[i])
         if reply.encoding == "gzip":
@@ -232,14 +228,22 @@ class Upstream:
         assert reply.frames is not None
         for i, frame in enumerate(reply.frames):
             await resp.write(frame)
-            if reply.cut_after == i:
-                assert request.transport is not None
-                request.transport.abort()
+            if await self._cut_or_gate(request, reply, i):
                 return resp
-            if i in reply.gate_after:
-                await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
         await resp.write_eof()
         return resp
+
+    @staticmethod
+    async def _cut_or_gate(request: web.Request, reply: Reply, i: int) -> bool:
+        """After frame ``i``: abort the connection if the reply is cut there (True),
+        else wait at its gate there, if it has one (up to 10 s)."""
+        if reply.cut_after == i:
+            assert request.transport is not None
+            request.transport.abort()
+            return True
+        if i in reply.gate_after:
+            await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
+        return False
 
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         self.ws_handshakes.append(dict(request.headers))
