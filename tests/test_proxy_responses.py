@@ -27,6 +27,7 @@ import openai
 import pytest
 
 from tests.conftest import Running
+from tests.factories import NO_USAGE, usage_json
 from tests.upstream import (
     Reply,
     anthropic_text_json,
@@ -56,21 +57,6 @@ RESP_TOOLS: list[Any] = [
     {"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}
 ]
 ANTH_TOOLS: list[Any] = [{"name": "lookup", "input_schema": {"type": "object", "properties": {}}}]
-
-NO_USAGE = {
-    "input_tokens": None,
-    "output_tokens": None,
-    "total_tokens": None,
-    "cache_read_tokens": None,
-    "cache_write_tokens": None,
-    "reasoning_tokens": None,
-}
-
-
-def usage(**counts: int) -> dict[str, int | None]:
-    """An event's ``usage``: the counts named (``input=21`` is ``input_tokens``),
-    every other one unknown (``None``, never 0)."""
-    return NO_USAGE | {f"{name}_tokens": count for name, count in counts.items()}
 
 
 def lookup(call_id: str, arguments: str = '{"q": "weather", "n": 3}') -> dict[str, Any]:
@@ -268,7 +254,7 @@ CASES = [
         {
             "response_id": "chatcmpl-stub1",
             "model": "gpt-5-2025-08-07",
-            "usage": usage(input=21, output=5, total=26, cache_read=3, reasoning=0),
+            "usage": usage_json(input=21, output=5, total=26, cache_read=3, reasoning=0),
             "finish_reasons": ["stop"],
             "tool_calls": [],
             "response_status": None,
@@ -284,7 +270,7 @@ CASES = [
         {
             "response_id": "chatcmpl-tool1",
             "model": "gpt-5-2025-08-07",
-            "usage": usage(input=40, output=12, total=52, cache_read=8, reasoning=4),
+            "usage": usage_json(input=40, output=12, total=52, cache_read=8, reasoning=4),
             "finish_reasons": ["tool_calls"],
             "tool_calls": [lookup("call_lookup1")],
             "response_status": None,
@@ -301,7 +287,7 @@ CASES = [
             "response_id": "chatcmpl-stub2",
             "model": "gpt-5-2025-08-07",
             # The usage chunk reports no details: those stay unknown, not 0.
-            "usage": usage(input=9, output=2, total=11),
+            "usage": usage_json(input=9, output=2, total=11),
             "finish_reasons": ["stop"],
             "tool_calls": [],
             "response_status": None,
@@ -317,7 +303,7 @@ CASES = [
         {
             "response_id": "chatcmpl-tool2",
             "model": "gpt-5-2025-08-07",
-            "usage": usage(input=40, output=12, total=52, cache_read=8, reasoning=4),
+            "usage": usage_json(input=40, output=12, total=52, cache_read=8, reasoning=4),
             "finish_reasons": ["tool_calls"],
             # Assembled from four argument deltas.
             "tool_calls": [lookup("call_lookup2")],
@@ -334,7 +320,7 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": usage(input=30, output=6, total=36, cache_read=4, reasoning=2),
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
             "tool_calls": [],
             "response_status": "completed",
@@ -350,7 +336,7 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": usage(input=30, output=6, total=36, cache_read=4, reasoning=2),
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
             "tool_calls": [lookup("call_lookup3")],
             "response_status": "completed",
@@ -366,7 +352,7 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": usage(input=30, output=6, total=36, cache_read=4, reasoning=2),
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
             "tool_calls": [],
             "response_status": "completed",
@@ -382,7 +368,7 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": usage(input=30, output=6, total=36, cache_read=4, reasoning=2),
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
             "tool_calls": [lookup("call_lookup3")],
             "response_status": "completed",
@@ -399,7 +385,7 @@ CASES = [
             "response_id": "msg_stub1",
             "model": "claude-stub-1-20251001",
             # Anthropic reports no total and no reasoning count.
-            "usage": usage(input=25, output=7, cache_read=10, cache_write=5),
+            "usage": usage_json(input=25, output=7, cache_read=10, cache_write=5),
             "finish_reasons": ["end_turn"],
             "tool_calls": [],
             "response_status": None,
@@ -415,7 +401,7 @@ CASES = [
         {
             "response_id": "msg_tool1",
             "model": "claude-stub-1-20251001",
-            "usage": usage(input=50, output=20, cache_read=30, cache_write=6),
+            "usage": usage_json(input=50, output=20, cache_read=30, cache_write=6),
             "finish_reasons": ["tool_use"],
             # The JSON answer carries the input as an object: kept as compact JSON.
             "tool_calls": [lookup("toolu_lookup1", '{"q":"weather","n":3}')],
@@ -433,7 +419,7 @@ CASES = [
             "response_id": "msg_stub2",
             "model": "claude-stub-1-20251001",
             # message_start's counts, then message_delta's output_tokens.
-            "usage": usage(input=25, output=12, cache_read=10, cache_write=0),
+            "usage": usage_json(input=25, output=12, cache_read=10, cache_write=0),
             "finish_reasons": ["end_turn"],
             "tool_calls": [],
             "response_status": None,
@@ -449,7 +435,7 @@ CASES = [
         {
             "response_id": "msg_tool2",
             "model": "claude-stub-1-20251001",
-            "usage": usage(input=50, output=20, cache_read=30, cache_write=6),
+            "usage": usage_json(input=50, output=20, cache_read=30, cache_write=6),
             "finish_reasons": ["tool_use"],
             # The input_json_delta fragments joined, exactly as the model sent them.
             "tool_calls": [lookup("toolu_lookup2")],
@@ -515,7 +501,7 @@ def test_chat_stream_with_include_usage_reports_usage(running: Running) -> None:
     )
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 11
     (event,) = wait_events(running, "response", 1)
-    assert event["usage"] == usage(input=9, output=2, total=11)
+    assert event["usage"] == usage_json(input=9, output=2, total=11)
     assert (event["evidence_complete"], event["capture_errors"]) == (True, [])
 
 
@@ -656,7 +642,7 @@ def test_cut_anthropic_stream(running: Running) -> None:
         "response_id": "msg_tool2",
         "model": "claude-stub-1-20251001",
         # message_start's counts; the final output count never came.
-        "usage": usage(input=50, output=1, cache_read=30, cache_write=6),
+        "usage": usage_json(input=50, output=1, cache_read=30, cache_write=6),
         "finish_reasons": None,
         "tool_calls": [lookup("toolu_lookup2")],
         "response_status": None,

@@ -782,6 +782,31 @@ def default_ws_events(message: Json, n: int) -> list[Json]:
     ]
 
 
+def ws_lookup_call(n: int) -> Json:
+    """A WebSocket turn's completed ``lookup`` call item (ids ``fc_{n}``, ``call_{n}``)."""
+    return {
+        "type": "function_call",
+        "id": f"fc_{n}",
+        "call_id": f"call_{n}",
+        "name": "lookup",
+        "arguments": "{}",
+        "status": "completed",
+    }
+
+
+def ws_completed(n: int, output: list[Json]) -> Json:
+    """A WebSocket turn's ``response.completed`` (``resp_{n}``, one token in and out)."""
+    done = {
+        "id": f"resp_{n}",
+        "object": "response",
+        "status": "completed",
+        "model": "gpt-5",
+        "output": output,
+        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+    }
+    return {"type": "response.completed", "response": done}
+
+
 # ---------------------------------------------------------------- canned tool calls
 # The model asks for one client tool: ``lookup`` with these arguments. Streams
 # split the arguments over several deltas, as the providers do.
