@@ -32,7 +32,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
-from tests.conftest import Running, read_jsonl
+from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (
     AWS_KEY_ID,
@@ -181,17 +181,8 @@ def tls_stub() -> Iterator[Upstream]:
 
 
 def forward_proxy(tmp_path: Path, stub: Upstream, **options: Any) -> Proxy:
-    config = ProxyConfig(
-        listen_port=0,
-        out=str(tmp_path / "out"),
-        mode="regular",
-        # The stub stands in for a Bedrock region: audited as one.
-        routes=[f"bedrock={stub.url},provider=aws.bedrock"],
-        quiet=True,
-        extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
-        **options,
-    )
-    return Proxy(config)
+    # The stub stands in for a Bedrock region: audited as one.
+    return intercepting_proxy(tmp_path, [f"bedrock={stub.url},provider=aws.bedrock"], **options)
 
 
 def test_boto3_sigv4_in_regular_mode_arrives_with_its_signature_intact(
@@ -200,7 +191,7 @@ def test_boto3_sigv4_in_regular_mode_arrives_with_its_signature_intact(
     with forward_proxy(tmp_path, tls_stub) as proxy:
         client = bedrock_client(
             tls_stub.url,
-            verify=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"),
+            verify=str(proxy_ca(tmp_path)),
             config={"proxies": {"https": proxy.url}},
         )
         sent: list[tuple[bytes, dict[str, str]]] = []
@@ -261,9 +252,7 @@ def test_the_stubs_signature_check_can_fail() -> None:
 def test_anthropic_bedrock_sigv4_in_regular_mode(tmp_path: Path, tls_stub: Upstream) -> None:
     """AnthropicBedrock signs every header it sends, its retry count included."""
     with forward_proxy(tmp_path, tls_stub) as proxy:
-        ca = ssl.create_default_context(
-            cafile=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem")
-        )
+        ca = ssl.create_default_context(cafile=str(proxy_ca(tmp_path)))
         client = anthropic.AnthropicBedrock(
             aws_access_key=AWS_KEY_ID,
             aws_secret_key=AWS_SECRET,
@@ -324,9 +313,7 @@ def test_a_signed_request_is_never_rewritten_for_image_detail(
     )
     SigV4Auth(Credentials(AWS_KEY_ID, AWS_SECRET), "bedrock", "us-east-1").add_auth(request)
     with forward_proxy(tmp_path, tls_stub, image_detail="low") as proxy:
-        ca = ssl.create_default_context(
-            cafile=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem")
-        )
+        ca = ssl.create_default_context(cafile=str(proxy_ca(tmp_path)))
         with httpx.Client(proxy=proxy.url, verify=ca) as client:
             refused = client.post(request.url, content=body, headers=dict(request.headers.items()))
             # A Bedrock body has no image detail to rewrite: it goes out signed and whole.
@@ -346,7 +333,7 @@ def test_a_signed_request_is_never_rewritten_for_image_detail(
 def boto3_client_through(proxy: Proxy, tmp_path: Path, stub: Upstream) -> Any:
     return bedrock_client(
         stub.url,
-        verify=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"),
+        verify=str(proxy_ca(tmp_path)),
         config={"proxies": {"https": proxy.url}},
     )
 
