@@ -26,6 +26,7 @@ from tests.upstream import (
     Reply,
     anthropic_text_json,
     anthropic_tool_json,
+    chat_chunk,
     chat_text_json,
     responses_text_json,
     responses_tool_json,
@@ -678,26 +679,8 @@ def test_stream_first_event_not_buffered(running: Running) -> None:
     gate = threading.Event()
     reply = Reply(
         sse=[
-            (
-                None,
-                {
-                    "id": "c",
-                    "object": "chat.completion.chunk",
-                    "created": 1,
-                    "model": "m",
-                    "choices": [{"index": 0, "delta": {"content": "first"}, "finish_reason": None}],
-                },
-            ),
-            (
-                None,
-                {
-                    "id": "c",
-                    "object": "chat.completion.chunk",
-                    "created": 1,
-                    "model": "m",
-                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                },
-            ),
+            (None, chat_chunk("first", model="m")),
+            (None, chat_chunk(None, "stop", model="m")),
             (None, "[DONE]"),
         ],
         gate_after={0: gate},

@@ -595,6 +595,19 @@ def _chat_chunk(model: str, delta: Json, finish: str | None = None) -> Json:
     }
 
 
+def chat_chunk(content: str | None, finish: str | None = None, model: str = "gpt-5") -> Json:
+    """A minimal chat chunk (id ``c``) for a scripted stream: ``content`` as its
+    delta (``None``: an empty delta) and ``finish`` as its finish reason."""
+    delta = {} if content is None else {"content": content}
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
 def chat_text_sse(model: str, include_usage: bool = False) -> Reply:
     events: list[tuple[str | None, Any]] = [
         (None, _chat_chunk(model, {"role": "assistant", "content": ""})),
