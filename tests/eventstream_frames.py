@@ -91,14 +91,19 @@ def padded(body: dict[str, Any], pad: int) -> bytes:
     return orjson.dumps({**body, "p": PADDING[:pad]}) if pad else orjson.dumps(body)
 
 
-def event(event_type: str, payload: bytes) -> bytes:
-    """A Bedrock ``event`` message."""
+def _bedrock_message(message_type: str, type_name: str, payload: bytes) -> bytes:
+    """A Bedrock ``event`` or ``exception``: its type header, then content and message type."""
     headers = [
-        (":event-type", event_type),
+        (f":{message_type}-type", type_name),
         (":content-type", "application/json"),
-        (":message-type", "event"),
+        (":message-type", message_type),
     ]
     return encode_message(strings(headers), payload)
+
+
+def event(event_type: str, payload: bytes) -> bytes:
+    """A Bedrock ``event`` message."""
+    return _bedrock_message("event", event_type, payload)
 
 
 def chunk(anthropic_event: dict[str, Any], pad: int = 0) -> bytes:
@@ -109,12 +114,7 @@ def chunk(anthropic_event: dict[str, Any], pad: int = 0) -> bytes:
 
 def exception(exception_type: str, payload: bytes) -> bytes:
     """A Bedrock ``exception`` message."""
-    headers = [
-        (":exception-type", exception_type),
-        (":content-type", "application/json"),
-        (":message-type", "exception"),
-    ]
-    return encode_message(strings(headers), payload)
+    return _bedrock_message("exception", exception_type, payload)
 
 
 def damage(draw: DrawFn, wire: bytes, rounds: int, most: int) -> bytes:
