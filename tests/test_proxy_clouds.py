@@ -355,26 +355,29 @@ def reverse_proxy(
     )
 
 
+@pytest.fixture
 def bedrock_over_tls(
     start_proxy: Callable[..., Running],
     upstream: Upstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    **options: Any,
-) -> tuple[Running, Any]:
-    """A reverse proxy, and a boto3 client with a Bedrock API key on its Bedrock route.
+) -> Callable[..., tuple[Running, Any]]:
+    """Start a reverse proxy (any further options); return it and a boto3 client
+    with a Bedrock API key on its Bedrock route.
 
     boto3 sends a bearer token only over HTTPS: the proxy's port answers TLS
     too, with the CA of its ``confdir``.
     """
-    running = reverse_proxy(
-        start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")}, **options
-    )
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    return running, bedrock_client(
-        endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem")
-    )
+
+    def start(**options: Any) -> tuple[Running, Any]:
+        extra = {"confdir": str(tmp_path / "mitm")}
+        running = reverse_proxy(start_proxy, upstream, extra=extra, **options)
+        monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
+        endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
+        verify = str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem")
+        return running, bedrock_client(endpoint, verify=verify)
+
+    return start
 
 
 def anthropic_vertex(running: Running) -> anthropic.AnthropicVertex:
@@ -389,12 +392,10 @@ def anthropic_vertex(running: Running) -> anthropic.AnthropicVertex:
 
 
 def test_boto3_with_a_bedrock_api_key_over_tls_in_reverse_mode(
-    start_proxy: Callable[..., Running],
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running, client = bedrock_over_tls(start_proxy, upstream, tmp_path, monkeypatch)
+    running, client = bedrock_over_tls()
     answers = drive_boto3(client)
     check_boto3_capture(answers, running.audit(), running.events())
     assert {r.headers["Authorization"] for r in upstream.received} == {
@@ -493,12 +494,10 @@ def test_bedrock_paths_that_run_no_model_turn_pass_unaudited(
 
 
 def test_other_families_native_invoke_bodies_are_refused(
-    start_proxy: Callable[..., Running],
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running, client = bedrock_over_tls(start_proxy, upstream, tmp_path, monkeypatch)
+    running, client = bedrock_over_tls()
     titan = {
         "inputText": "Write a haiku about fjords.",
         "textGenerationConfig": {"maxTokenCount": 50},
@@ -512,14 +511,12 @@ def test_other_families_native_invoke_bodies_are_refused(
 
 
 def test_bedrock_tool_calls_pair_with_their_results_in_the_report(
-    start_proxy: Callable[..., Running],
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from modeltap.capture import Capture
 
-    running, client = bedrock_over_tls(start_proxy, upstream, tmp_path, monkeypatch)
+    running, client = bedrock_over_tls()
     tools = {
         "tools": [{"toolSpec": {"name": "lookup", "inputSchema": {"json": {"type": "object"}}}}]
     }
@@ -670,15 +667,10 @@ def test_azure_openai_deployments_responses_and_the_v1_api(
 
 
 def test_bedrock_spans_name_the_provider(
-    start_proxy: Callable[..., Running],
-    upstream: Upstream,
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     otlp_http_receiver: HttpReceiver,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running, client = bedrock_over_tls(
-        start_proxy, upstream, tmp_path, monkeypatch, otlp=otlp_http_receiver.endpoint
-    )
+    running, client = bedrock_over_tls(otlp=otlp_http_receiver.endpoint)
     client.converse(modelId=SONNET, messages=CONVERSE_MESSAGES, system=CONVERSE_SYSTEM)
     running.proxy.stop()
     (span,) = [s for s in otlp_http_receiver.wait_for(3) if "modeltap.seq" in s.attributes]
@@ -733,16 +725,14 @@ def test_vertex_and_bedrock_invoke_spans_follow_the_conventions(
 
 
 def test_a_bedrock_recording_replays_to_boto3_signed_or_not(
-    start_proxy: Callable[..., Running],
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Recorded with an API key; replayed to the same calls signed with SigV4: the
     replay's upstream is the recording, which checks no signature."""
-    running, client = bedrock_over_tls(
-        start_proxy, upstream, tmp_path, monkeypatch, record=str(tmp_path / "rec")
-    )
+    running, client = bedrock_over_tls(record=str(tmp_path / "rec"))
     recorded = drive_boto3(client)
     running.proxy.stop()
     upstream.stop()
