@@ -47,6 +47,27 @@ class Running:
         return [e for e in lines if kind is None or e["kind"] == kind]
 
 
+def intercepting_proxy(tmp_path: Path, routes: list[str], **options: Any) -> Proxy:
+    """A proxy in regular mode (``HTTPS_PROXY`` clients, TLS intercepted) writing
+    to ``tmp_path/out``; it trusts the stubs' self-signed certificates, and
+    clients trust it by :func:`proxy_ca`. Not started: use it in a ``with``."""
+    config = ProxyConfig(
+        listen_port=0,
+        out=str(tmp_path / "out"),
+        mode="regular",
+        routes=routes,
+        quiet=True,
+        extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
+        **options,
+    )
+    return Proxy(config)
+
+
+def proxy_ca(tmp_path: Path) -> Path:
+    """The CA certificate an :func:`intercepting_proxy` signs its TLS with."""
+    return tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"
+
+
 @pytest.fixture
 def upstream() -> Iterator[Upstream]:
     with Upstream() as stub:

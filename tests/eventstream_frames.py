@@ -13,7 +13,9 @@ padding letters (Bedrock hides lengths that way); InvokeModelWithResponseStream
 wraps each Anthropic event as ``chunk`` ``{"bytes": base64(json), "p": ...}``.
 
 ``python -m tests.eventstream_frames`` rewrites the binary wire samples under
-``tests/data/bedrock/`` from their JSON descriptions.
+``tests/data/bedrock/`` from their JSON descriptions. For the decoder's tests
+(unit and fuzz): :func:`damage` breaks a wire the ways a network does, and
+:func:`decode_frames` is everything a caller gets from a stream.
 """
 
 from __future__ import annotations
@@ -24,11 +26,15 @@ import sys
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modeltap.eventstream import Header, HeaderType
+from modeltap.errors import UpstreamProtocolError
+from modeltap.eventstream import EventStreamDecoder, EventStreamMessage, Header, HeaderType
+
+if TYPE_CHECKING:
+    from hypothesis.strategies import DrawFn
 
 SAMPLES = Path(__file__).parent / "data" / "bedrock"
 
@@ -85,14 +91,19 @@ def padded(body: dict[str, Any], pad: int) -> bytes:
     return orjson.dumps({**body, "p": PADDING[:pad]}) if pad else orjson.dumps(body)
 
 
-def event(event_type: str, payload: bytes) -> bytes:
-    """A Bedrock ``event`` message."""
+def _bedrock_message(message_type: str, type_name: str, payload: bytes) -> bytes:
+    """A Bedrock ``event`` or ``exception``: its type header, then content and message type."""
     headers = [
-        (":event-type", event_type),
+        (f":{message_type}-type", type_name),
         (":content-type", "application/json"),
-        (":message-type", "event"),
+        (":message-type", message_type),
     ]
     return encode_message(strings(headers), payload)
+
+
+def event(event_type: str, payload: bytes) -> bytes:
+    """A Bedrock ``event`` message."""
+    return _bedrock_message("event", event_type, payload)
 
 
 def chunk(anthropic_event: dict[str, Any], pad: int = 0) -> bytes:
@@ -103,12 +114,41 @@ def chunk(anthropic_event: dict[str, Any], pad: int = 0) -> bytes:
 
 def exception(exception_type: str, payload: bytes) -> bytes:
     """A Bedrock ``exception`` message."""
-    headers = [
-        (":exception-type", exception_type),
-        (":content-type", "application/json"),
-        (":message-type", "exception"),
-    ]
-    return encode_message(strings(headers), payload)
+    return _bedrock_message("exception", exception_type, payload)
+
+
+def damage(draw: DrawFn, wire: bytes, rounds: int, most: int) -> bytes:
+    """``wire`` damaged up to ``rounds`` times, each a flipped bit, a cut, or
+    1 to ``most`` bytes inserted or dropped (drawn inside a hypothesis strategy)."""
+    from hypothesis import strategies as st  # the stub upstream imports this module too
+
+    damaged = bytearray(wire)
+    for _ in range(draw(st.integers(0, rounds))):
+        at = draw(st.integers(0, len(damaged)))
+        how = draw(st.integers(0, 3))
+        if how == 0 and at < len(damaged):
+            damaged[at] ^= 1 << draw(st.integers(0, 7))
+        elif how == 1:
+            del damaged[at:]
+        elif how == 2:
+            damaged[at:at] = draw(st.binary(min_size=1, max_size=most))
+        else:
+            del damaged[at : at + draw(st.integers(1, most))]
+    return bytes(damaged)
+
+
+def decode_frames(
+    decoder: EventStreamDecoder, chunks: Iterable[bytes]
+) -> tuple[list[EventStreamMessage], str | None]:
+    """Everything a caller gets from a stream: its messages, then the error text if any."""
+    got: list[EventStreamMessage] = []
+    try:
+        for piece in chunks:
+            got += decoder.feed(piece)
+        got += decoder.close()
+    except UpstreamProtocolError as error:
+        return got, str(error)
+    return got, None
 
 
 def sample_bytes(sample: dict[str, Any]) -> bytes:

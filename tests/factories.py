@@ -119,6 +119,23 @@ def response_event(**fields: Any) -> ResponseEvent:
     return ResponseEvent(**(values | fields))
 
 
+#: A line's ``usage`` when the provider reported no count: every one unknown.
+NO_USAGE: dict[str, int | None] = {
+    "input_tokens": None,
+    "output_tokens": None,
+    "total_tokens": None,
+    "cache_read_tokens": None,
+    "cache_write_tokens": None,
+    "reasoning_tokens": None,
+}
+
+
+def usage_json(**counts: int) -> dict[str, int | None]:
+    """A line's ``usage`` object: the counts named (``input=21`` is
+    ``input_tokens``), every other one unknown (``None``, never 0)."""
+    return NO_USAGE | {f"{name}_tokens": count for name, count in counts.items()}
+
+
 def rejected_event(**fields: Any) -> RejectedEvent:
     """A ``rejected`` event (a refused request: no audit record, no ``seq``)."""
     values: dict[str, Any] = {

@@ -24,7 +24,7 @@ import gzip
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -233,10 +233,8 @@ class _Store:
             for record in sl.log_records
         ]
         with self.changed:
-            self.requests += 1
             self.log_bytes += size
-            self.logs.extend(decoded)
-            self.changed.notify_all()
+        self._kept(self.logs, decoded)
 
     def add_metrics(self, request: metrics_service_pb2.ExportMetricsServiceRequest) -> None:
         decoded = ReceivedPoint.decode_all(request)
@@ -252,10 +250,25 @@ class _Store:
             for ss in rs.scope_spans
             for span in ss.spans
         ]
+        self._kept(self.spans, decoded)
+
+    def _kept[T](self, kept: list[T], decoded: list[T]) -> None:
+        """Count one trace or log export request and keep what it carried."""
         with self.changed:
             self.requests += 1
-            self.spans.extend(decoded)
+            kept.extend(decoded)
             self.changed.notify_all()
+
+    def wait[T](self, kept: list[T], count: int, timeout: float) -> list[T]:
+        """Wait until ``kept`` holds at least ``count`` items; return a snapshot of them."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while len(kept) < count:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.changed.wait(remaining)
+            return list(kept)
 
 
 class _Receiver:
@@ -284,14 +297,7 @@ class _Receiver:
 
     def wait_for_logs(self, count: int, timeout: float = 5.0) -> list[ReceivedLog]:
         """Wait until at least ``count`` log records arrived; return them all."""
-        deadline = time.monotonic() + timeout
-        with self._store.changed:
-            while len(self._store.logs) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._store.changed.wait(remaining)
-            return list(self._store.logs)
+        return self._store.wait(self._store.logs, count, timeout)
 
     @property
     def spans(self) -> list[ReceivedSpan]:
@@ -320,14 +326,7 @@ class _Receiver:
 
     def wait_for(self, count: int, timeout: float = 5.0) -> list[ReceivedSpan]:
         """Wait until at least ``count`` spans arrived; return them all."""
-        deadline = time.monotonic() + timeout
-        with self._store.changed:
-            while len(self._store.spans) < count:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._store.changed.wait(remaining)
-            return list(self._store.spans)
+        return self._store.wait(self._store.spans, count, timeout)
 
     def _received_metrics(self, body: bytes) -> None:
         request = metrics_service_pb2.ExportMetricsServiceRequest()
@@ -465,37 +464,17 @@ class HttpReceiver(_Receiver):
         self._thread.join(5)
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, receiver: GrpcReceiver) -> None:
-        self._receiver = receiver
+class _Service:
+    """One OTLP gRPC service (``Export``): the request's bytes go to the receiver
+    as over HTTP, and the answer is the service's empty response."""
 
-    def Export(
-        self, request: trace_service_pb2.ExportTraceServiceRequest, context: Any
-    ) -> trace_service_pb2.ExportTraceServiceResponse:
-        self._receiver._received(request.SerializeToString())
-        return trace_service_pb2.ExportTraceServiceResponse()
+    def __init__(self, received: Callable[[bytes], None], response: Callable[[], Any]) -> None:
+        self._received = received
+        self._response = response
 
-
-class _MetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
-    def __init__(self, receiver: GrpcReceiver) -> None:
-        self._receiver = receiver
-
-    def Export(
-        self, request: metrics_service_pb2.ExportMetricsServiceRequest, context: Any
-    ) -> metrics_service_pb2.ExportMetricsServiceResponse:
-        self._receiver._received_metrics(request.SerializeToString())
-        return metrics_service_pb2.ExportMetricsServiceResponse()
-
-
-class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self, receiver: GrpcReceiver) -> None:
-        self._receiver = receiver
-
-    def Export(
-        self, request: logs_service_pb2.ExportLogsServiceRequest, context: Any
-    ) -> logs_service_pb2.ExportLogsServiceResponse:
-        self._receiver._received_logs(request.SerializeToString())
-        return logs_service_pb2.ExportLogsServiceResponse()
+    def Export(self, request: Any, context: Any) -> Any:
+        self._received(request.SerializeToString())
+        return self._response()
 
 
 class GrpcReceiver(_Receiver):
@@ -508,13 +487,14 @@ class GrpcReceiver(_Receiver):
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         # The generated gRPC module is untyped.
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _TraceService(self), self._server
+            _Service(self._received, trace_service_pb2.ExportTraceServiceResponse), self._server
         )
         metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _MetricsService(self), self._server
+            _Service(self._received_metrics, metrics_service_pb2.ExportMetricsServiceResponse),
+            self._server,
         )
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(  # type: ignore[no-untyped-call]
-            _LogsService(self), self._server
+            _Service(self._received_logs, logs_service_pb2.ExportLogsServiceResponse), self._server
         )
         self.port = int(self._server.add_insecure_port("127.0.0.1:0"))
 

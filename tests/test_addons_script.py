@@ -111,19 +111,25 @@ def mitmdump(words: list[str], out: Path, *extra: str) -> Iterator[int]:
         args.append(f"modeltap_out={out}" if word.startswith("modeltap_out=") else word)
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        wait_listening(proc, port)
         yield port
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def wait_listening(proc: subprocess.Popen[bytes], port: int) -> None:
+    """Wait (up to 30 s) until ``proc`` accepts connections on ``port``; fail,
+    with what it printed, if it exits first."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
 
 
 def test_the_readme_recipes_listen_on_loopback() -> None:

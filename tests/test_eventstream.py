@@ -43,6 +43,8 @@ from modeltap.eventstream import (
 from tests.eventstream_frames import (
     SAMPLES,
     chunk,
+    damage,
+    decode_frames,
     encode_message,
     encode_raw,
     event,
@@ -530,33 +532,14 @@ def test_error_after_messages_of_the_same_chunk_comes_next() -> None:
 
 def outcome(chunks: list[bytes]) -> tuple[list[EventStreamMessage], str | None]:
     """Everything a caller gets from a stream: its messages, then the error if any."""
-    decoder = EventStreamDecoder(max_message_bytes=4096)
-    got: list[EventStreamMessage] = []
-    try:
-        for c in chunks:
-            got += decoder.feed(c)
-        got += decoder.close()
-    except UpstreamProtocolError as error:
-        return got, str(error)
-    return got, None
+    return decode_frames(EventStreamDecoder(max_message_bytes=4096), chunks)
 
 
 @st.composite
 def damaged_streams(draw: st.DrawFn) -> bytes:
     """Valid frames, then a flipped bit, a cut, inserted or dropped bytes, or garbage."""
-    wire = bytearray(b"".join(encode(m) for m in draw(st.lists(messages, max_size=4))))
-    for _ in range(draw(st.integers(0, 3))):
-        at = draw(st.integers(0, len(wire)))
-        how = draw(st.integers(0, 3))
-        if how == 0 and at < len(wire):
-            wire[at] ^= 1 << draw(st.integers(0, 7))
-        elif how == 1:
-            del wire[at:]
-        elif how == 2:
-            wire[at:at] = draw(st.binary(min_size=1, max_size=16))
-        else:
-            del wire[at : at + draw(st.integers(1, 16))]
-    return bytes(wire)
+    wire = b"".join(encode(m) for m in draw(st.lists(messages, max_size=4)))
+    return damage(draw, wire, rounds=3, most=16)
 
 
 @settings(max_examples=300, deadline=None)

@@ -32,7 +32,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
 from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
-from tests.conftest import Running, read_jsonl
+from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (
     AWS_KEY_ID,
@@ -181,17 +181,8 @@ def tls_stub() -> Iterator[Upstream]:
 
 
 def forward_proxy(tmp_path: Path, stub: Upstream, **options: Any) -> Proxy:
-    config = ProxyConfig(
-        listen_port=0,
-        out=str(tmp_path / "out"),
-        mode="regular",
-        # The stub stands in for a Bedrock region: audited as one.
-        routes=[f"bedrock={stub.url},provider=aws.bedrock"],
-        quiet=True,
-        extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
-        **options,
-    )
-    return Proxy(config)
+    # The stub stands in for a Bedrock region: audited as one.
+    return intercepting_proxy(tmp_path, [f"bedrock={stub.url},provider=aws.bedrock"], **options)
 
 
 def test_boto3_sigv4_in_regular_mode_arrives_with_its_signature_intact(
@@ -200,7 +191,7 @@ def test_boto3_sigv4_in_regular_mode_arrives_with_its_signature_intact(
     with forward_proxy(tmp_path, tls_stub) as proxy:
         client = bedrock_client(
             tls_stub.url,
-            verify=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"),
+            verify=str(proxy_ca(tmp_path)),
             config={"proxies": {"https": proxy.url}},
         )
         sent: list[tuple[bytes, dict[str, str]]] = []
@@ -261,9 +252,7 @@ def test_the_stubs_signature_check_can_fail() -> None:
 def test_anthropic_bedrock_sigv4_in_regular_mode(tmp_path: Path, tls_stub: Upstream) -> None:
     """AnthropicBedrock signs every header it sends, its retry count included."""
     with forward_proxy(tmp_path, tls_stub) as proxy:
-        ca = ssl.create_default_context(
-            cafile=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem")
-        )
+        ca = ssl.create_default_context(cafile=str(proxy_ca(tmp_path)))
         client = anthropic.AnthropicBedrock(
             aws_access_key=AWS_KEY_ID,
             aws_secret_key=AWS_SECRET,
@@ -324,9 +313,7 @@ def test_a_signed_request_is_never_rewritten_for_image_detail(
     )
     SigV4Auth(Credentials(AWS_KEY_ID, AWS_SECRET), "bedrock", "us-east-1").add_auth(request)
     with forward_proxy(tmp_path, tls_stub, image_detail="low") as proxy:
-        ca = ssl.create_default_context(
-            cafile=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem")
-        )
+        ca = ssl.create_default_context(cafile=str(proxy_ca(tmp_path)))
         with httpx.Client(proxy=proxy.url, verify=ca) as client:
             refused = client.post(request.url, content=body, headers=dict(request.headers.items()))
             # A Bedrock body has no image detail to rewrite: it goes out signed and whole.
@@ -346,7 +333,7 @@ def test_a_signed_request_is_never_rewritten_for_image_detail(
 def boto3_client_through(proxy: Proxy, tmp_path: Path, stub: Upstream) -> Any:
     return bedrock_client(
         stub.url,
-        verify=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"),
+        verify=str(proxy_ca(tmp_path)),
         config={"proxies": {"https": proxy.url}},
     )
 
@@ -368,17 +355,47 @@ def reverse_proxy(
     )
 
 
-def test_boto3_with_a_bedrock_api_key_over_tls_in_reverse_mode(
+@pytest.fixture
+def bedrock_over_tls(
     start_proxy: Callable[..., Running],
     upstream: Upstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+) -> Callable[..., tuple[Running, Any]]:
+    """Start a reverse proxy (any further options); return it and a boto3 client
+    with a Bedrock API key on its Bedrock route.
+
+    boto3 sends a bearer token only over HTTPS: the proxy's port answers TLS
+    too, with the CA of its ``confdir``.
+    """
+
+    def start(**options: Any) -> tuple[Running, Any]:
+        extra = {"confdir": str(tmp_path / "mitm")}
+        running = reverse_proxy(start_proxy, upstream, extra=extra, **options)
+        monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
+        endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
+        verify = str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem")
+        return running, bedrock_client(endpoint, verify=verify)
+
+    return start
+
+
+def anthropic_vertex(running: Running) -> anthropic.AnthropicVertex:
+    """The Anthropic SDK's Vertex client on the proxy's Vertex route."""
+    return anthropic.AnthropicVertex(
+        region="us-east5",
+        project_id="fleet-project",
+        access_token="ya29.vertex-token-example",
+        base_url=running.base("vertex") + "/v1",
+        max_retries=0,
+    )
+
+
+def test_boto3_with_a_bedrock_api_key_over_tls_in_reverse_mode(
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
+    upstream: Upstream,
 ) -> None:
-    running = reverse_proxy(start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")})
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    # boto3 sends a bearer token only over HTTPS: the proxy's port answers TLS too.
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"))
+    running, client = bedrock_over_tls()
     answers = drive_boto3(client)
     check_boto3_capture(answers, running.audit(), running.events())
     assert {r.headers["Authorization"] for r in upstream.received} == {
@@ -477,15 +494,10 @@ def test_bedrock_paths_that_run_no_model_turn_pass_unaudited(
 
 
 def test_other_families_native_invoke_bodies_are_refused(
-    start_proxy: Callable[..., Running],
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running = reverse_proxy(start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")})
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"))
+    running, client = bedrock_over_tls()
     titan = {
         "inputText": "Write a haiku about fjords.",
         "textGenerationConfig": {"maxTokenCount": 50},
@@ -499,17 +511,12 @@ def test_other_families_native_invoke_bodies_are_refused(
 
 
 def test_bedrock_tool_calls_pair_with_their_results_in_the_report(
-    start_proxy: Callable[..., Running],
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from modeltap.capture import Capture
 
-    running = reverse_proxy(start_proxy, upstream, extra={"confdir": str(tmp_path / "mitm")})
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"))
+    running, client = bedrock_over_tls()
     tools = {
         "tools": [{"toolSpec": {"name": "lookup", "inputSchema": {"json": {"type": "object"}}}}]
     }
@@ -554,13 +561,7 @@ def test_bedrock_tool_calls_pair_with_their_results_in_the_report(
 
 def test_anthropic_vertex(start_proxy: Callable[..., Running], upstream: Upstream) -> None:
     running = reverse_proxy(start_proxy, upstream)
-    client = anthropic.AnthropicVertex(
-        region="us-east5",
-        project_id="fleet-project",
-        access_token="ya29.vertex-token-example",
-        base_url=running.base("vertex") + "/v1",
-        max_retries=0,
-    )
+    client = anthropic_vertex(running)
     model = "claude-sonnet-4-5@20250929"
     client.messages.create(model=model, max_tokens=16, messages=[{"role": "user", "content": "Hi"}])
     with client.messages.stream(
@@ -666,21 +667,10 @@ def test_azure_openai_deployments_responses_and_the_v1_api(
 
 
 def test_bedrock_spans_name_the_provider(
-    start_proxy: Callable[..., Running],
-    upstream: Upstream,
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     otlp_http_receiver: HttpReceiver,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    running = reverse_proxy(
-        start_proxy,
-        upstream,
-        otlp=otlp_http_receiver.endpoint,
-        extra={"confdir": str(tmp_path / "m")},
-    )
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    client = bedrock_client(endpoint, verify=str(tmp_path / "m" / "mitmproxy-ca-cert.pem"))
+    running, client = bedrock_over_tls(otlp=otlp_http_receiver.endpoint)
     client.converse(modelId=SONNET, messages=CONVERSE_MESSAGES, system=CONVERSE_SYSTEM)
     running.proxy.stop()
     (span,) = [s for s in otlp_http_receiver.wait_for(3) if "modeltap.seq" in s.attributes]
@@ -703,13 +693,7 @@ def test_vertex_and_bedrock_invoke_spans_follow_the_conventions(
     """The Anthropic wire on two clouds: the span names the cloud and the path's
     model, and counts the input the convention's way (cache reads included)."""
     running = reverse_proxy(start_proxy, upstream, otlp=otlp_http_receiver.endpoint)
-    vertex = anthropic.AnthropicVertex(
-        region="us-east5",
-        project_id="fleet-project",
-        access_token="ya29.vertex-token-example",
-        base_url=running.base("vertex") + "/v1",
-        max_retries=0,
-    )
+    vertex = anthropic_vertex(running)
     bedrock = anthropic.AnthropicBedrock(
         api_key="ABSKbedrock-api-key-example",
         aws_region="us-east-1",
@@ -741,21 +725,15 @@ def test_vertex_and_bedrock_invoke_spans_follow_the_conventions(
 
 
 def test_a_bedrock_recording_replays_to_boto3_signed_or_not(
-    start_proxy: Callable[..., Running],
+    bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Recorded with an API key; replayed to the same calls signed with SigV4: the
     replay's upstream is the recording, which checks no signature."""
-    running = reverse_proxy(
-        start_proxy, upstream, extra={"confdir": str(tmp_path / "m")}, record=str(tmp_path / "rec")
-    )
-    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSKbedrock-api-key-example")
-    endpoint = "https://" + running.base("bedrock").split("://", 1)[1]
-    recorded = drive_boto3(
-        bedrock_client(endpoint, verify=str(tmp_path / "m" / "mitmproxy-ca-cert.pem"))
-    )
+    running, client = bedrock_over_tls(record=str(tmp_path / "rec"))
+    recorded = drive_boto3(client)
     running.proxy.stop()
     upstream.stop()
 

@@ -15,7 +15,7 @@ from modeltap import check, control
 from modeltap.records import NO_REQUESTS_MESSAGE, to_json_line
 from modeltap.sessions import SessionTracker
 from tests.conftest import Running, read_jsonl
-from tests.upstream import Reply, chat_text_json
+from tests.upstream import Reply, chat_chunk, chat_text_json, ws_completed, ws_lookup_call
 
 
 def tool_call_reply(n: int) -> Reply:
@@ -136,28 +136,7 @@ def test_cut_stream_reads_evidence_incomplete(start_proxy: Callable[..., Running
     running = start_proxy()
     running.upstream.replies.append(
         Reply(
-            sse=[
-                (
-                    None,
-                    {
-                        "id": "c",
-                        "object": "chat.completion.chunk",
-                        "created": 1,
-                        "model": "m",
-                        "choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": None}],
-                    },
-                ),
-                (
-                    None,
-                    {
-                        "id": "c",
-                        "object": "chat.completion.chunk",
-                        "created": 1,
-                        "model": "m",
-                        "choices": [{"index": 0, "delta": {"content": "b"}, "finish_reason": None}],
-                    },
-                ),
-            ],
+            sse=[(None, chat_chunk("a", model="m")), (None, chat_chunk("b", model="m"))],
             cut_after=1,
         )
     )
@@ -192,25 +171,10 @@ def test_websocket_budget_and_session_end(start_proxy: Callable[..., Running]) -
     from websockets.sync.client import connect
 
     def script(message: dict[str, Any], n: int) -> list[dict[str, Any]]:
-        call = {
-            "type": "function_call",
-            "id": f"fc_{n}",
-            "call_id": f"call_{n}",
-            "name": "lookup",
-            "arguments": "{}",
-            "status": "completed",
-        }
-        done = {
-            "id": f"resp_{n}",
-            "object": "response",
-            "status": "completed",
-            "model": "gpt-5",
-            "output": [call],
-            "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
-        }
+        call = ws_lookup_call(n)
         return [
             {"type": "response.output_item.done", "output_index": 0, "item": call},
-            {"type": "response.completed", "response": done},
+            ws_completed(n, [call]),
         ]
 
     running = start_proxy(max_tool_calls=2)

@@ -21,11 +21,12 @@ import openai
 import orjson
 import pytest
 
-from tests.conftest import Running
+from tests.conftest import Running, intercepting_proxy, proxy_ca
 from tests.upstream import (
     Reply,
     anthropic_text_json,
     anthropic_tool_json,
+    chat_chunk,
     chat_text_json,
     responses_text_json,
     responses_tool_json,
@@ -397,21 +398,12 @@ def test_regular_mode_forward_proxy(start_proxy: Callable[..., Running]) -> None
 
 def test_regular_mode_https_interception(tmp_path: Any) -> None:
     """HTTPS_PROXY agents: CONNECT, mitmproxy's CA, a TLS upstream; audited the same."""
-    from modeltap.proxy import Proxy, ProxyConfig
     from tests.upstream import Upstream, self_signed_tls
 
     with Upstream(tls=self_signed_tls()) as tls_upstream:
-        config = ProxyConfig(
-            listen_port=0,
-            out=str(tmp_path / "out"),
-            mode="regular",
-            routes=[f"secure={tls_upstream.url}"],
-            quiet=True,
-            # The stub's certificate is self-signed; mitmproxy's CA lives in tmp_path.
-            extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
-        )
-        with Proxy(config) as proxy:
-            ca = tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"
+        # The stub's certificate is self-signed; mitmproxy's CA lives in tmp_path.
+        with intercepting_proxy(tmp_path, [f"secure={tls_upstream.url}"]) as proxy:
+            ca = proxy_ca(tmp_path)
             client = openai.OpenAI(
                 base_url=tls_upstream.url + "/v1",
                 api_key=KEY,
@@ -687,26 +679,8 @@ def test_stream_first_event_not_buffered(running: Running) -> None:
     gate = threading.Event()
     reply = Reply(
         sse=[
-            (
-                None,
-                {
-                    "id": "c",
-                    "object": "chat.completion.chunk",
-                    "created": 1,
-                    "model": "m",
-                    "choices": [{"index": 0, "delta": {"content": "first"}, "finish_reason": None}],
-                },
-            ),
-            (
-                None,
-                {
-                    "id": "c",
-                    "object": "chat.completion.chunk",
-                    "created": 1,
-                    "model": "m",
-                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-                },
-            ),
+            (None, chat_chunk("first", model="m")),
+            (None, chat_chunk(None, "stop", model="m")),
             (None, "[DONE]"),
         ],
         gate_after={0: gate},

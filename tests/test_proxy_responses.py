@@ -27,6 +27,7 @@ import openai
 import pytest
 
 from tests.conftest import Running
+from tests.factories import NO_USAGE, usage_json
 from tests.upstream import (
     Reply,
     anthropic_text_json,
@@ -57,14 +58,10 @@ RESP_TOOLS: list[Any] = [
 ]
 ANTH_TOOLS: list[Any] = [{"name": "lookup", "input_schema": {"type": "object", "properties": {}}}]
 
-NO_USAGE = {
-    "input_tokens": None,
-    "output_tokens": None,
-    "total_tokens": None,
-    "cache_read_tokens": None,
-    "cache_write_tokens": None,
-    "reasoning_tokens": None,
-}
+
+def lookup(call_id: str, arguments: str = '{"q": "weather", "n": 3}') -> dict[str, Any]:
+    """An event's ``lookup`` tool call, its arguments as the model sent them."""
+    return {"call_id": call_id, "name": "lookup", "arguments": arguments, "namespace": None}
 
 
 # ---------------------------------------------------------------- fixtures and helpers
@@ -257,14 +254,7 @@ CASES = [
         {
             "response_id": "chatcmpl-stub1",
             "model": "gpt-5-2025-08-07",
-            "usage": {
-                "input_tokens": 21,
-                "output_tokens": 5,
-                "total_tokens": 26,
-                "cache_read_tokens": 3,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 0,
-            },
+            "usage": usage_json(input=21, output=5, total=26, cache_read=3, reasoning=0),
             "finish_reasons": ["stop"],
             "tool_calls": [],
             "response_status": None,
@@ -280,23 +270,9 @@ CASES = [
         {
             "response_id": "chatcmpl-tool1",
             "model": "gpt-5-2025-08-07",
-            "usage": {
-                "input_tokens": 40,
-                "output_tokens": 12,
-                "total_tokens": 52,
-                "cache_read_tokens": 8,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 4,
-            },
+            "usage": usage_json(input=40, output=12, total=52, cache_read=8, reasoning=4),
             "finish_reasons": ["tool_calls"],
-            "tool_calls": [
-                {
-                    "call_id": "call_lookup1",
-                    "name": "lookup",
-                    "arguments": '{"q": "weather", "n": 3}',
-                    "namespace": None,
-                }
-            ],
+            "tool_calls": [lookup("call_lookup1")],
             "response_status": None,
         },
     ),
@@ -311,14 +287,7 @@ CASES = [
             "response_id": "chatcmpl-stub2",
             "model": "gpt-5-2025-08-07",
             # The usage chunk reports no details: those stay unknown, not 0.
-            "usage": {
-                "input_tokens": 9,
-                "output_tokens": 2,
-                "total_tokens": 11,
-                "cache_read_tokens": None,
-                "cache_write_tokens": None,
-                "reasoning_tokens": None,
-            },
+            "usage": usage_json(input=9, output=2, total=11),
             "finish_reasons": ["stop"],
             "tool_calls": [],
             "response_status": None,
@@ -334,24 +303,10 @@ CASES = [
         {
             "response_id": "chatcmpl-tool2",
             "model": "gpt-5-2025-08-07",
-            "usage": {
-                "input_tokens": 40,
-                "output_tokens": 12,
-                "total_tokens": 52,
-                "cache_read_tokens": 8,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 4,
-            },
+            "usage": usage_json(input=40, output=12, total=52, cache_read=8, reasoning=4),
             "finish_reasons": ["tool_calls"],
             # Assembled from four argument deltas.
-            "tool_calls": [
-                {
-                    "call_id": "call_lookup2",
-                    "name": "lookup",
-                    "arguments": '{"q": "weather", "n": 3}',
-                    "namespace": None,
-                }
-            ],
+            "tool_calls": [lookup("call_lookup2")],
             "response_status": None,
         },
     ),
@@ -365,14 +320,7 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": {
-                "input_tokens": 30,
-                "output_tokens": 6,
-                "total_tokens": 36,
-                "cache_read_tokens": 4,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 2,
-            },
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
             "tool_calls": [],
             "response_status": "completed",
@@ -388,23 +336,9 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": {
-                "input_tokens": 30,
-                "output_tokens": 6,
-                "total_tokens": 36,
-                "cache_read_tokens": 4,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 2,
-            },
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
-            "tool_calls": [
-                {
-                    "call_id": "call_lookup3",
-                    "name": "lookup",
-                    "arguments": '{"q": "weather", "n": 3}',
-                    "namespace": None,
-                }
-            ],
+            "tool_calls": [lookup("call_lookup3")],
             "response_status": "completed",
         },
     ),
@@ -418,14 +352,7 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": {
-                "input_tokens": 30,
-                "output_tokens": 6,
-                "total_tokens": 36,
-                "cache_read_tokens": 4,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 2,
-            },
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
             "tool_calls": [],
             "response_status": "completed",
@@ -441,23 +368,9 @@ CASES = [
         {
             "response_id": "resp_stub1",
             "model": "gpt-5.1-2025-11-13",
-            "usage": {
-                "input_tokens": 30,
-                "output_tokens": 6,
-                "total_tokens": 36,
-                "cache_read_tokens": 4,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 2,
-            },
+            "usage": usage_json(input=30, output=6, total=36, cache_read=4, reasoning=2),
             "finish_reasons": ["completed"],
-            "tool_calls": [
-                {
-                    "call_id": "call_lookup3",
-                    "name": "lookup",
-                    "arguments": '{"q": "weather", "n": 3}',
-                    "namespace": None,
-                }
-            ],
+            "tool_calls": [lookup("call_lookup3")],
             "response_status": "completed",
         },
     ),
@@ -472,14 +385,7 @@ CASES = [
             "response_id": "msg_stub1",
             "model": "claude-stub-1-20251001",
             # Anthropic reports no total and no reasoning count.
-            "usage": {
-                "input_tokens": 25,
-                "output_tokens": 7,
-                "total_tokens": None,
-                "cache_read_tokens": 10,
-                "cache_write_tokens": 5,
-                "reasoning_tokens": None,
-            },
+            "usage": usage_json(input=25, output=7, cache_read=10, cache_write=5),
             "finish_reasons": ["end_turn"],
             "tool_calls": [],
             "response_status": None,
@@ -495,24 +401,10 @@ CASES = [
         {
             "response_id": "msg_tool1",
             "model": "claude-stub-1-20251001",
-            "usage": {
-                "input_tokens": 50,
-                "output_tokens": 20,
-                "total_tokens": None,
-                "cache_read_tokens": 30,
-                "cache_write_tokens": 6,
-                "reasoning_tokens": None,
-            },
+            "usage": usage_json(input=50, output=20, cache_read=30, cache_write=6),
             "finish_reasons": ["tool_use"],
             # The JSON answer carries the input as an object: kept as compact JSON.
-            "tool_calls": [
-                {
-                    "call_id": "toolu_lookup1",
-                    "name": "lookup",
-                    "arguments": '{"q":"weather","n":3}',
-                    "namespace": None,
-                }
-            ],
+            "tool_calls": [lookup("toolu_lookup1", '{"q":"weather","n":3}')],
             "response_status": None,
         },
     ),
@@ -527,14 +419,7 @@ CASES = [
             "response_id": "msg_stub2",
             "model": "claude-stub-1-20251001",
             # message_start's counts, then message_delta's output_tokens.
-            "usage": {
-                "input_tokens": 25,
-                "output_tokens": 12,
-                "total_tokens": None,
-                "cache_read_tokens": 10,
-                "cache_write_tokens": 0,
-                "reasoning_tokens": None,
-            },
+            "usage": usage_json(input=25, output=12, cache_read=10, cache_write=0),
             "finish_reasons": ["end_turn"],
             "tool_calls": [],
             "response_status": None,
@@ -550,24 +435,10 @@ CASES = [
         {
             "response_id": "msg_tool2",
             "model": "claude-stub-1-20251001",
-            "usage": {
-                "input_tokens": 50,
-                "output_tokens": 20,
-                "total_tokens": None,
-                "cache_read_tokens": 30,
-                "cache_write_tokens": 6,
-                "reasoning_tokens": None,
-            },
+            "usage": usage_json(input=50, output=20, cache_read=30, cache_write=6),
             "finish_reasons": ["tool_use"],
             # The input_json_delta fragments joined, exactly as the model sent them.
-            "tool_calls": [
-                {
-                    "call_id": "toolu_lookup2",
-                    "name": "lookup",
-                    "arguments": '{"q": "weather", "n": 3}',
-                    "namespace": None,
-                }
-            ],
+            "tool_calls": [lookup("toolu_lookup2")],
             "response_status": None,
         },
     ),
@@ -630,14 +501,7 @@ def test_chat_stream_with_include_usage_reports_usage(running: Running) -> None:
     )
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 11
     (event,) = wait_events(running, "response", 1)
-    assert event["usage"] == {
-        "input_tokens": 9,
-        "output_tokens": 2,
-        "total_tokens": 11,
-        "cache_read_tokens": None,
-        "cache_write_tokens": None,
-        "reasoning_tokens": None,
-    }
+    assert event["usage"] == usage_json(input=9, output=2, total=11)
     assert (event["evidence_complete"], event["capture_errors"]) == (True, [])
 
 
@@ -701,14 +565,7 @@ def test_cut_chat_stream(running: Running) -> None:
         "usage": NO_USAGE,
         "finish_reasons": None,
         # What had arrived of the arguments, as the model sent it.
-        "tool_calls": [
-            {
-                "call_id": "call_lookup2",
-                "name": "lookup",
-                "arguments": '{"q": "weather", "n": ',
-                "namespace": None,
-            }
-        ],
+        "tool_calls": [lookup("call_lookup2", '{"q": "weather", "n": ')],
         "response_status": None,
         "evidence_complete": False,
     }
@@ -747,14 +604,7 @@ def test_cut_responses_stream_assembles_argument_deltas(running: Running) -> Non
         "model": "gpt-5.1-2025-11-13",
         "usage": NO_USAGE,
         "finish_reasons": None,
-        "tool_calls": [
-            {
-                "call_id": "call_lookup3",
-                "name": "lookup",
-                "arguments": '{"q": "weather", "n": 3}',
-                "namespace": None,
-            }
-        ],
+        "tool_calls": [lookup("call_lookup3")],
         # The last status the stream stated (response.created).
         "response_status": "in_progress",
         "evidence_complete": False,
@@ -792,23 +642,9 @@ def test_cut_anthropic_stream(running: Running) -> None:
         "response_id": "msg_tool2",
         "model": "claude-stub-1-20251001",
         # message_start's counts; the final output count never came.
-        "usage": {
-            "input_tokens": 50,
-            "output_tokens": 1,
-            "total_tokens": None,
-            "cache_read_tokens": 30,
-            "cache_write_tokens": 6,
-            "reasoning_tokens": None,
-        },
+        "usage": usage_json(input=50, output=1, cache_read=30, cache_write=6),
         "finish_reasons": None,
-        "tool_calls": [
-            {
-                "call_id": "toolu_lookup2",
-                "name": "lookup",
-                "arguments": '{"q": "weather", "n": 3}',
-                "namespace": None,
-            }
-        ],
+        "tool_calls": [lookup("toolu_lookup2")],
         "response_status": None,
         "evidence_complete": False,
     }

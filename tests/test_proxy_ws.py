@@ -28,6 +28,7 @@ from websockets.sync.server import Server, ServerConnection, serve
 
 from modeltap.cost import SOURCE as COST_SOURCE
 from tests.conftest import Running
+from tests.factories import NO_USAGE, usage_json
 from tests.upstream import default_ws_events
 
 KEY = "sk-test-PLANTED-SECRET-0123456789"
@@ -851,14 +852,9 @@ def test_response_events_carry_each_responses_usage(running: Running) -> None:
             "stream": True,
             "response_id": f"resp_ws{n}",
             "model": "gpt-5",
-            "usage": {
-                "input_tokens": 100 * n,
-                "output_tokens": n,
-                "total_tokens": 101 * n,
-                "cache_read_tokens": 10 * n,
-                "cache_write_tokens": None,
-                "reasoning_tokens": 0,
-            },
+            "usage": usage_json(
+                input=100 * n, output=n, total=101 * n, cache_read=10 * n, reasoning=0
+            ),
             "finish_reasons": ["completed"],
             "tool_calls": (
                 [
@@ -954,16 +950,6 @@ class BreakingUpstream:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.thread.join(10)
-
-
-NO_USAGE = {
-    "input_tokens": None,
-    "output_tokens": None,
-    "total_tokens": None,
-    "cache_read_tokens": None,
-    "cache_write_tokens": None,
-    "reasoning_tokens": None,
-}
 
 
 @pytest.mark.parametrize(

@@ -210,12 +210,8 @@ class Upstream:
         )
         for i, frame in enumerate(frames):
             await resp.write(compress(frame))
-            if reply.cut_after == i:
-                assert request.transport is not None
-                request.transport.abort()
+            if await self._cut_or_gate(request, reply, i):
                 return resp
-            if i in reply.gate_after:
-                await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
             if i in reply.pause_after:
                 await asyncio.sleep(reply.pause_after[i])
         if reply.encoding == "gzip":
@@ -232,14 +228,22 @@ class Upstream:
         assert reply.frames is not None
         for i, frame in enumerate(reply.frames):
             await resp.write(frame)
-            if reply.cut_after == i:
-                assert request.transport is not None
-                request.transport.abort()
+            if await self._cut_or_gate(request, reply, i):
                 return resp
-            if i in reply.gate_after:
-                await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
         await resp.write_eof()
         return resp
+
+    @staticmethod
+    async def _cut_or_gate(request: web.Request, reply: Reply, i: int) -> bool:
+        """After frame ``i``: abort the connection if the reply is cut there (True),
+        else wait at its gate there, if it has one (up to 10 s)."""
+        if reply.cut_after == i:
+            assert request.transport is not None
+            request.transport.abort()
+            return True
+        if i in reply.gate_after:
+            await asyncio.get_running_loop().run_in_executor(None, reply.gate_after[i].wait, 10)
+        return False
 
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         self.ws_handshakes.append(dict(request.headers))
@@ -591,6 +595,19 @@ def _chat_chunk(model: str, delta: Json, finish: str | None = None) -> Json:
     }
 
 
+def chat_chunk(content: str | None, finish: str | None = None, model: str = "gpt-5") -> Json:
+    """A minimal chat chunk (id ``c``) for a scripted stream: ``content`` as its
+    delta (``None``: an empty delta) and ``finish`` as its finish reason."""
+    delta = {} if content is None else {"content": content}
+    return {
+        "id": "c",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
 def chat_text_sse(model: str, include_usage: bool = False) -> Reply:
     events: list[tuple[str | None, Any]] = [
         (None, _chat_chunk(model, {"role": "assistant", "content": ""})),
@@ -776,6 +793,31 @@ def default_ws_events(message: Json, n: int) -> list[Json]:
         },
         {"type": "response.completed", "sequence_number": 2, "response": done},
     ]
+
+
+def ws_lookup_call(n: int) -> Json:
+    """A WebSocket turn's completed ``lookup`` call item (ids ``fc_{n}``, ``call_{n}``)."""
+    return {
+        "type": "function_call",
+        "id": f"fc_{n}",
+        "call_id": f"call_{n}",
+        "name": "lookup",
+        "arguments": "{}",
+        "status": "completed",
+    }
+
+
+def ws_completed(n: int, output: list[Json]) -> Json:
+    """A WebSocket turn's ``response.completed`` (``resp_{n}``, one token in and out)."""
+    done = {
+        "id": f"resp_{n}",
+        "object": "response",
+        "status": "completed",
+        "model": "gpt-5",
+        "output": output,
+        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
+    }
+    return {"type": "response.completed", "response": done}
 
 
 # ---------------------------------------------------------------- canned tool calls

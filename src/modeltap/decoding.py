@@ -69,7 +69,48 @@ class _IdentityLayer:
         return iter(())
 
 
-class _ZlibLayer:
+class _LibraryLayer:
+    """What the library-backed layers share: a broken or cut-off stream said by name.
+
+    A subclass decodes with its library in :meth:`_pieces` (raising the
+    library's error, ``errors``) and says in :meth:`_finished` whether the
+    stream reached its end marker.
+
+    Args:
+        name: the coding's name, for error messages.
+        errors: the exception its library raises on corrupt input.
+    """
+
+    def __init__(self, name: str, errors: type[Exception]) -> None:
+        self._name = name
+        self._errors = errors
+        self._fed = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        if not data:
+            return
+        self._fed = True
+        try:
+            yield from self._pieces(data)
+        except self._errors as exc:
+            raise _corrupt(self._name) from exc
+
+    def flush(self) -> Iterator[bytes]:
+        # feed() drained the library completely, so there is nothing left to
+        # flush; an empty body (e.g. a 204 that still names its coding) is fine,
+        # a stream that stopped before its end marker was cut off.
+        if self._fed and not self._finished():
+            raise _truncated(self._name)
+        return iter(())
+
+    def _pieces(self, data: bytes) -> Iterator[bytes]:
+        raise NotImplementedError
+
+    def _finished(self) -> bool:
+        raise NotImplementedError
+
+
+class _ZlibLayer(_LibraryLayer):
     """gzip, zlib-wrapped deflate or raw deflate, via :func:`zlib.decompressobj`.
 
     Args:
@@ -78,42 +119,30 @@ class _ZlibLayer:
     """
 
     def __init__(self, name: str, wbits: int) -> None:
-        self._name = name
+        super().__init__(name, zlib.error)
         self._wbits = wbits
         self._inner = zlib.decompressobj(wbits)
-        self._fed = False
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        if not data:
-            return
-        self._fed = True
+    def _pieces(self, data: bytes) -> Iterator[bytes]:
         more = True
-        try:
-            while data or more:
-                if self._inner.eof:
-                    if self._wbits != _GZIP_WBITS or not data:
-                        # zlib.decompress (and so mitmproxy) ignores bytes
-                        # after a complete deflate stream; do the same.
-                        return
-                    # gzip allows several members back to back (RFC 1952).
-                    self._inner = zlib.decompressobj(self._wbits)
-                out = self._inner.decompress(data, PIECE_BYTES)
-                # A full piece may leave output inside zlib even when all input
-                # was taken: ask again (with no input) until a short piece.
-                more = len(out) == PIECE_BYTES
-                data = self._inner.unused_data if self._inner.eof else self._inner.unconsumed_tail
-                if out:
-                    yield out
-        except zlib.error as exc:
-            raise _corrupt(self._name) from exc
+        while data or more:
+            if self._inner.eof:
+                if self._wbits != _GZIP_WBITS or not data:
+                    # zlib.decompress (and so mitmproxy) ignores bytes
+                    # after a complete deflate stream; do the same.
+                    return
+                # gzip allows several members back to back (RFC 1952).
+                self._inner = zlib.decompressobj(self._wbits)
+            out = self._inner.decompress(data, PIECE_BYTES)
+            # A full piece may leave output inside zlib even when all input
+            # was taken: ask again (with no input) until a short piece.
+            more = len(out) == PIECE_BYTES
+            data = self._inner.unused_data if self._inner.eof else self._inner.unconsumed_tail
+            if out:
+                yield out
 
-    def flush(self) -> Iterator[bytes]:
-        # feed() drained zlib completely, so there is nothing left to flush; an
-        # empty body (e.g. a 204 that still names its coding) is fine, a stream
-        # that stopped before its end marker was cut off.
-        if self._fed and not self._inner.eof:
-            raise _truncated(self._name)
-        return iter(())
+    def _finished(self) -> bool:
+        return self._inner.eof
 
 
 def _is_zlib_header(head: bytes) -> bool:
@@ -153,65 +182,49 @@ class _DeflateLayer:
         return self._inner.flush()
 
 
-class _BrotliLayer:
+class _BrotliLayer(_LibraryLayer):
     """``br`` via :class:`brotli.Decompressor`."""
 
     def __init__(self) -> None:
+        super().__init__("br", brotli.error)
         self._inner = brotli.Decompressor()
-        self._fed = False
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        if not data:
-            return
-        self._fed = True
-        try:
-            out: bytes = self._inner.process(data, output_buffer_limit=PIECE_BYTES)
-            while True:
-                if out:
-                    yield out
-                if self._inner.can_accept_more_data():
-                    return
-                # Output is waiting: brotli wants empty input until it is out.
-                out = self._inner.process(b"", output_buffer_limit=PIECE_BYTES)
-        except brotli.error as exc:
-            raise _corrupt("br") from exc
+    def _pieces(self, data: bytes) -> Iterator[bytes]:
+        out: bytes = self._inner.process(data, output_buffer_limit=PIECE_BYTES)
+        while True:
+            if out:
+                yield out
+            if self._inner.can_accept_more_data():
+                return
+            # Output is waiting: brotli wants empty input until it is out.
+            out = self._inner.process(b"", output_buffer_limit=PIECE_BYTES)
 
-    def flush(self) -> Iterator[bytes]:
-        if self._fed and not self._inner.is_finished():
-            raise _truncated("br")
-        return iter(())
+    def _finished(self) -> bool:
+        return bool(self._inner.is_finished())
 
 
-class _ZstdLayer:
+class _ZstdLayer(_LibraryLayer):
     """``zstd`` via :class:`ZstdDecompressor`, one per frame (frames may follow each other)."""
 
     def __init__(self) -> None:
+        super().__init__("zstd", zstd.ZstdError)
         self._inner = zstd.ZstdDecompressor()
-        self._fed = False
 
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        if not data:
-            return
-        self._fed = True
+    def _pieces(self, data: bytes) -> Iterator[bytes]:
         more = True
-        try:
-            while data or more:
-                if self._inner.eof:
-                    if not data:
-                        return
-                    self._inner = zstd.ZstdDecompressor()
-                out = self._inner.decompress(data, PIECE_BYTES)
-                more = not self._inner.eof and not self._inner.needs_input
-                data = self._inner.unused_data if self._inner.eof else b""
-                if out:
-                    yield out
-        except zstd.ZstdError as exc:
-            raise _corrupt("zstd") from exc
+        while data or more:
+            if self._inner.eof:
+                if not data:
+                    return
+                self._inner = zstd.ZstdDecompressor()
+            out = self._inner.decompress(data, PIECE_BYTES)
+            more = not self._inner.eof and not self._inner.needs_input
+            data = self._inner.unused_data if self._inner.eof else b""
+            if out:
+                yield out
 
-    def flush(self) -> Iterator[bytes]:
-        if self._fed and not self._inner.eof:
-            raise _truncated("zstd")
-        return iter(())
+    def _finished(self) -> bool:
+        return self._inner.eof
 
 
 def _make_layer(name: str) -> _Layer:

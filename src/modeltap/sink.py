@@ -263,29 +263,25 @@ class Sink:
         Returns:
             True if the line was written.
         """
-        try:
-            line = to_json_line(event)
-            reopened = self.events.append(line)
-        except (SinkError, TypeError):
-            self.events_lost += 1
-            return False
-        self._observe(EVENTS_FILE, line, event)
-        if reopened is not None:
-            self._reopened(self.events, reopened, event.run_id, event.session_id)
-        return True
+        return self._write_counted(self.events, EVENTS_FILE, event)
 
     def write_session(self, status: object) -> bool:
         """Write one ``sessions.jsonl`` line; failures are counted like events."""
+        return self._write_counted(self.sessions, SESSIONS_FILE, status)
+
+    def _write_counted(self, file: JsonlFile, name: str, item: object) -> bool:
+        """Append ``item``'s line to ``file``: a failure is counted in
+        ``events_lost``, never raised; True if the line was written."""
         try:
-            line = to_json_line(status)
-            reopened = self.sessions.append(line)
+            line = to_json_line(item)
+            reopened = file.append(line)
         except (SinkError, TypeError):
             self.events_lost += 1
             return False
-        self._observe(SESSIONS_FILE, line, status)
+        self._observe(name, line, item)
         if reopened is not None:
-            run_id, session_id = getattr(status, "run_id", ""), getattr(status, "session_id", "")
-            self._reopened(self.sessions, reopened, str(run_id), str(session_id))
+            run_id, session_id = getattr(item, "run_id", ""), getattr(item, "session_id", "")
+            self._reopened(file, reopened, str(run_id), str(session_id))
         return True
 
     def _observe(self, file: str, line: bytes, record: object) -> None:

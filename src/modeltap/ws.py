@@ -31,7 +31,7 @@ from typing import Literal
 import orjson
 
 from modeltap.apis import openai_responses
-from modeltap.apis.json_body import reject_duplicate_keys
+from modeltap.apis.json_body import parse_json_object
 from modeltap.errors import Rejected, Rule
 from modeltap.records import Json, RequestFacts, ResponseFacts
 
@@ -106,17 +106,13 @@ def classify_client_message(data: bytes | str, is_text: bool, policy: WsPolicy) 
     """
     if not is_text:
         raise Rejected(Rule.WS_BINARY_FRAME)
-    try:
-        message = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        raise Rejected(Rule.WS_INVALID_JSON) from None
-    if not isinstance(message, dict):
-        raise Rejected(Rule.WS_INVALID_JSON)
-    # Every message, not only response.create: {"type": "response.create", ...,
-    # "type": "response.processed"} would pass here as a control message while
-    # a first-wins server runs it.
-    reject_duplicate_keys(
-        data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"), message
+    # Every message is checked for duplicate keys, not only response.create:
+    # {"type": "response.create", ..., "type": "response.processed"} would pass
+    # here as a control message while a first-wins server runs it.
+    message = parse_json_object(
+        data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass"),
+        Rule.WS_INVALID_JSON,
+        Rule.WS_INVALID_JSON,
     )
     kind = message.get("type")
     if kind == "response.create":

@@ -7,7 +7,6 @@ WebSocket layer does.
 
 from __future__ import annotations
 
-import struct
 import tracemalloc
 import zlib
 from typing import Any
@@ -18,21 +17,9 @@ from wsproto.connection import Connection
 from wsproto.events import CloseConnection, Message, Ping
 
 from modeltap.addons.ws_limit import BoundedPerMessageDeflate, MessageLimit, max_message_bytes
+from tests.reliability.faults import ws_frame as frame
 
 LIMIT = 64 * 1024
-
-
-def frame(payload: bytes, *, opcode: int = 1, fin: bool = True, rsv1: bool = False) -> bytes:
-    """A masked client frame (all-zero key: the payload is sent as is)."""
-    first = (0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode
-    n = len(payload)
-    if n < 126:
-        length = bytes([0x80 | n])
-    elif n < 65536:
-        length = bytes([0x80 | 126]) + struct.pack("!H", n)
-    else:
-        length = bytes([0x80 | 127]) + struct.pack("!Q", n)
-    return bytes([first]) + length + b"\0\0\0\0" + payload
 
 
 def deflate_message(data: bytes, compressor: Any | None = None) -> bytes:

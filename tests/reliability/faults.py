@@ -274,25 +274,25 @@ def _ws_text(payload: bytes) -> bytes:
     return bytes([0x81, 126]) + struct.pack("!H", n) + payload
 
 
+def ws_frame(payload: bytes, *, opcode: int = 1, fin: bool = True, rsv1: bool = False) -> bytes:
+    """A client frame, masked with the all-zero key (legal; the payload stays as is)."""
+    first = (0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode
+    n = len(payload)
+    if n < 126:
+        length = bytes([0x80 | n])
+    elif n < 65536:
+        length = bytes([0x80 | 126]) + struct.pack("!H", n)
+    else:
+        length = bytes([0x80 | 127]) + struct.pack("!Q", n)
+    return bytes([first]) + length + b"\0\0\0\0" + payload
+
+
 def ws_abort_after_created(conn: socket.socket) -> None:
     """Accept a WebSocket, answer the first message with ``response.created``,
     then reset the TCP connection (no close frame: an abnormal closure)."""
-    head = read_request(conn)
-    key = b""
-    for line in head.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"sec-websocket-key":
-            key = value.strip()
-    conn.sendall(
-        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-        b"Sec-WebSocket-Accept: " + _ws_accept(key) + b"\r\n\r\n"
-    )
+    _ws_accept_handshake(conn)
     conn.recv(65536)  # the client's response.create (masked; not needed)
-    created = (
-        b'{"type":"response.created","response":{"id":"resp_ab","object":"response",'
-        b'"status":"in_progress","model":"gpt-5","output":[]}}'
-    )
-    conn.sendall(_ws_text(created))
+    conn.sendall(_ws_text(_CREATED))
     time.sleep(0.1)
     reset(conn)
 

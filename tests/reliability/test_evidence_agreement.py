@@ -26,7 +26,7 @@ from modeltap.report import build_report
 from tests.conftest import Running, read_jsonl
 from tests.reliability.faults import figure
 from tests.test_proxy_guards import TOOLS, tool_call_reply
-from tests.upstream import Reply
+from tests.upstream import Reply, chat_chunk
 
 SESSION = "agree-1"
 HEADERS = {"x-modeltap-session": SESSION}
@@ -35,16 +35,6 @@ CHAT: Any = [{"role": "user", "content": "go"}]
 
 def oai(running: Running) -> openai.OpenAI:
     return openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
-
-
-def chunk(content: str) -> dict[str, Any]:
-    return {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "gpt-5",
-        "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": None}],
-    }
 
 
 def complete(running: Running) -> None:
@@ -68,7 +58,7 @@ def refused_request(running: Running) -> None:
 
 def stream_cut(running: Running) -> None:
     running.upstream.replies.append(
-        Reply(sse=[(None, chunk("a")), (None, chunk("b"))], cut_after=0)
+        Reply(sse=[(None, chat_chunk("a")), (None, chat_chunk("b"))], cut_after=0)
     )
     with pytest.raises(openai.APIError):
         list(
@@ -80,7 +70,7 @@ def stream_cut(running: Running) -> None:
 
 def stream_without_its_end(running: Running) -> None:
     """A clean end of the body, but no `[DONE]`: the agent cannot tell, the evidence can."""
-    running.upstream.replies.append(Reply(sse=[(None, chunk("a"))]))
+    running.upstream.replies.append(Reply(sse=[(None, chat_chunk("a"))]))
     list(
         oai(running).chat.completions.create(
             model="gpt-5", messages=CHAT, stream=True, extra_headers=HEADERS

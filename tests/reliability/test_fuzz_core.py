@@ -51,7 +51,7 @@ from modeltap.records import AuditRecord, ResponseEvent, ResponseFacts, redact_p
 from modeltap.routing import Route, RouteError, parse_route_spec
 from modeltap.sse import SSEDecoder, SSEEvent
 from modeltap.ws import Control, Create, ServerEventObserver, WsPolicy, classify_client_message
-from tests.eventstream_frames import encode_message, encode_raw
+from tests.eventstream_frames import damage, decode_frames, encode_message, encode_raw
 from tests.reliability.strategies import (
     KEYS,
     WORDS,
@@ -582,35 +582,18 @@ def eventstream_bytes(draw: st.DrawFn) -> bytes:
         # only the header parser can catch it.
         block = draw(st.lists(st.one_of(HEADER_PIECES, st.binary(min_size=1, max_size=4))))
         encoded.insert(draw(st.integers(0, len(encoded))), encode_raw(b"".join(block), b"{}"))
-    wire = bytearray(b"".join(encoded))
-    for _ in range(draw(st.integers(0, 2))):
-        at = draw(st.integers(0, len(wire)))
-        how = draw(st.integers(0, 3))
-        if how == 0 and at < len(wire):
-            wire[at] ^= 1 << draw(st.integers(0, 7))
-        elif how == 1:
-            del wire[at:]
-        elif how == 2:
-            wire[at:at] = draw(st.binary(min_size=1, max_size=12))
-        else:
-            del wire[at : at + draw(st.integers(1, 12))]
-    return bytes(wire)
+    return damage(draw, b"".join(encoded), rounds=2, most=12)
 
 
 def eventstream_outcome(parts: list[bytes]) -> tuple[list[EventStreamMessage], str | None]:
     """The messages, then the error text (if any), and the decoder refuses more after it."""
     decoder = EventStreamDecoder(max_message_bytes=2048)
-    got: list[EventStreamMessage] = []
-    try:
-        for part in parts:
-            got += decoder.feed(part)
-        got += decoder.close()
-    except UpstreamProtocolError as exc:
+    got, error = decode_frames(decoder, parts)
+    if error is not None:
         assert decoder.closed
         with pytest.raises(RuntimeError):
             decoder.feed(b"\x00")
-        return got, str(exc)
-    return got, None
+    return got, error
 
 
 @FUZZ

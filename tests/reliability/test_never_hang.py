@@ -22,8 +22,8 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from modeltap.proxy import Proxy, ProxyConfig
-from tests.conftest import Running, read_jsonl
+from modeltap.proxy import Proxy
+from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.reliability.faults import (
     RawUpstream,
     answers_with_trailers,
@@ -223,13 +223,8 @@ def test_http2_client_with_trailers(tmp_path: Path, trailers: bool) -> None:
     to an HTTP/1 upstream they crashed mitmproxy mid-exchange; they are refused."""
     with Upstream(tls=self_signed_tls()) as upstream:
         host, port = "127.0.0.1", int(upstream.url.rsplit(":", 1)[1])
-        config = ProxyConfig(
-            listen_port=0, out=str(tmp_path / "out"), mode="regular", quiet=True,
-            routes=[f"secure={upstream.url}"], **FAST,
-            extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
-        )  # fmt: skip
-        with Proxy(config) as proxy:
-            ca = tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"
+        with intercepting_proxy(tmp_path, [f"secure={upstream.url}"], **FAST) as proxy:
+            ca = proxy_ca(tmp_path)
             status, body = h2_exchange(proxy, ca, host, port, BODY, trailers)
         received = len(upstream.received)
     audit = read_jsonl(tmp_path / "out" / "audit.jsonl")
@@ -251,13 +246,8 @@ def test_http2_body_without_length_cannot_smuggle_a_request(tmp_path: Path) -> N
     )
     with Upstream(tls=self_signed_tls()) as upstream:
         host, port = "127.0.0.1", int(upstream.url.rsplit(":", 1)[1])
-        config = ProxyConfig(
-            listen_port=0, out=str(tmp_path / "out"), mode="regular", quiet=True,
-            routes=[f"secure={upstream.url}"], **FAST,
-            extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
-        )  # fmt: skip
-        with Proxy(config) as proxy:
-            ca = tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem"
+        with intercepting_proxy(tmp_path, [f"secure={upstream.url}"], **FAST) as proxy:
+            ca = proxy_ca(tmp_path)
             status, _ = h2_exchange(proxy, ca, host, port, smuggled, False, "/v1/embeddings")
         assert status == 200
         received = [(r.method, r.path, r.raw) for r in upstream.received]

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2 as httpx
@@ -19,14 +18,6 @@ from modeltap.proxy import Proxy, ProxyConfig
 from tests.reliability.test_processes import CHAT, ProxyProcess
 from tests.test_addons_script import MITMDUMP, ROOT, free_port
 from tests.upstream import Upstream
-
-
-@pytest.fixture
-def processes() -> Iterator[list[ProxyProcess]]:
-    started: list[ProxyProcess] = []
-    yield started
-    for p in started:
-        p.kill()
 
 
 def modeltap_run(*args: str) -> subprocess.CompletedProcess[bytes]:

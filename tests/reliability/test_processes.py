@@ -10,14 +10,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import orjson
-import pytest
 from websockets.sync.client import connect
 
 from modeltap.capture import Capture
@@ -73,14 +71,6 @@ class ProxyProcess:
             self.proc.kill()
             self.proc.wait(10)
         self._reader.join(5)
-
-
-@pytest.fixture
-def processes() -> Iterator[list[ProxyProcess]]:
-    started: list[ProxyProcess] = []
-    yield started
-    for p in started:
-        p.kill()
 
 
 def lines_of(path: Path) -> list[bytes]:

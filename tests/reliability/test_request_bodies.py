@@ -31,8 +31,7 @@ import openai
 import orjson
 import pytest
 
-from modeltap.proxy import Proxy, ProxyConfig
-from tests.conftest import Running, read_jsonl
+from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.reliability.faults import figure, read_response, wait_until
 from tests.reliability.test_processes import ProxyProcess
 from tests.reliability.test_request_gate import proc_status, reset_peak
@@ -285,19 +284,12 @@ def test_http2_upload_past_max_body_is_answered_and_its_stream_reset(
     413 and is reset, and the connection carries on with the next stream."""
     with Upstream(tls=self_signed_tls()) as upstream:
         host, port = "127.0.0.1", int(upstream.url.rsplit(":", 1)[1])
-        config = ProxyConfig(
-            listen_port=0, out=str(tmp_path / "out"), mode="regular", quiet=True,
-            routes=[f"secure={upstream.url}"], max_body="1m",
-            extra={"confdir": str(tmp_path / "mitmproxy"), "ssl_insecure": True},
-        )  # fmt: skip
-        with Proxy(config) as proxy:
+        with intercepting_proxy(tmp_path, [f"secure={upstream.url}"], max_body="1m") as proxy:
             raw = socket.create_connection(("127.0.0.1", proxy.port), timeout=30)
             target = f"{host}:{port}".encode()
             raw.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
             assert raw.recv(4096).startswith(b"HTTP/1.1 200")
-            ctx = ssl.create_default_context(
-                cafile=str(tmp_path / "mitmproxy" / "mitmproxy-ca-cert.pem")
-            )
+            ctx = ssl.create_default_context(cafile=str(proxy_ca(tmp_path)))
             ctx.set_alpn_protocols(["h2"])
             with ctx.wrap_socket(raw, server_hostname=host) as sock:
                 conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))

@@ -30,7 +30,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from tests.conftest import Running, read_jsonl
-from tests.reliability.faults import RawUpstream, figure, read_request, wait_until
+from tests.reliability.faults import RawUpstream, figure, read_request, wait_until, ws_frame
 from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Upstream, default_ws_events
 
@@ -674,19 +674,6 @@ def ws_open(port: int, path: str, deflate: bool) -> socket.socket:
     assert head.startswith(b"HTTP/1.1 101"), head
     assert (b"permessage-deflate" in head.lower()) == deflate
     return sock
-
-
-def ws_frame(payload: bytes, *, opcode: int = 1, fin: bool = True, rsv1: bool = False) -> bytes:
-    """A client frame, masked with the all-zero key (legal; the payload stays as is)."""
-    first = (0x80 if fin else 0) | (0x40 if rsv1 else 0) | opcode
-    n = len(payload)
-    if n < 126:
-        length = bytes([0x80 | n])
-    elif n < 65536:
-        length = bytes([0x80 | 126]) + struct.pack("!H", n)
-    else:
-        length = bytes([0x80 | 127]) + struct.pack("!Q", n)
-    return bytes([first]) + length + b"\0\0\0\0" + payload
 
 
 def ws_read_close(sock: socket.socket) -> int | None:

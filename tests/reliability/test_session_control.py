@@ -26,7 +26,7 @@ from modeltap.capture import Capture
 from tests.conftest import Running, read_jsonl
 from tests.reliability.faults import figure
 from tests.reliability.test_processes import ProxyProcess
-from tests.upstream import Upstream
+from tests.upstream import Upstream, ws_completed, ws_lookup_call
 
 CHAT: Any = [{"role": "user", "content": "x"}]
 CREATE = {
@@ -291,25 +291,8 @@ def codex_turn(ws: Any, message: dict[str, Any]) -> dict[str, Any]:
 
 
 def tool_call_script(message: dict[str, Any], n: int) -> list[dict[str, Any]]:
-    call = {
-        "type": "function_call",
-        "id": f"fc_{n}",
-        "call_id": f"call_{n}",
-        "name": "lookup",
-        "arguments": "{}",
-        "status": "completed",
-    }
     answered = any(i.get("type") == "function_call_output" for i in message.get("input", []))
-    output = [] if answered else [call]
-    done = {
-        "id": f"resp_{n}",
-        "object": "response",
-        "status": "completed",
-        "model": "gpt-5",
-        "output": output,
-        "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
-    }
-    return [{"type": "response.completed", "response": done}]
+    return [ws_completed(n, [] if answered else [ws_lookup_call(n)])]
 
 
 def test_a_websocket_conversation_that_reconnects_is_one_session(

@@ -23,17 +23,7 @@ from modeltap.coverage import PROXY_REPORTED
 from tests.conftest import read_jsonl
 from tests.reliability.faults import figure
 from tests.reliability.test_processes import ProxyProcess
-from tests.upstream import Reply, Upstream
-
-
-def chunk(content: str, finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "gpt-5",
-        "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}],
-    }
+from tests.upstream import Reply, Upstream, chat_chunk
 
 
 def lines_with_order(out: Path) -> list[tuple[str, dict[str, Any]]]:
@@ -69,7 +59,7 @@ def test_ctrl_c_mid_stream_ends_the_exchange_before_the_session(
     gate = threading.Event()
     upstream.replies.append(
         Reply(
-            sse=[(None, chunk("a")), (None, chunk("b", "stop")), (None, "[DONE]")],
+            sse=[(None, chat_chunk("a")), (None, chat_chunk("b", "stop")), (None, "[DONE]")],
             gate_after={0: gate},
         )
     )

@@ -40,7 +40,7 @@ from tests.reliability.faults import (
     ws_goes_silent,
 )
 from tests.reliability.test_upstream_faults import CHAT, post, response_event, still_serving
-from tests.test_addons_script import MITMDUMP, ROOT, free_port
+from tests.test_addons_script import MITMDUMP, ROOT, free_port, wait_listening
 
 FAST = {"upstream_timeout": "connect=1,first-byte=1,idle=1", "client_timeout": "1"}
 SESSION = {"x-modeltap-session": "t"}
@@ -284,14 +284,7 @@ def test_mitmdump_takes_the_upstream_timeout(tmp_path: Path) -> None:
     with RawUpstream(never_answers) as raw:
         proc = mitmdump_reverse(raw.url, tmp_path, port, "modeltap_upstream_timeout=first-byte=1")
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                    break
-                except OSError:
-                    assert proc.poll() is None and time.monotonic() < deadline
-                    time.sleep(0.1)
+            wait_listening(proc, port)
             resp = post(f"http://127.0.0.1:{port}/v1/chat/completions", CHAT, timeout=30)
             assert resp.status_code == 504
         finally:

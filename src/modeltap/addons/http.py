@@ -371,13 +371,7 @@ def _settings(settings: Settings, opts: Any, updated: set[str]) -> Settings:
         OptionsError: a bad route or size.
     """
     if {"mode", "modeltap_mode", "modeltap_routes", "modeltap_upstream"} & updated:
-        listeners = []
-        for spec in opts.mode:
-            try:
-                parsed = ProxyMode.parse(spec)
-            except ValueError:
-                continue  # mitmproxy's proxyserver reports a bad mode itself
-            listeners.append((parsed.type_name, parsed.data))
+        listeners = [(mode.type_name, mode.data) for mode in _proxy_modes(opts)]
         try:
             # Unset, modeltap_mode follows mitmproxy's own mode (mitmdump -s).
             mode, target = modeltap_mode(opts.modeltap_mode, listeners)
@@ -412,18 +406,25 @@ def _size(value: str) -> int:
     return size
 
 
+def _proxy_modes(opts: Any) -> list[ProxyMode]:
+    """mitmproxy's ``--mode`` values, parsed; a bad one is left out (mitmproxy's
+    proxyserver reports it itself)."""
+    modes = []
+    for spec in opts.mode:
+        try:
+            modes.append(ProxyMode.parse(spec))
+        except ValueError:
+            continue
+    return modes
+
+
 def _refuse_open_proxy(opts: Any) -> None:
     """Refuse to start a forwarding proxy that anyone can reach (SPEC 8); warn
     of a reverse one (mitmproxy listens on every interface by default)."""
-    listeners = []
-    for spec in opts.mode:
-        try:
-            mode = ProxyMode.parse(spec)
-        except ValueError:
-            continue  # mitmproxy's proxyserver reports a bad mode itself
-        listeners.append(
-            (mode.type_name, mode.listen_host(opts.listen_host), mode.listen_port(opts.listen_port))
-        )
+    listeners = [
+        (mode.type_name, mode.listen_host(opts.listen_host), mode.listen_port(opts.listen_port))
+        for mode in _proxy_modes(opts)
+    ]
     for kind, host, port in listeners:
         if kind == "reverse" and not is_loopback(host):
             logger.warning(

@@ -44,10 +44,8 @@ threads, MCP servers, server tools and the clouds' forms (a body without
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Iterator
 from typing import Any, Final
-
-import orjson
 
 from modeltap.apis import cloud_paths
 from modeltap.apis import message_parts as parts
@@ -57,13 +55,16 @@ from modeltap.apis.contract import (
     EndpointMatch,
     RequestContent,
     ResponseContent,
+    images_without_detail,
     match_suffix,
 )
 from modeltap.apis.fields import (
     SettingKeys,
     bounded,
+    input_with_cache,
     instructions_digest,
     number,
+    objects,
     optional_name,
     optional_str,
     output_type,
@@ -72,11 +73,17 @@ from modeltap.apis.fields import (
     setting_by_name,
     str_or_none,
     string_list,
+    text_part_texts,
     token_count,
     whole_number,
 )
-from modeltap.apis.json_body import utf8_len
-from modeltap.apis.stream_observer import StreamObserverBase, error_type
+from modeltap.apis.json_body import json_text, utf8_len
+from modeltap.apis.stream_observer import (
+    ERROR_BODY,
+    NOT_AN_OBJECT,
+    StreamObserverBase,
+    error_type,
+)
 from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_ANTHROPIC,
@@ -187,7 +194,7 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
     instructions: list[str] = []
     system = body.get("system")
     if system is not None:
-        instructions.extend(_instruction_texts(system, "system"))
+        instructions.extend(text_part_texts(system, "system"))
     images: list[str | None] = []
     tool_results: list[ToolResult] = []
     for i, message in enumerate(messages):
@@ -195,7 +202,7 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
             raise Rejected(Rule.MALFORMED_MESSAGES, f"messages[{i}]")
         content = message.get("content")
         if message.get("role") == "system":
-            instructions.extend(_instruction_texts(content, f"messages[{i}]"))
+            instructions.extend(text_part_texts(content, f"messages[{i}]"))
         elif isinstance(content, list):
             _read_blocks(content, f"messages[{i}]", images, tool_results)
 
@@ -304,24 +311,6 @@ def _tools(tools: Any, mcp_servers: Any) -> tuple[tuple[str, ...], tuple[HostedT
     return tuple(names), tuple(hosted)
 
 
-def _instruction_texts(content: Any, where: str) -> list[str]:
-    """Return ``system`` (or a system message's) texts: a string, or each text
-    block (no blocks: one empty text, as it joins)."""
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        texts = []
-        for block in content:
-            if not isinstance(block, dict) or block.get("type") != "text":
-                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
-            text = block.get("text")
-            if not isinstance(text, str):
-                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
-            texts.append(text)
-        return texts or [""]
-    raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
-
-
 def _read_blocks(
     blocks: list[Any], where: str, images: list[str | None], tool_results: list[ToolResult]
 ) -> None:
@@ -348,17 +337,8 @@ def _read_blocks(
                 _read_blocks(content, here, images, tool_results)
 
 
-def set_image_detail(body: Json, detail: str) -> int:
-    """Leave the body unchanged: Anthropic images have no detail setting.
-
-    Args:
-        body: a request body that :func:`audit_request` accepted.
-        detail: the detail ``--image-detail`` asks for.
-
-    Returns:
-        0, always; the audit record keeps ``null`` details.
-    """
-    return 0
+#: Anthropic images have no detail setting: the body is left unchanged.
+set_image_detail: Final = images_without_detail
 
 
 # --------------------------------------------------------------------------
@@ -380,29 +360,22 @@ def _merge_usage(usage: Usage, reported: Json) -> Usage:
     )
 
 
-def _json_text(value: Any) -> str | None:
-    """Serialise a tool input the model sent as an object; ``None`` if impossible."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return None
-
-
 def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
-    """Read what a non-streamed response (or an error body) says.
+    """Read what a Message (or an error body) says.
 
     Args:
         body: the parsed response body, whatever it turned out to be.
-        facts: the request's facts, if known (unused: Messages JSON needs none).
+        facts: the request's facts, if known (unused: a Message needs none).
 
     Returns:
-        The observed facts; never raises. An error body gives status
-        ``error``; a body of an unexpected shape gives capture errors.
+        The observed facts; never raises. An error body (``{"type": "error"}``)
+        gives status ``error``; a Message without its ``content`` list, or
+        with a block that is no object, gives capture errors.
     """
     if not isinstance(body, dict):
-        return ResponseFacts(capture_errors=("response body is not a JSON object",))
+        return NOT_AN_OBJECT
     if body.get("type") == "error":
-        return ResponseFacts(status="error", evidence_complete=True)
+        return ERROR_BODY
     errors: list[str] = []
     # A response without usage was still seen whole: its counts stay unknown (None),
     # which the report's usage coverage states; the evidence is not incomplete.
@@ -420,7 +393,7 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
                     ToolCall(
                         str_or_none(block.get("id")),
                         str_or_none(block.get("name")),
-                        _json_text(block.get("input")),
+                        json_text(block.get("input")),
                     )
                 )
     reason = body.get("stop_reason")
@@ -473,7 +446,7 @@ class _StreamedToolUse:
         # none (or only empty ones), and then the start block's input is it.
         arguments = "".join(self.fragments)
         if not arguments and self.start_input is not None:
-            return ToolCall(self.call_id, self.name, _json_text(self.start_input))
+            return ToolCall(self.call_id, self.name, json_text(self.start_input))
         return ToolCall(self.call_id, self.name, arguments or None)
 
 
@@ -513,13 +486,8 @@ class StreamObserver(StreamObserverBase):
             tool-input delta, or the start of a tool call). Never raises: a
             bad event becomes a capture error.
         """
-        try:
-            data = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            self._note("stream event is not valid JSON")
-            return False
-        if not isinstance(data, dict):
-            self._note("stream event is not a JSON object")
+        data = self._json_object(event.data, "stream event")
+        if data is None:
             return False
         # The payload's own type is authoritative; the event: line repeats it.
         kind = data.get("type", event.event)
@@ -584,21 +552,14 @@ class StreamObserver(StreamObserverBase):
                 tool.fragments.append(fragment)
         return isinstance(kind, str) and kind in _OUTPUT_DELTAS
 
-    def finish(self, error: str | None = None) -> ResponseFacts:
-        """Return what the stream showed.
-
-        Args:
-            error: why the stream ended early (reset, client gone), if it did.
-
-        Returns:
-            The observed facts.
-        """
+    def _missing(self) -> Iterator[str]:
         if not self._done:
-            self._note("stream ended before message_stop")
-        if error:
-            # The caller's reason is always kept, even past the cap.
-            self._note(error, always=True)
+            yield "stream ended before message_stop"
+
+    def _facts(self) -> ResponseFacts:
         calls = tuple(t.tool_call() for _, t in sorted(self._tools.items()))
+        # A stream cut short finished nothing: its reason is "error".
+        reason = parts.finish_reason(self._stop_reason, FINISH_REASONS) if self._done else "error"
         return ResponseFacts(
             response_id=self._response_id,
             model=self._model,
@@ -610,7 +571,9 @@ class StreamObserver(StreamObserverBase):
             capture_errors=tuple(self._errors),
             service_tier=self._service_tier,
             invocation_metrics=self._metrics,
-            output_messages=self._assembled(calls),
+            output_messages=parts.assembled(
+                self._output, zip(sorted(self._tools), calls, strict=True), reason
+            ),
         )
 
     def _start_block(self, index: int, block: Json) -> None:
@@ -625,18 +588,6 @@ class StreamObserver(StreamObserverBase):
             # assembled for the tool call); it keeps its place from here.
             self._output.add_part(0, index, _block_part(block))
 
-    def _assembled(self, calls: tuple[ToolCall, ...]) -> list[Json] | None:
-        """The output assembled for spans (content capture only)."""
-        if self._output is None:
-            return None
-        for (index, _), call in zip(sorted(self._tools.items()), calls, strict=True):
-            self._output.add_part(
-                0, index, parts.tool_call(call.call_id, call.name, call.arguments)
-            )
-        # A stream cut short finished nothing: its reason is "error".
-        reason = parts.finish_reason(self._stop_reason, FINISH_REASONS) if self._done else "error"
-        return self._output.messages(lambda _: reason)
-
 
 # --------------------------------------------------------------------------
 # What telemetry reads (spans only; see modeltap.apis.contract)
@@ -649,12 +600,8 @@ def request_content(body: Json) -> RequestContent:
     A user message made only of ``tool_result`` blocks is a ``tool`` message
     of ``tool_call_response`` parts, as the conventions put tool results.
     """
-    messages = body.get("messages")
-    converted = (
-        [_input_message(m) for m in messages if isinstance(m, dict)]
-        if isinstance(messages, list)
-        else None
-    )
+    sent = body.get("messages")
+    converted = [_input_message(m) for m in objects(sent)] if isinstance(sent, list) else None
     system = body.get("system")
     return RequestContent(
         input_messages=converted,
@@ -667,10 +614,7 @@ def request_content(body: Json) -> RequestContent:
 
 def _input_message(message: Json) -> Json:
     role = str_or_none(message.get("role")) or "user"
-    found = _block_parts(message.get("content"))
-    if found and all(part["type"] == "tool_call_response" for part in found):
-        role = "tool"
-    return parts.message(role, found)
+    return parts.block_message(role, _block_parts(message.get("content")))
 
 
 def _block_parts(content: Any) -> list[Json]:
@@ -772,7 +716,4 @@ def usage_totals(usage: Usage) -> Usage:
     to the cache: the total adds ``cache_read_input_tokens`` and
     ``cache_creation_input_tokens`` (a cache count not reported adds nothing).
     Output tokens include thinking already."""
-    if usage.input_tokens is None:
-        return usage
-    cached = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
-    return dataclasses.replace(usage, input_tokens=usage.input_tokens + cached)
+    return input_with_cache(usage)

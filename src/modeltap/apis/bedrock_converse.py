@@ -38,19 +38,24 @@ somewhere of its own, and each place is read here.
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Iterator
 from typing import Any, Final
-
-import orjson
 
 from modeltap.apis import cloud_paths
 from modeltap.apis import message_parts as parts
-from modeltap.apis.contract import EndpointMatch, RequestContent, ResponseContent
+from modeltap.apis.contract import (
+    EndpointMatch,
+    RequestContent,
+    ResponseContent,
+    images_without_detail,
+)
 from modeltap.apis.fields import (
     SettingKeys,
     bounded,
+    input_with_cache,
     instructions_digest,
     number,
+    objects,
     optional_name,
     optional_str,
     request_model,
@@ -60,8 +65,13 @@ from modeltap.apis.fields import (
     token_count,
     whole_number,
 )
-from modeltap.apis.json_body import utf8_len
-from modeltap.apis.stream_observer import StreamObserverBase, error_type
+from modeltap.apis.json_body import json_text, utf8_len
+from modeltap.apis.stream_observer import (
+    ERROR_BODY,
+    NOT_AN_OBJECT,
+    StreamObserverBase,
+    error_type,
+)
 from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_BEDROCK_CONVERSE,
@@ -328,17 +338,8 @@ def _image(image: Any, where: str) -> None:
         raise Rejected(Rule.MALFORMED_IMAGE, where)
 
 
-def set_image_detail(body: Json, detail: str) -> int:
-    """Leave the body unchanged: Converse images have no detail setting.
-
-    Args:
-        body: a request body that :func:`audit_request` accepted.
-        detail: the detail ``--image-detail`` asks for.
-
-    Returns:
-        0, always; the audit record keeps ``null`` details.
-    """
-    return 0
+#: Converse images have no detail setting: the body is left unchanged.
+set_image_detail: Final = images_without_detail
 
 
 # --------------------------------------------------------------------------
@@ -370,14 +371,6 @@ def _service_tier(body: Json) -> str | None:
     return str_or_none(tier.get("type")) if isinstance(tier, dict) else None
 
 
-def _json_text(value: Any) -> str | None:
-    """A tool input the model sent as an object, as JSON text; ``None`` if impossible."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:
-        return None
-
-
 def _is_error_body(body: Json) -> bool:
     """An AWS error body: ``{"message": ...}`` (or ``Message``) and no ``output``."""
     return "output" not in body and ("message" in body or "Message" in body)
@@ -396,9 +389,9 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
         response id is the ``x-amzn-RequestId`` header's, added by the glue.
     """
     if not isinstance(body, dict):
-        return ResponseFacts(capture_errors=("response body is not a JSON object",))
+        return NOT_AN_OBJECT
     if _is_error_body(body):
-        return ResponseFacts(status="error", evidence_complete=True)
+        return ERROR_BODY
     errors: list[str] = []
     calls: list[ToolCall] = []
     content = _output_content(body)
@@ -414,7 +407,7 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
                     ToolCall(
                         str_or_none(use.get("toolUseId")),
                         str_or_none(use.get("name")),
-                        _json_text(use.get("input")),
+                        json_text(use.get("input")),
                     )
                 )
     reason = body.get("stopReason")
@@ -487,13 +480,8 @@ class StreamObserver(StreamObserverBase):
             call's start or input). Never raises: a bad event becomes a
             capture error.
         """
-        try:
-            data = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            self._note("stream event is not valid JSON")
-            return False
-        if not isinstance(data, dict):
-            self._note("stream event is not a JSON object")
+        data = self._json_object(event.data, "stream event")
+        if data is None:
             return False
         kind = event.event
         if kind == "contentBlockStart":
@@ -558,21 +546,13 @@ class StreamObserver(StreamObserverBase):
         if self._output is not None and isinstance(index, int):
             self._output.add_text(0, index, kind, piece)
 
-    def finish(self, error: str | None = None) -> ResponseFacts:
-        """Return what the stream showed.
-
-        Args:
-            error: why the stream ended early (reset, client gone), if it did.
-
-        Returns:
-            The observed facts.
-        """
+    def _missing(self) -> Iterator[str]:
         if not self._done:
-            last = "messageStop" if not self._stopped else "metadata"
-            self._note(f"stream ended before {last}")
-        if error:
-            self._note(error, always=True)
+            yield f"stream ended before {'metadata' if self._stopped else 'messageStop'}"
+
+    def _facts(self) -> ResponseFacts:
         calls = tuple(t.tool_call() for _, t in sorted(self._tools.items()))
+        reason = parts.finish_reason(self._stop_reason, FINISH_REASONS) if self._done else "error"
         return ResponseFacts(
             usage=self._usage,
             finish_reasons=(self._stop_reason,) if self._stop_reason is not None else None,
@@ -582,19 +562,10 @@ class StreamObserver(StreamObserverBase):
             capture_errors=tuple(self._errors),
             service_tier=self._service_tier,
             invocation_metrics=self._metrics,
-            output_messages=self._assembled(calls),
+            output_messages=parts.assembled(
+                self._output, zip(sorted(self._tools), calls, strict=True), reason
+            ),
         )
-
-    def _assembled(self, calls: tuple[ToolCall, ...]) -> list[Json] | None:
-        """The output assembled for spans (content capture only)."""
-        if self._output is None:
-            return None
-        for (index, _), call in zip(sorted(self._tools.items()), calls, strict=True):
-            self._output.add_part(
-                0, index, parts.tool_call(call.call_id, call.name, call.arguments)
-            )
-        reason = parts.finish_reason(self._stop_reason, FINISH_REASONS) if self._done else "error"
-        return self._output.messages(lambda _: reason)
 
 
 # --------------------------------------------------------------------------
@@ -607,12 +578,8 @@ def request_content(body: Json) -> RequestContent:
 
     A user message made only of ``toolResult`` blocks is a ``tool`` message.
     """
-    messages = body.get("messages")
-    converted = (
-        [_input_message(m) for m in messages if isinstance(m, dict)]
-        if isinstance(messages, list)
-        else None
-    )
+    sent = body.get("messages")
+    converted = [_input_message(m) for m in objects(sent)] if isinstance(sent, list) else None
     system = body.get("system")
     instructions = (
         [parts.text(b["text"]) for b in system if isinstance(b, dict) and "text" in b]
@@ -628,10 +595,7 @@ def request_content(body: Json) -> RequestContent:
 
 def _input_message(message: Json) -> Json:
     role = str_or_none(message.get("role")) or "user"
-    found = _block_parts(message.get("content"))
-    if found and all(part["type"] == "tool_call_response" for part in found):
-        role = "tool"
-    return parts.message(role, found)
+    return parts.block_message(role, _block_parts(message.get("content")))
 
 
 def _block_parts(content: Any) -> list[Json]:
@@ -736,7 +700,4 @@ def usage_totals(usage: Usage) -> Usage:
     """Converse's ``inputTokens`` leaves out the tokens read from and written to
     the cache (``cacheReadInputTokens``, ``cacheWriteInputTokens``), as
     Anthropic's does: the total adds them. Output tokens include reasoning."""
-    if usage.input_tokens is None:
-        return usage
-    cached = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
-    return dataclasses.replace(usage, input_tokens=usage.input_tokens + cached)
+    return input_with_cache(usage)

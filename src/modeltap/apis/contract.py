@@ -125,6 +125,22 @@ def match_suffix(path: str, suffix: str, api: str) -> EndpointMatch | None:
     return EndpointMatch(api) if path.lower().endswith(suffix) else None
 
 
+def images_without_detail(body: Json, detail: str) -> int:
+    """:meth:`WireApi.set_image_detail` of a wire whose images have no detail setting.
+
+    Leaves the body unchanged (Anthropic Messages, Bedrock Converse); the
+    audit record keeps ``null`` details.
+
+    Args:
+        body: a request body that the wire's ``audit_request`` accepted.
+        detail: the detail ``--image-detail`` asks for.
+
+    Returns:
+        0, always.
+    """
+    return 0
+
+
 @dataclass(frozen=True, slots=True)
 class RequestContent:
     """What a request says to the model, in the GenAI conventions' shapes.

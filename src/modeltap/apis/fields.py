@@ -10,12 +10,13 @@ unknown, ``None``). Every identifier a record copies goes through
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
 from modeltap.apis.contract import EndpointMatch
 from modeltap.errors import Rejected, Rule
-from modeltap.records import MAX_ID_CHARS, REDACTED, InstructionPart, Json
+from modeltap.records import MAX_ID_CHARS, REDACTED, InstructionPart, Json, Usage
 
 
 def sha256_hex(text: str) -> str:
@@ -54,6 +55,33 @@ def instructions_digest(
     encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
     parts = tuple(InstructionPart(hashlib.sha256(e).hexdigest(), len(e)) for e in encoded)
     return hashlib.sha256(b"\n\n".join(encoded)).hexdigest(), parts
+
+
+def text_part_texts(content: Any, where: str) -> list[str]:
+    """The texts of instructions sent as a string or a list of text parts.
+
+    Chat's system and developer messages and Anthropic's ``system`` (and
+    ``role: system`` messages) share this shape: a string, or parts
+    ``{"type": "text", "text": ...}``; an empty list is one empty text (it
+    joins as one, see :func:`instructions_digest`).
+
+    Raises:
+        Rejected: ``instructions_not_text`` naming ``where`` for anything
+            else (an image part, a part without its text).
+    """
+    if isinstance(content, str):
+        return [content]
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
+            texts.append(text)
+        return texts or [""]
+    raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
 
 
 def bounded(value: str, where: str) -> str:
@@ -205,6 +233,19 @@ def token_count(value: Any) -> int | None:
     return whole_number(value)
 
 
+def input_with_cache(usage: Usage) -> Usage:
+    """``usage`` with the cache reads and writes added to ``input_tokens``.
+
+    For the wires whose input count leaves the cached tokens out (Anthropic
+    Messages, Bedrock Converse); a cache count not reported adds nothing, and
+    an unknown input count stays unknown.
+    """
+    if usage.input_tokens is None:
+        return usage
+    cached = (usage.cache_read_tokens or 0) + (usage.cache_write_tokens or 0)
+    return dataclasses.replace(usage, input_tokens=usage.input_tokens + cached)
+
+
 def whole_number(value: Any) -> int | None:
     """``value`` if it is an int (a bool is not), else ``None``: unknown."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -241,3 +282,8 @@ def output_type(response_format: Any) -> str | None:
 def str_or_none(value: Any) -> str | None:
     """``value`` if it is a string, else ``None``: a field of the wrong type is unknown."""
     return value if isinstance(value, str) else None
+
+
+def objects(value: Any) -> list[Json]:
+    """The objects of a list, in order (anything else in it skipped); ``[]`` for no list."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []

@@ -65,9 +65,8 @@ part type would touch two files that must agree.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any, Final
-
-import orjson
 
 from modeltap.apis import message_parts as parts
 from modeltap.apis.contract import EndpointMatch, RequestContent, ResponseContent
@@ -76,6 +75,7 @@ from modeltap.apis.fields import (
     bounded,
     instructions_digest,
     number,
+    objects,
     optional_name,
     optional_str,
     reject_messages_and_input,
@@ -86,8 +86,8 @@ from modeltap.apis.fields import (
     token_count,
     whole_number,
 )
-from modeltap.apis.json_body import json_bytes, utf8_len
-from modeltap.apis.stream_observer import StreamObserverBase
+from modeltap.apis.json_body import json_text, utf8_len
+from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
 from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_GEMINI,
@@ -555,18 +555,16 @@ def _call(call: Any) -> ToolCall:
     if not isinstance(call, dict):
         return ToolCall(None, None, None)
     args = call.get("args")
-    arguments = json_bytes(args) if args is not None else None
     return ToolCall(
         str_or_none(call.get("id")),
         str_or_none(call.get("name")),
-        arguments.decode() if arguments is not None else None,
+        json_text(args) if args is not None else None,
     )
 
 
 def _candidate_parts(candidate: Json) -> list[Json]:
     content = candidate.get("content")
-    found = content.get("parts") if isinstance(content, dict) else None
-    return [p for p in found if isinstance(p, dict)] if isinstance(found, list) else []
+    return objects(content.get("parts")) if isinstance(content, dict) else []
 
 
 def _blocked(body: Json) -> str | None:
@@ -588,9 +586,9 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
     """
     body = unwrap(body)
     if not isinstance(body, dict):
-        return ResponseFacts(capture_errors=("response body is not a JSON object",))
+        return NOT_AN_OBJECT
     if body.get("error") is not None:
-        return ResponseFacts(status="error", evidence_complete=True)
+        return ERROR_BODY
     errors: list[str] = []
     candidates = body.get("candidates")
     reasons: list[str] = []
@@ -662,14 +660,10 @@ class StreamObserver(StreamObserverBase):
             True when the chunk carried model output (text, a thought, a
             function call, data). Never raises.
         """
-        try:
-            chunk = unwrap(orjson.loads(event.data))
-        except orjson.JSONDecodeError:
-            self._note("stream chunk is not valid JSON")
+        chunk = self._json_object(event.data, "stream chunk")
+        if chunk is None:
             return False
-        if not isinstance(chunk, dict):
-            self._note("stream chunk is not a JSON object")
-            return False
+        chunk = unwrap(chunk)
         if chunk.get("error") is not None:
             self._status = "error"
             self._note("upstream sent an error chunk")
@@ -726,16 +720,11 @@ class StreamObserver(StreamObserverBase):
             self._done = True
         return output
 
-    def finish(self, error: str | None = None) -> ResponseFacts:
-        """Return what the stream showed.
-
-        Args:
-            error: why the stream ended early (reset, client gone), if it did.
-        """
+    def _missing(self) -> Iterator[str]:
         if not self._done:
-            self._note("stream ended before a chunk with a finishReason")
-        if error:
-            self._note(error, always=True)
+            yield "stream ended before a chunk with a finishReason"
+
+    def _facts(self) -> ResponseFacts:
         reasons = tuple(reason for _, reason in sorted(self._reasons.items()))
         return ResponseFacts(
             response_id=self._response_id,
@@ -816,10 +805,6 @@ def _content_part(part: Json) -> Json:
     return parts.generic("unknown")
 
 
-def _listed(value: Any) -> list[Json]:
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
 def request_content(body: Json) -> RequestContent:
     """``contents`` as the conventions' messages (``model`` is ``assistant``; a
     content of function responses is ``tool``), ``systemInstruction`` as the
@@ -829,14 +814,14 @@ def request_content(body: Json) -> RequestContent:
     messages: list[Json] | None = None
     if isinstance(contents, list):
         messages = []
-        for content in _listed(contents):
-            found = [_content_part(p) for p in _listed(content.get("parts"))]
+        for content in objects(contents):
+            found = [_content_part(p) for p in objects(content.get("parts"))]
             role = _ROLES.get(str_or_none(content.get("role")) or "user", "user")
             if found and found[0]["type"] == "tool_call_response":
                 role = "tool"  # function responses (and a tool's image after them)
             messages.append(parts.message(role, found))
     system = _get(request, "systemInstruction")
-    texts = _listed(system.get("parts")) if isinstance(system, dict) else []
+    texts = objects(system.get("parts")) if isinstance(system, dict) else []
     instructions = [parts.text(p["text"]) for p in texts if isinstance(p.get("text"), str)]
     return RequestContent(messages, instructions or None, _tool_definitions(request))
 
@@ -846,12 +831,12 @@ def _tool_definitions(request: Json) -> list[Json] | None:
     if not isinstance(tools, list):
         return None
     found: list[Json] = []
-    for tool in _listed(tools):
+    for tool in objects(tools):
         for key, value in tool.items():
             if _camel(key) != "functionDeclarations":
                 found.append(parts.tool_definition(_camel(key), _camel(key)))
                 continue
-            for declaration in _listed(value):
+            for declaration in objects(value):
                 schema = _get(declaration, "parametersJsonSchema")
                 found.append(
                     parts.tool_definition(
@@ -872,7 +857,7 @@ def response_content(body: Json) -> ResponseContent | None:
     if not isinstance(candidates, list):
         return None
     messages: list[Json] = []
-    for candidate in _listed(candidates):
+    for candidate in objects(candidates):
         found = [_content_part(p) for p in _candidate_parts(candidate)]
         called = any(p["type"] == "tool_call" for p in found)
         reason = _finish(str_or_none(candidate.get("finishReason")), called)

@@ -20,24 +20,29 @@ from modeltap.errors import Rejected, Rule
 from modeltap.records import Json
 
 
-def parse_json_object(raw: bytes) -> Json:
-    """Parse a request body that must be one JSON object.
+def parse_json_object(
+    raw: bytes, invalid: Rule = Rule.INVALID_JSON, not_object: Rule = Rule.BODY_NOT_OBJECT
+) -> Json:
+    """Parse a request body (or WebSocket message) that must be one JSON object.
 
     Args:
         raw: the decoded (uncompressed) body bytes.
+        invalid: the rule refusing text that is not JSON.
+        not_object: the rule refusing JSON that is not an object (a WebSocket
+            message refuses both as ``ws_invalid_json``).
 
     Returns:
         The parsed object.
 
     Raises:
-        Rejected: ``invalid_json``, ``body_not_object`` or ``duplicate_key``.
+        Rejected: ``invalid``, ``not_object`` or ``duplicate_key``.
     """
     try:
         value = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise Rejected(Rule.INVALID_JSON) from None
+        raise Rejected(invalid) from None
     if not isinstance(value, dict):
-        raise Rejected(Rule.BODY_NOT_OBJECT)
+        raise Rejected(not_object)
     reject_duplicate_keys(raw, value)
     return value
 
@@ -117,6 +122,13 @@ def json_bytes(value: Any) -> bytes | None:
         return orjson.dumps(value)
     except TypeError:
         return None
+
+
+def json_text(value: Any) -> str | None:
+    """``value`` as compact JSON text (a tool input the model sent as an object),
+    or ``None`` if orjson cannot write it."""
+    encoded = json_bytes(value)
+    return encoded.decode() if encoded is not None else None
 
 
 def utf8_len(value: Any) -> int:

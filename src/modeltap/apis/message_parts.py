@@ -26,18 +26,20 @@ down to a size, keeping it valid JSON. Every cut string ends with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
 
-from modeltap.records import Json
+from modeltap.records import Json, ToolCall
 
 __all__ = [
     "CAPTURE_LIMIT",
     "CUT_MARK",
     "OutputAssembler",
+    "assembled",
     "blob",
+    "block_message",
     "bound_json",
     "file",
     "finish_reason",
@@ -157,6 +159,15 @@ def message(role: str, parts: list[Json], name: str | None = None) -> Json:
     if name:
         out["name"] = name
     return out
+
+
+def block_message(role: str, parts: list[Json]) -> Json:
+    """An input message of content blocks (Anthropic, Converse): ``role``'s, but
+    a message made only of tool results is a ``tool`` message, where the
+    conventions put tool results."""
+    if parts and all(part["type"] == "tool_call_response" for part in parts):
+        role = "tool"
+    return message(role, parts)
 
 
 def output_message(parts: list[Json], finish: str, role: str = "assistant") -> Json:
@@ -291,6 +302,29 @@ class OutputAssembler:
         if self._dropped and last_text is not None:
             last_text["content"] += f"{CUT_MARK}{self._dropped} characters]"
         return out
+
+
+def assembled(
+    output: OutputAssembler | None, calls: Iterable[tuple[object, ToolCall]], finish: str
+) -> list[Json] | None:
+    """A one-message output (choice 0) as assembled, its tool calls put in at the end.
+
+    A streamed tool call's arguments are whole only once the stream ends, so
+    each call is placed at its key (where its block started) only now.
+
+    Args:
+        output: the observer's assembler; ``None`` without content capture.
+        calls: each tool call with its key among the parts.
+        finish: the conventions' finish reason of the message.
+
+    Returns:
+        The output messages, or ``None`` without content capture.
+    """
+    if output is None:
+        return None
+    for key, call in calls:
+        output.add_part(0, key, tool_call(call.call_id, call.name, call.arguments))
+    return output.messages(lambda _: finish)
 
 
 # --------------------------------------------------------------------------

@@ -19,9 +19,8 @@ API modules.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final
-
-import orjson
 
 from modeltap.apis import cloud_paths
 from modeltap.apis import message_parts as parts
@@ -35,6 +34,7 @@ from modeltap.apis.fields import (
     bounded,
     instructions_digest,
     number,
+    objects,
     optional_name,
     optional_str,
     output_type,
@@ -42,11 +42,17 @@ from modeltap.apis.fields import (
     request_model,
     str_or_none,
     string_list,
+    text_part_texts,
     token_count,
     whole_number,
 )
 from modeltap.apis.json_body import utf8_len
-from modeltap.apis.stream_observer import StreamObserverBase, error_type
+from modeltap.apis.stream_observer import (
+    ERROR_BODY,
+    NOT_AN_OBJECT,
+    StreamObserverBase,
+    error_type,
+)
 from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_CHAT,
@@ -142,7 +148,7 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
             raise Rejected(Rule.MALFORMED_MESSAGES, f"messages[{i}].role")
         content = message.get("content")
         if role in _INSTRUCTION_ROLES:
-            instructions.extend(_instruction_texts(content, f"messages[{i}]"))
+            instructions.extend(text_part_texts(content, f"messages[{i}]"))
         elif role == "tool":
             tool_results.append(
                 ToolResult(
@@ -215,24 +221,6 @@ def _tools(tools: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
                 )
             )
     return tuple(names), tuple(hosted)
-
-
-def _instruction_texts(content: Any, where: str) -> list[str]:
-    """Return a system/developer message's texts: a string, or each text part
-    (no parts: one empty text, as it joins)."""
-    if isinstance(content, str):
-        return [content]
-    if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
-            text = part.get("text")
-            if not isinstance(text, str):
-                raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
-            texts.append(text)
-        return texts or [""]
-    raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
 
 
 def _image_details(content: list[Any], index: int) -> list[str | None]:
@@ -310,20 +298,21 @@ def _tool_call_parts(call: Json) -> tuple[str | None, str | None]:
 
 
 def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
-    """Read what a non-streamed response (or an error body) says.
+    """Read what a chat completion (or an error body) says.
 
     Args:
         body: the parsed response body, whatever it turned out to be.
-        facts: the request's facts, if known (unused: chat JSON needs none).
+        facts: the request's facts, if known (unused: a completion needs none).
 
     Returns:
-        The observed facts; never raises. An error body gives status
-        ``error``; a body of an unexpected shape gives capture errors.
+        The observed facts; never raises. An error body (``{"error": ...}``)
+        gives status ``error``; a completion without its ``choices`` list, or
+        a choice without its ``finish_reason``, gives capture errors.
     """
     if not isinstance(body, dict):
-        return ResponseFacts(capture_errors=("response body is not a JSON object",))
+        return NOT_AN_OBJECT
     if body.get("error") is not None:
-        return ResponseFacts(status="error", evidence_complete=True)
+        return ERROR_BODY
     errors: list[str] = []
     # A response without usage was still seen whole: its counts stay unknown (None),
     # which the report's usage coverage states; the evidence is not incomplete.
@@ -418,13 +407,8 @@ class StreamObserver(StreamObserverBase):
         if self._done:
             self._note("stream sent data after data: [DONE]")
             return False
-        try:
-            chunk = orjson.loads(event.data)
-        except orjson.JSONDecodeError:
-            self._note("stream chunk is not valid JSON")
-            return False
-        if not isinstance(chunk, dict):
-            self._note("stream chunk is not a JSON object")
+        chunk = self._json_object(event.data, "stream chunk")
+        if chunk is None:
             return False
         if chunk.get("error") is not None:
             self._status = "error"
@@ -487,23 +471,14 @@ class StreamObserver(StreamObserverBase):
             output = True
         return output
 
-    def finish(self, error: str | None = None) -> ResponseFacts:
-        """Return what the stream showed.
-
-        Args:
-            error: why the stream ended early (reset, client gone), if it did.
-
-        Returns:
-            The observed facts; usage counts stay ``None`` when no usage chunk
-            came.
-        """
+    def _missing(self) -> Iterator[str]:
         if not self._done:
-            self._note("stream ended before data: [DONE]")
+            yield "stream ended before data: [DONE]"
         if self._include_usage and self._usage is None:
-            self._note("stream_options.include_usage was sent but no usage chunk arrived")
-        if error:
-            # The caller's reason is always kept, even past the cap.
-            self._note(error, always=True)
+            yield "stream_options.include_usage was sent but no usage chunk arrived"
+
+    def _facts(self) -> ResponseFacts:
+        # Usage counts stay None when no usage chunk came.
         calls = tuple(
             ToolCall(
                 c.call_id,
@@ -556,12 +531,8 @@ def request_content(body: Json) -> RequestContent:
     always ``None``). A ``tool`` message is a ``tool_call_response``; an
     assistant's ``tool_calls`` are ``tool_call`` parts.
     """
-    messages = body.get("messages")
-    converted = (
-        [_input_message(m) for m in messages if isinstance(m, dict)]
-        if isinstance(messages, list)
-        else None
-    )
+    sent = body.get("messages")
+    converted = [_input_message(m) for m in objects(sent)] if isinstance(sent, list) else None
     return RequestContent(input_messages=converted, tool_definitions=_tool_definitions(body))
 
 
@@ -576,7 +547,7 @@ def _input_message(message: Json) -> Json:
         refusal = message.get("refusal")
         if isinstance(refusal, str):
             found.append(parts.text(refusal))
-        for call in _listed(message.get("tool_calls")):
+        for call in objects(message.get("tool_calls")):
             name, arguments = _tool_call_parts(call)
             found.append(parts.tool_call(str_or_none(call.get("id")), name, arguments))
         legacy = message.get("function_call")
@@ -589,15 +560,11 @@ def _input_message(message: Json) -> Json:
     return parts.message(role, found, str_or_none(message.get("name")))
 
 
-def _listed(value: Any) -> list[Json]:
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
 def _content_parts(content: Any) -> list[Json]:
     """A chat message's ``content``: a string, or parts (text, images, audio, files)."""
     if isinstance(content, str):
         return [parts.text(content)]
-    return [_content_part(part) for part in _listed(content)]
+    return [_content_part(part) for part in objects(content)]
 
 
 def _field(part: Json, outer: str, inner: str) -> str | None:
@@ -627,7 +594,7 @@ def _tool_definitions(body: Json) -> list[Json] | None:
     if not isinstance(tools, list):
         return None
     found: list[Json] = []
-    for tool in _listed(tools):
+    for tool in objects(tools):
         kind = str_or_none(tool.get("type")) or "unknown"
         spec = tool.get(kind)
         if kind in ("function", "custom") and isinstance(spec, dict):
@@ -651,7 +618,7 @@ def response_content(body: Json) -> ResponseContent | None:
     if not isinstance(choices, list):
         return None
     messages: list[Json] = []
-    for choice in _listed(choices):
+    for choice in objects(choices):
         message = choice.get("message")
         message = message if isinstance(message, dict) else {}
         found = _content_parts(message.get("content"))
@@ -659,7 +626,7 @@ def response_content(body: Json) -> ResponseContent | None:
             value = message.get(key)
             if isinstance(value, str):
                 found.append(parts.text(value) if key == "refusal" else parts.reasoning(value))
-        for call in _listed(message.get("tool_calls")):
+        for call in objects(message.get("tool_calls")):
             name, arguments = _tool_call_parts(call)
             found.append(parts.tool_call(str_or_none(call.get("id")), name, arguments))
         reason = parts.finish_reason(str_or_none(choice.get("finish_reason")), FINISH_REASONS)

@@ -59,7 +59,7 @@ from modeltap.apis.fields import (
     whole_number,
 )
 from modeltap.apis.json_body import utf8_len
-from modeltap.apis.stream_observer import StreamObserverBase
+from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
 from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_RESPONSES,
@@ -429,9 +429,9 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
         the body is neither a Response object nor an error body.
     """
     if not isinstance(body, dict):
-        return ResponseFacts(capture_errors=("response body is not a JSON object",))
+        return NOT_AN_OBJECT
     if isinstance(body.get("error"), dict) and "output" not in body:
-        return ResponseFacts(status="error", evidence_complete=True)
+        return ERROR_BODY
     output = body.get("output")
     if not isinstance(output, list):
         return _from_response(body, (), ("response has no output list",))
@@ -590,15 +590,8 @@ class StreamObserver(StreamObserverBase):
         """
         if self._done:
             return False
-        try:
-            event = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            self._note("a stream event is not valid JSON")
-            return False
-        if not isinstance(event, dict):
-            self._note("a stream event is not a JSON object")
-            return False
-        return self.feed_json(event)
+        event = self._json_object(data, "a stream event")
+        return event is not None and self.feed_json(event)
 
     def feed_json(self, event: Json) -> bool:
         """Observe one parsed event object (also how WebSocket server events come in).
@@ -676,20 +669,15 @@ class StreamObserver(StreamObserverBase):
 
     def _assembled(self) -> list[Json] | None:
         """The output kept for spans (content capture only)."""
-        if self._output is None:
-            return None
         if self._terminal_output is not None:
             return self._terminal_output
-        for key, pending in self._calls.items():
-            call = pending.result()
-            part = parts.tool_call(call.call_id, call.name, call.arguments)
-            self._output.add_part(0, (key, None, "tool_call"), part)
+        calls = (((key, None, "tool_call"), p.result()) for key, p in self._calls.items())
         reason = (
             _finish_reason(self._status, self._finish_reasons, bool(self._calls))
             if self._done
             else "error"  # cut short: nothing finished
         )
-        return self._output.messages(lambda _: reason)
+        return parts.assembled(self._output, calls, reason)
 
     def _read_response_event(self, kind: str, event: Json) -> None:
         """Take id, model, status (and, when terminal, usage) from a response event."""

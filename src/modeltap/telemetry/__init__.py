@@ -55,7 +55,7 @@ from modeltap.sink import LineObserver
 from modeltap.telemetry.export import SessionIdGenerator, SpanExport, SpanStats, session_trace_id
 from modeltap.telemetry.logs import LogExport, LogSettings, LogStats, log_settings_from_env
 from modeltap.telemetry.metrics import DEFAULT_EXPORT_INTERVAL, MetricExport
-from modeltap.telemetry.spans import ConnectionSpan, ExchangeSpan, open_connection, open_exchange
+from modeltap.telemetry.spans import ConnectionSpan, ExchangeSpan
 from modeltap.telemetry.targets import (
     NO_ENDPOINT,
     ExportTarget,
@@ -320,7 +320,7 @@ class Telemetry:
         Returns:
             The exchange's span; call :meth:`ExchangeSpan.finish` exactly once.
         """
-        return open_exchange(
+        return ExchangeSpan(
             self._tree,
             session_id=session_id,
             traceparent=traceparent,
@@ -357,7 +357,7 @@ class Telemetry:
         Returns:
             The connection's span; call :meth:`ConnectionSpan.finish` once.
         """
-        return open_connection(
+        return ConnectionSpan(
             self._tree,
             session_id=session_id,
             traceparent=traceparent,

@@ -21,7 +21,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -33,9 +33,16 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from modeltap import __version__
-from modeltap.telemetry.targets import ExportTarget
+from modeltap.telemetry.targets import ExportTarget, exporter_arguments
 
-__all__ = ["SessionIdGenerator", "SpanExport", "SpanStats", "build_exporter", "session_trace_id"]
+__all__ = [
+    "SessionIdGenerator",
+    "SpanExport",
+    "SpanStats",
+    "build_exporter",
+    "session_trace_id",
+    "shutdown_aside",
+]
 
 _logger = logging.getLogger("modeltap.telemetry")
 
@@ -168,23 +175,32 @@ class _CountingProcessor(SpanProcessor):
 
 
 def build_exporter(target: ExportTarget, timeout: float) -> SpanExporter:
-    headers = dict(target.headers) or None
+    """The official OTLP span exporter for ``target`` (HTTP protobuf or gRPC)."""
     if target.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-            OTLPSpanExporter as GrpcSpanExporter,
-        )
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
-        return GrpcSpanExporter(
-            endpoint=target.endpoint,
-            insecure=target.endpoint.startswith("http://"),
-            headers=headers,
-            timeout=timeout,
-        )
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-        OTLPSpanExporter as HttpSpanExporter,
-    )
+        return OTLPSpanExporter(**exporter_arguments(target, timeout))
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as Http
 
-    return HttpSpanExporter(endpoint=target.endpoint, headers=headers, timeout=timeout)
+    return Http(**exporter_arguments(target, timeout))
+
+
+def shutdown_aside(shutdown: Callable[[], object], name: str, deadline: float) -> None:
+    """Run an SDK provider's ``shutdown`` on a thread of its own, waiting until ``deadline``.
+
+    The SDK's shutdowns join their workers for up to 30 s and cannot be told
+    otherwise; modeltap stops waiting at its own deadline (half a second
+    past it, for a worker just finishing). The thread is a daemon: one still
+    stuck on a dead collector does not hold the process.
+
+    Args:
+        shutdown: the provider's shutdown (``TracerProvider.shutdown``, ...).
+        name: the thread's name.
+        deadline: a :func:`time.monotonic` time.
+    """
+    worker = threading.Thread(target=shutdown, name=name, daemon=True)
+    worker.start()
+    worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
 
 
 # --------------------------------------------------------------------------
@@ -265,11 +281,7 @@ class SpanExport:
         # deadline. Past the deadline the exporter fails batches at once, so
         # the worker drains instead of timing out batch by batch.
         self._exporter.give_up_at = deadline
-        worker = threading.Thread(
-            target=self._provider.shutdown, name="modeltap-telemetry-shutdown", daemon=True
-        )
-        worker.start()
-        worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
+        shutdown_aside(self._provider.shutdown, "modeltap-telemetry-shutdown", deadline)
         stats = self.stats()
         if stats.dropped:
             unsent = max(0, stats.dropped - stats.failed)

@@ -78,7 +78,8 @@ from modeltap import __version__
 from modeltap.records import Usage
 from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import api_identity, usage_totals
-from modeltap.telemetry.targets import ExportTarget, env_value
+from modeltap.telemetry.export import shutdown_aside
+from modeltap.telemetry.targets import ExportTarget, env_value, exporter_arguments
 from modeltap.telemetry.tree import SpanTree
 
 __all__ = [
@@ -199,6 +200,22 @@ def _kind(file: str, record: object) -> str:
     return value if isinstance(value, str) else "unknown"
 
 
+#: Attributes every line's record carries when its line has the field.
+_LINE_FIELDS: Final = (
+    (names.MODELTAP_RUN_ID, "run_id"),
+    (names.MODELTAP_SESSION_ID, "session_id"),
+    (names.MODELTAP_SEQ, "seq"),
+    (names.MODELTAP_REQUEST_ID, "request_id"),
+    (names.MODELTAP_API, "api"),
+)
+#: Attributes of a ``response`` line's record.
+_RESPONSE_FIELDS: Final = (
+    (names.RESPONSE_MODEL, "model"),
+    (names.RESPONSE_ID, "response_id"),
+    (names.HTTP_RESPONSE_STATUS_CODE, "status"),
+)
+
+
 def log_attributes(file: str, body: bytes, record: object) -> dict[str, Any]:
     """The attributes of one line's log record (see the module docstring).
 
@@ -216,16 +233,8 @@ def log_attributes(file: str, body: bytes, record: object) -> dict[str, Any]:
         names.LOG_FILE_NAME: file,
         names.LOG_RECORD_UID: hashlib.sha256(body).hexdigest(),
     }
-    for name, key in (
-        (names.MODELTAP_RUN_ID, "run_id"),
-        (names.MODELTAP_SESSION_ID, "session_id"),
-        (names.MODELTAP_SEQ, "seq"),
-        (names.MODELTAP_REQUEST_ID, "request_id"),
-        (names.MODELTAP_API, "api"),
-    ):
-        value = getattr(record, key, None)
-        if value is not None:
-            attributes[name] = value
+    # Fields a line does not have are None here, and left out at the end.
+    attributes |= {name: getattr(record, key, None) for name, key in _LINE_FIELDS}
     api = attributes.get(names.MODELTAP_API)
     if kind == KIND_AUDIT:
         attributes[names.OPERATION_NAME] = names.operation_of(api if isinstance(api, str) else None)
@@ -235,34 +244,20 @@ def log_attributes(file: str, body: bytes, record: object) -> dict[str, Any]:
         provider = getattr(record, "provider", None)
         if provider is None and isinstance(api, str):
             provider, _ = api_identity(api)
-        if provider is not None:
-            attributes[names.PROVIDER_NAME] = provider
+        attributes[names.PROVIDER_NAME] = provider
     elif kind == "response":
         attributes[names.OPERATION_NAME] = names.operation_of(api if isinstance(api, str) else None)
-        for name, key in (
-            (names.RESPONSE_MODEL, "model"),
-            (names.RESPONSE_ID, "response_id"),
-            (names.HTTP_RESPONSE_STATUS_CODE, "status"),
-        ):
-            value = getattr(record, key, None)
-            if value is not None:
-                attributes[name] = value
+        attributes |= {name: getattr(record, key, None) for name, key in _RESPONSE_FIELDS}
         usage = getattr(record, "usage", None)
         if isinstance(usage, Usage) and isinstance(api, str):
             # As the conventions count them (all input tokens, cached ones
             # included); the body keeps the provider's own numbers.
             totals = usage_totals(api, usage)
-            for name, value in (
-                (names.USAGE_INPUT_TOKENS, totals.input_tokens),
-                (names.USAGE_OUTPUT_TOKENS, totals.output_tokens),
-            ):
-                if value is not None:
-                    attributes[name] = value
+            attributes[names.USAGE_INPUT_TOKENS] = totals.input_tokens
+            attributes[names.USAGE_OUTPUT_TOKENS] = totals.output_tokens
     elif kind == "rejected":
         attributes[names.ERROR_TYPE] = getattr(record, "rule", None)
-        status = getattr(record, "status", None)
-        if status is not None:
-            attributes[names.HTTP_RESPONSE_STATUS_CODE] = status
+        attributes[names.HTTP_RESPONSE_STATUS_CODE] = getattr(record, "status", None)
     elif kind == "error":
         attributes[names.ERROR_TYPE] = getattr(record, "error", None)
     return {key: value for key, value in attributes.items() if value is not None}
@@ -370,23 +365,13 @@ class _CountingLogExporter(LogRecordExporter):
 
 def build_log_exporter(target: ExportTarget, timeout: float) -> LogRecordExporter:
     """The official OTLP log exporter for ``target`` (HTTP protobuf or gRPC)."""
-    headers = dict(target.headers) or None
     if target.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import (
-            OTLPLogExporter as GrpcLogExporter,
-        )
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
 
-        return GrpcLogExporter(
-            endpoint=target.endpoint,
-            insecure=target.endpoint.startswith("http://"),
-            headers=headers,
-            timeout=timeout,
-        )
-    from opentelemetry.exporter.otlp.proto.http._log_exporter import (
-        OTLPLogExporter as HttpLogExporter,
-    )
+        return OTLPLogExporter(**exporter_arguments(target, timeout))
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter as Http
 
-    return HttpLogExporter(endpoint=target.endpoint, headers=headers, timeout=timeout)
+    return Http(**exporter_arguments(target, timeout))
 
 
 # --------------------------------------------------------------------------
@@ -574,11 +559,7 @@ class LogExport:
         # As for spans: the SDK's shutdown joins its worker for up to 30 s, so run
         # it aside; past the deadline the exporter fails batches at once.
         self._exporter.give_up_at = deadline
-        worker = threading.Thread(
-            target=self._provider.shutdown, name="modeltap-logs-shutdown", daemon=True
-        )
-        worker.start()
-        worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
+        shutdown_aside(self._provider.shutdown, "modeltap-logs-shutdown", deadline)
         before = self.stats()
         # Whatever was not acknowledged by now is dropped: records still queued,
         # or in an export nobody answered (the collector may yet keep those).

@@ -21,6 +21,7 @@ deadline. Failed exports are counted and said at exit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -39,7 +40,8 @@ from opentelemetry.sdk.resources import Resource
 from modeltap import __version__
 from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import Attributes
-from modeltap.telemetry.targets import ExportTarget
+from modeltap.telemetry.export import shutdown_aside
+from modeltap.telemetry.targets import ExportTarget, exporter_arguments
 
 __all__ = ["DEFAULT_EXPORT_INTERVAL", "MetricExport"]
 
@@ -50,24 +52,14 @@ DEFAULT_EXPORT_INTERVAL = 10.0
 
 
 def build_metric_exporter(target: ExportTarget, timeout: float) -> MetricExporter:
-    """The official OTLP metric exporter for ``target``."""
-    headers = dict(target.headers) or None
+    """The official OTLP metric exporter for ``target`` (HTTP protobuf or gRPC)."""
     if target.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
-            OTLPMetricExporter as GrpcMetricExporter,
-        )
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
 
-        return GrpcMetricExporter(
-            endpoint=target.endpoint,
-            insecure=target.endpoint.startswith("http://"),
-            headers=headers,
-            timeout=timeout,
-        )
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-        OTLPMetricExporter as HttpMetricExporter,
-    )
+        return OTLPMetricExporter(**exporter_arguments(target, timeout))
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
-    return HttpMetricExporter(endpoint=target.endpoint, headers=headers, timeout=timeout)
+    return Http(**exporter_arguments(target, timeout))
 
 
 class _CountingMetricExporter(MetricExporter):
@@ -217,14 +209,12 @@ class MetricExport:
             ``metrics: 3 exports, 0 failed (OTLP/HTTP -> http://...)``.
         """
         self._exporter.give_up_at = deadline
-        worker = threading.Thread(
-            target=self._shutdown_provider,
-            args=(max(0.0, deadline - time.monotonic()) * 1000,),
-            name="modeltap-metrics-shutdown",
-            daemon=True,
+        millis = max(0.0, deadline - time.monotonic()) * 1000
+        shutdown_aside(
+            functools.partial(self._shutdown_provider, millis),
+            "modeltap-metrics-shutdown",
+            deadline,
         )
-        worker.start()
-        worker.join(max(0.0, deadline - time.monotonic()) + 0.5)
         return (
             f"metrics: {self._exporter.exported} exports, {self._exporter.failed} failed"
             f" ({self.target.describe()})"

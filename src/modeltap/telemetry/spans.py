@@ -47,92 +47,7 @@ from modeltap.telemetry.attributes import (
 )
 from modeltap.telemetry.tree import SessionRoot, SpanTree, never_raises
 
-__all__ = ["ConnectionSpan", "ExchangeSpan", "open_connection", "open_exchange"]
-
-
-# --------------------------------------------------------------------------
-# Opening spans
-
-
-def open_exchange(
-    tree: SpanTree,
-    *,
-    session_id: str,
-    traceparent: str | None,
-    start_ns: int,
-    transport: str,
-    parent: ConnectionSpan | None,
-    conversation_id: str | None = None,
-    provider: str | None = None,
-    upstream: str | None = None,
-    api: str | None = None,
-) -> ExchangeSpan:
-    """Open the exchange of one request (see :meth:`~modeltap.telemetry.Telemetry.start_exchange`).
-
-    Its span starts when the request is audited (or refused); until then the
-    exchange is only tracked, so shutdown can still end it.
-    """
-    exchange = ExchangeSpan(
-        tree,
-        session_id=session_id,
-        traceparent=traceparent,
-        start_ns=start_ns,
-        transport=transport,
-        parent=parent,
-        conversation_id=conversation_id,
-        provider=provider,
-        upstream=upstream,
-        api=api,
-    )
-    if tree.tracer is not None or tree.metrics is not None:
-        tree.track(exchange)
-    return exchange
-
-
-def open_connection(
-    tree: SpanTree,
-    *,
-    session_id: str,
-    traceparent: str | None,
-    start_ns: int,
-    path: str,
-    upstream: str,
-) -> ConnectionSpan:
-    """Open the span of one WebSocket connection (see
-    :meth:`~modeltap.telemetry.Telemetry.start_connection`)."""
-    connection = ConnectionSpan(tree, session_id)
-    if tree.tracer is not None:
-        _start_connection_span(tree, connection, session_id, traceparent, start_ns, path, upstream)
-    return connection
-
-
-@never_raises
-def _start_connection_span(
-    tree: SpanTree,
-    connection: ConnectionSpan,
-    session_id: str,
-    traceparent: str | None,
-    start_ns: int,
-    path: str,
-    upstream: str,
-) -> None:
-    address, port = server_address(upstream)
-    attributes: Attributes = {names.MODELTAP_SESSION_ID: session_id}
-    if address is not None:
-        attributes[names.SERVER_ADDRESS] = address
-    if port is not None:
-        attributes[names.SERVER_PORT] = port
-    # The query string never goes into a span name (it is unbounded and
-    # may carry a key); the path itself is redacted all the same.
-    connection._span, connection._root, _ = tree.start_span(
-        f"websocket {redact_path(path).split('?', 1)[0]}",
-        session_id=session_id,
-        traceparent=traceparent,
-        parent=None,
-        start_ns=start_ns,
-        attributes=attributes,
-    )
-    tree.track(connection)
+__all__ = ["ConnectionSpan", "ExchangeSpan"]
 
 
 # --------------------------------------------------------------------------
@@ -142,9 +57,12 @@ def _start_connection_span(
 class ExchangeSpan:
     """The span of one exchange, filled in as the exchange goes.
 
-    Every method is cheap and never raises; on a no-op :class:`Telemetry`
-    they do nothing. Phase child spans are made in :meth:`finish`, from the
-    timestamps handed in on the way.
+    Opened by :meth:`~modeltap.telemetry.Telemetry.start_exchange` (its
+    arguments are documented there). Its span starts when the request is
+    audited (or refused); until then the exchange is only tracked, so shutdown
+    can still end it. Every method is cheap and never raises; on a no-op
+    :class:`Telemetry` they do nothing. Phase child spans are made in
+    :meth:`finish`, from the timestamps handed in on the way.
     """
 
     def __init__(
@@ -179,6 +97,8 @@ class ExchangeSpan:
         self._forwarded_ns: int | None = None
         self._first_byte_ns: int | None = None
         self._first_chunk_ns: int | None = None
+        if tree.tracer is not None or tree.metrics is not None:
+            tree.track(self)
 
     def _start(self, name: str, attributes: Attributes) -> None:
         """Start the span (once), with every attribute known now."""
@@ -459,14 +379,49 @@ def _error_type(
 
 
 class ConnectionSpan:
-    """The span of one WebSocket connection; its messages' spans are its children."""
+    """The span of one WebSocket connection; its messages' spans are its children.
 
-    def __init__(self, tree: SpanTree, session_id: str) -> None:
+    Opened by :meth:`~modeltap.telemetry.Telemetry.start_connection` (its
+    arguments are documented there).
+    """
+
+    def __init__(
+        self,
+        tree: SpanTree,
+        *,
+        session_id: str,
+        traceparent: str | None,
+        start_ns: int,
+        path: str,
+        upstream: str,
+    ) -> None:
         self._tree = tree
         self._span: trace.Span | None = None
         self._root: SessionRoot | None = None
         self.session_id = session_id
         self.end_ns: int | None = None
+        if tree.tracer is not None:
+            self._start(traceparent, start_ns, path, upstream)
+
+    @never_raises
+    def _start(self, traceparent: str | None, start_ns: int, path: str, upstream: str) -> None:
+        address, port = server_address(upstream)
+        attributes: Attributes = {names.MODELTAP_SESSION_ID: self.session_id}
+        if address is not None:
+            attributes[names.SERVER_ADDRESS] = address
+        if port is not None:
+            attributes[names.SERVER_PORT] = port
+        # The query string never goes into a span name (it is unbounded and
+        # may carry a key); the path itself is redacted all the same.
+        self._span, self._root, _ = self._tree.start_span(
+            f"websocket {redact_path(path).split('?', 1)[0]}",
+            session_id=self.session_id,
+            traceparent=traceparent,
+            parent=None,
+            start_ns=start_ns,
+            attributes=attributes,
+        )
+        self._tree.track(self)
 
     @never_raises
     def finish(self, *, end_ns: int, code: int | None, error: str | None) -> None:

@@ -8,14 +8,16 @@ out: the same ``--otlp`` URL or ``OTEL_EXPORTER_OTLP_ENDPOINT`` serves all
 (``/v1/traces``, ``/v1/metrics`` and ``/v1/logs`` over HTTP), and the
 per-signal variables (``OTEL_EXPORTER_OTLP_TRACES_*``, ``..._METRICS_*``,
 ``..._LOGS_*``) override it for one. ``OTEL_TRACES_EXPORTER=none`` (or
-``METRICS``, ``LOGS``) turns one signal off.
+``METRICS``, ``LOGS``) turns one signal off. :func:`exporter_arguments` is what
+each signal's official OTLP exporter is built with (the exporter connects
+only when it first exports).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry.util.re import parse_env_headers
@@ -27,6 +29,7 @@ __all__ = [
     "Signal",
     "capture_content_from_env",
     "env_value",
+    "exporter_arguments",
     "resolve_export_target",
 ]
 
@@ -203,3 +206,25 @@ def capture_content_from_env(environ: Mapping[str, str]) -> bool:
     """
     value = (env_value(environ, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT") or "").lower()
     return value in ("true", "span_only", "span_and_event")
+
+
+def exporter_arguments(target: ExportTarget, timeout: float) -> dict[str, Any]:
+    """The keyword arguments of the official OTLP exporters (spans, metrics, logs) for ``target``.
+
+    Args:
+        target: where the signal goes.
+        timeout: seconds one export may take.
+
+    Returns:
+        ``endpoint``, ``headers`` (``None`` when there are none) and
+        ``timeout``; for gRPC also ``insecure``, true for an ``http://``
+        (plaintext) endpoint.
+    """
+    arguments: dict[str, Any] = {
+        "endpoint": target.endpoint,
+        "headers": dict(target.headers) or None,
+        "timeout": timeout,
+    }
+    if target.protocol == "grpc":
+        arguments["insecure"] = target.endpoint.startswith("http://")
+    return arguments
