@@ -1,20 +1,25 @@
-"""A fast loopback upstream for the benchmarks: chat JSON, SSE and WebSocket.
+"""A fast loopback upstream for the benchmarks: every wire of ``bench/wires.py``.
 
 Run by ``bench/run.py`` in its own process::
 
-    python bench/upstream.py --port 0 --sse-pause-ms 10
+    python bench/upstream.py --port 0
 
 It prints ``PORT <n>`` on stdout once it listens, and stops on SIGINT/SIGTERM
 or after ``--max-seconds``. It never parses request bodies (a 20 MB image body
 costs it one read), so what is measured is the proxy, not the stub:
 
-- ``POST .../chat/completions``: a canned chat completion (JSON);
-  with ``?sse=1``, an SSE stream: the first chunk at once, then a pause of
-  ``--sse-pause-ms``, then the rest and ``[DONE]`` (a proxy that buffered the
-  stream would show the pause in the time to first byte).
+- ``POST`` to a wire's path (``bench/wires.py``: chat, Responses, Anthropic,
+  Gemini, Bedrock Converse): the wire's whole JSON answer; with ``?sse=1``
+  (or on a streaming path: ``:streamGenerateContent``, ``/converse-stream``)
+  its stream: the first event at once, a pause of ``pause`` ms (default
+  ``--sse-pause-ms``), ``n`` deltas (default 2), then the tail. Each delta is
+  its own write, as a model server flushes each token; after every ``burst``
+  deltas (default 10) the stream pauses 1 ms, so a long stream arrives as a
+  reasoning model's does, in small pieces, not as one buffer.
 - ``GET .../responses`` with ``Upgrade: websocket``: for each text message
-  (taken to be a ``response.create``) three events, ``response.created``,
-  ``response.output_text.delta``, ``response.completed``.
+  (taken to be a ``response.create``) ``response.created``, ``n`` deltas (the
+  handshake's ``?n=``, default 1) and ``response.completed``, with the same
+  bursts.
 """
 
 from __future__ import annotations
@@ -22,148 +27,81 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import itertools
 import signal
 import sys
+from pathlib import Path
 
 import orjson
 from aiohttp import WSMsgType, web
 
-MODEL = "bench-model"
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CHAT_JSON = orjson.dumps(
-    {
-        "id": "chatcmpl-bench",
-        "object": "chat.completion",
-        "created": 1700000000,
-        "model": MODEL,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "Hello from the bench upstream."},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {"prompt_tokens": 512, "completion_tokens": 8, "total_tokens": 520},
-    }
-)
+from bench.wires import Answer, Stream, responses_events, wire_for_path
+
+STREAMING_PATHS = (":streamGenerateContent", "/converse-stream")
 
 
-def _sse(obj: object) -> bytes:
-    return b"data: " + orjson.dumps(obj) + b"\n\n"
-
-
-def _chunk(delta: dict[str, object], finish: str | None = None) -> bytes:
-    return _sse(
-        {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion.chunk",
-            "created": 1700000000,
-            "model": MODEL,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-    )
-
-
-SSE_FIRST = _chunk({"role": "assistant", "content": "Hello"})
-SSE_REST = (
-    _chunk({"content": " from the bench upstream."})
-    + _chunk({}, "stop")
-    + _sse(
-        {
-            "id": "chatcmpl-bench",
-            "object": "chat.completion.chunk",
-            "created": 1700000000,
-            "model": MODEL,
-            "choices": [],
-            "usage": {"prompt_tokens": 512, "completion_tokens": 8, "total_tokens": 520},
-        }
-    )
-    + b"data: [DONE]\n\n"
-)
-
-
-def _response(rid: str, status: str, output: list[object], usage: object) -> dict[str, object]:
-    return {
-        "id": rid,
-        "object": "response",
-        "created_at": 1700000000,
-        "status": status,
-        "model": MODEL,
-        "output": output,
-        "usage": usage,
-    }
-
-
-def ws_events(n: int) -> list[str]:
-    """The three server events answering the n-th ``response.create``."""
-    rid = f"resp_bench{n}"
-    item = {
-        "id": "msg_bench",
-        "type": "message",
-        "role": "assistant",
-        "status": "completed",
-        "content": [{"type": "output_text", "text": "Hi", "annotations": []}],
-    }
-    usage = {
-        "input_tokens": 512,
-        "output_tokens": 2,
-        "total_tokens": 514,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens_details": {"reasoning_tokens": 0},
-    }
-    events = [
-        {
-            "type": "response.created",
-            "sequence_number": 0,
-            "response": _response(rid, "in_progress", [], None),
-        },
-        {
-            "type": "response.output_text.delta",
-            "sequence_number": 1,
-            "item_id": "msg_bench",
-            "output_index": 0,
-            "content_index": 0,
-            "delta": "Hi",
-        },
-        {
-            "type": "response.completed",
-            "sequence_number": 2,
-            "response": _response(rid, "completed", [item], usage),
-        },
-    ]
-    return [orjson.dumps(e).decode() for e in events]
+def _query_int(request: web.Request, name: str, default: int) -> int:
+    try:
+        return int(request.query.get(name, default))
+    except ValueError:
+        return default
 
 
 class BenchUpstream:
     def __init__(self, sse_pause: float) -> None:
         self.sse_pause = sse_pause
-        self._ws_count = itertools.count(1)
+        self.answers: dict[str, Answer] = {}
+
+    def _answer(self, path: str) -> Answer | None:
+        wire = wire_for_path(path)
+        if wire is None:
+            return None
+        if wire.name not in self.answers:
+            self.answers[wire.name] = wire.answer()
+        return self.answers[wire.name]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.headers.get("upgrade", "").lower() == "websocket":
             return await self._websocket(request)
         await request.read()  # the whole body, as a real upstream would
-        if request.query.get("sse"):
-            return await self._sse(request)
-        return web.Response(body=CHAT_JSON, content_type="application/json")
+        answer = self._answer(request.path)
+        if answer is None:
+            return web.Response(status=404, text="no such bench path")
+        if request.query.get("sse") or request.path.endswith(STREAMING_PATHS):
+            return await self._stream(request, answer.stream)
+        return web.Response(body=answer.json, content_type="application/json")
 
-    async def _sse(self, request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    async def _stream(self, request: web.Request, stream: Stream) -> web.StreamResponse:
+        n = _query_int(request, "n", 2)
+        burst = max(1, _query_int(request, "burst", 10))
+        pause = _query_int(request, "pause", -1)
+        resp = web.StreamResponse(headers={"Content-Type": stream.content_type})
         await resp.prepare(request)
-        await resp.write(SSE_FIRST)
-        await asyncio.sleep(self.sse_pause)
-        await resp.write(SSE_REST)
+        await resp.write(stream.first)
+        await asyncio.sleep(self.sse_pause if pause < 0 else pause / 1000)
+        for i in range(n):
+            await resp.write(stream.delta)
+            if (i + 1) % burst == 0 and i + 1 < n:
+                await asyncio.sleep(0.001)
+        await resp.write(stream.tail)
         await resp.write_eof()
         return resp
 
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+        n = _query_int(request, "n", 1)
+        burst = max(1, _query_int(request, "burst", 10))
+        first, delta, done = (orjson.dumps(e).decode() for e in responses_events())
         ws = web.WebSocketResponse(max_msg_size=0, compress=False)
         await ws.prepare(request)
         async for msg in ws:
             if msg.type == WSMsgType.TEXT:
-                for event in ws_events(next(self._ws_count)):
-                    await ws.send_str(event)
+                await ws.send_str(first)
+                for i in range(n):
+                    await ws.send_str(delta)
+                    if (i + 1) % burst == 0 and i + 1 < n:
+                        await asyncio.sleep(0.001)
+                await ws.send_str(done)
             elif msg.type in (WSMsgType.ERROR, WSMsgType.CLOSE):
                 break
         return ws
@@ -193,7 +131,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--sse-pause-ms", type=float, default=10.0)
-    parser.add_argument("--max-seconds", type=float, default=900.0)
+    parser.add_argument("--max-seconds", type=float, default=1800.0)
     args = parser.parse_args()
     asyncio.run(serve(args.port, args.sse_pause_ms / 1000, args.max_seconds))
     return 0
