@@ -126,4 +126,4 @@ def test_new_model_names_do_not_grow_the_tables_memos() -> None:
     for index in range(3 * cost._MAX_MEMOS):
         estimate(model=f"made-up-{index}", usage=Usage(1, 1, 2, cache_read_tokens=0))
     memos = ("_lookup_cache", "_provider_cache", "_provider_misses")
-    assert sum(len(getattr(cost._SNAPSHOT, name)) for name in memos) <= cost._MAX_MEMOS + 2
+    assert sum(len(getattr(cost._snapshot(), name)) for name in memos) <= cost._MAX_MEMOS + 2

@@ -32,21 +32,22 @@ How a response is priced:
 from __future__ import annotations
 
 import functools
+import threading
 from datetime import UTC, datetime
-from typing import Final
-
-from genai_prices import Usage as PriceUsage
-from genai_prices import __version__ as genai_prices_version
-from genai_prices.data_snapshot import get_snapshot
-from genai_prices.types import ModelInfo, Provider
+from importlib.metadata import version
+from typing import TYPE_CHECKING, Final
 
 from modeltap import apis
 from modeltap.records import Cost, ResponseFacts, Usage
 
-__all__ = ["PROVIDER_IDS", "SOURCE", "estimate_cost", "response_cost"]
+if TYPE_CHECKING:
+    from genai_prices.data_snapshot import DataSnapshot
+    from genai_prices.types import ModelInfo, Provider
+
+__all__ = ["PROVIDER_IDS", "SOURCE", "estimate_cost", "load_table", "response_cost"]
 
 #: What every estimate says it comes from.
-SOURCE: Final = f"genai-prices {genai_prices_version}"
+SOURCE: Final = f"genai-prices {version('genai-prices')}"
 
 #: ``gen_ai.provider.name`` values and the price table's provider ids.
 PROVIDER_IDS: Final = {
@@ -74,17 +75,32 @@ _PRICED_APART: Final = (
     ("output_reasoning_mtok", "reasoning_tokens", "reasoning tokens"),
 )
 
-# Load the bundled table now (a fraction of a second), not on the first response.
-_SNAPSHOT = get_snapshot()
 #: The table memoises every lookup, misses included, keyed by model name: a
 #: client sending ever new model names would grow it without end. Past this
 #: many entries the memos are dropped (they rebuild in microseconds).
 _MAX_MEMOS = 4096
+_LOADING = threading.Lock()
+
+
+@functools.cache
+def _snapshot() -> DataSnapshot:
+    """The bundled table, loaded on first use: importing and reading it takes a
+    quarter of a second, which start-up need not wait for (see :func:`load_table`)."""
+    with _LOADING:
+        from genai_prices.data_snapshot import get_snapshot
+
+        return get_snapshot()
+
+
+def load_table() -> None:
+    """Load the price table now. The proxy calls it on a worker thread once it
+    listens, so that neither start-up nor the first response waits for it."""
+    _snapshot()
 
 
 def _bound_memos() -> None:
     memos = [
-        getattr(_SNAPSHOT, name, None)
+        getattr(_snapshot(), name, None)
         for name in ("_lookup_cache", "_provider_cache", "_provider_misses")
     ]
     if sum(len(memo) for memo in memos if memo is not None) > _MAX_MEMOS:
@@ -109,7 +125,7 @@ def _find(model: str, provider: str | None, upstream: str) -> tuple[Provider, Mo
         attempts.append((provider_id, None))
     for provider_id, api_url in attempts:
         try:
-            return _SNAPSHOT.find_provider_model(model, None, provider_id, api_url)
+            return _snapshot().find_provider_model(model, None, provider_id, api_url)
         except LookupError:
             continue
     return None
@@ -161,6 +177,8 @@ def estimate_cost(
         for price_key, count_name, label in _PRICED_APART:
             if getattr(prices, price_key) is not None and getattr(totals, count_name) is None:
                 return _unknown(f"{label} not reported; the table prices them apart", priced_as)
+        from genai_prices import Usage as PriceUsage
+
         counted = PriceUsage(
             input_tokens=totals.input_tokens,
             output_tokens=totals.output_tokens,
