@@ -4,25 +4,12 @@ It owns ``--otlp`` and ``--capture-content`` and listens to the run only
 while spans are exported: each model exchange gets an exchange span (a
 WebSocket turn's is a child of its connection's span), each session a root,
 and the export is flushed when the run stops (:mod:`modeltap.telemetry`).
-
-Spans, metrics and log records are built on the event loop's next turn, not
-inside the hook that published the notice (:meth:`Spans.later`): building
-them costs about a third of a millisecond per exchange, which the request
-(before it is forwarded) and the response (before the client gets it) need
-not wait for. Every timestamp is taken when the notice is published, the
-work keeps its order, and the run's stop builds whatever is still pending
-before the export is flushed.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 from mitmproxy import exceptions
@@ -32,10 +19,7 @@ from modeltap.addons.base import Addon
 from modeltap.notices import ExchangeView, Listener, Outcome
 from modeltap.records import RequestFacts, WsCloseEvent, redact_path
 from modeltap.run import Run
-from modeltap.sink import LineObserver
 from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
-
-logger = logging.getLogger(__name__)
 
 # Durations come from the monotonic clock; spans want epoch time. One fixed
 # offset converts, so both views of an exchange agree.
@@ -62,51 +46,10 @@ class Spans(Addon, Listener):
         self.summary: str | None = None
         self._exchanges: dict[str, ExchangeSpan] = {}
         self._connections: dict[str, ConnectionSpan] = {}
-        #: Telemetry work waiting for the loop's next turn, in order.
-        self._pending: deque[Callable[[], None]] = deque()
-        self._scheduled = False
-
-    def later(self, work: Callable[..., None], *args: Any) -> None:
-        """Run ``work(*args)`` once the current hook has returned (on the event
-        loop's next turn), after the work handed in before it. Outside an event
-        loop (a line written from another thread) it runs now."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            self._run(partial(work, *args))
-            return
-        self._pending.append(partial(work, *args))
-        if not self._scheduled:
-            self._scheduled = True
-            loop.call_soon(self.flush)
-
-    def flush(self) -> None:
-        """Do the pending work now."""
-        self._scheduled = False
-        while self._pending:
-            self._run(self._pending.popleft())
-
-    @staticmethod
-    def _run(work: Callable[[], None]) -> None:
-        try:
-            work()
-        except Exception as e:  # telemetry is never worth an exchange
-            logger.error("modeltap: building telemetry failed (%s)", type(e).__name__)
-
-    def _observer(self, observe: LineObserver | None) -> LineObserver | None:
-        """The sink's line observer: each line becomes a log record, later."""
-        if observe is None:
-            return None
-
-        def observer(file: str, line: bytes, record: object) -> None:
-            self.later(observe, file, line, record)
-
-        return observer
 
     def configure(self, updated: set[str]) -> None:
         if not {"modeltap_otlp", "modeltap_otlp_logs", "modeltap_capture_content"} & updated:
             return
-        self.flush()  # pending work belongs to the telemetry it was handed to
         opts = self.options
         try:
             telemetry = Telemetry.configure(
@@ -123,7 +66,7 @@ class Spans(Addon, Listener):
         capture = telemetry.capture_content
         self.run.settings = replace(self.run.settings, capture_content=capture)
         # SPEC 9: every line written is also an OTLP log record (when exported).
-        self.run.observe_lines(self._observer(telemetry.line_observer))
+        self.run.observe_lines(telemetry.line_observer)
         self.run.logs_dropped = telemetry.logs_dropped
         if telemetry.enabled:
             self.run.subscribe(self)
@@ -133,9 +76,6 @@ class Spans(Addon, Listener):
     # ------------------------------------------------------------------ notices
 
     def started(self, view: ExchangeView, t_ns: int) -> None:
-        self.later(self._started, view, t_ns)
-
-    def _started(self, view: ExchangeView, t_ns: int) -> None:
         if view.parent is not None:  # a WebSocket turn: a child of its connection's span
             span = self.telemetry.start_exchange(
                 session_id=view.session_id,
@@ -159,28 +99,17 @@ class Spans(Addon, Listener):
         self._exchanges[view.id] = span
 
     def audited(self, view: ExchangeView, facts: RequestFacts, body: bytes, t_ns: int) -> None:
-        # The body is kept for the next turn only when content goes into spans.
-        kept = body if self.telemetry.capture_content else b""
-        self.later(self._audited, view, facts, kept, t_ns)
-
-    def _audited(self, view: ExchangeView, facts: RequestFacts, body: bytes, t_ns: int) -> None:
         span = self._exchanges.get(view.id)
         if span is not None and view.record is not None:
             content = body if self.telemetry.capture_content else None
             span.audited(view.record, content, forwarded_ns=epoch_ns(t_ns), settings=facts.settings)
 
     def first_byte(self, view: ExchangeView, status: int | None, headers: Any, t_ns: int) -> None:
-        self.later(self._first_byte, view, t_ns)
-
-    def _first_byte(self, view: ExchangeView, t_ns: int) -> None:
         span = self._exchanges.get(view.id)
         if span is not None:
             span.upstream_first_byte(epoch_ns(t_ns))
 
     def first_chunk(self, view: ExchangeView, t_ns: int) -> None:
-        self.later(self._first_chunk, view, t_ns)
-
-    def _first_chunk(self, view: ExchangeView, t_ns: int) -> None:
         # Time to first chunk counts from forwarding. A WebSocket turn's span starts
         # then; an HTTP span starts at the request head, so it takes the response
         # event's ttft_ms (counted from forwarding) instead.
@@ -189,9 +118,6 @@ class Spans(Addon, Listener):
             span.first_chunk(epoch_ns(t_ns))
 
     def finished(self, outcome: Outcome) -> None:
-        self.later(self._finished, outcome)
-
-    def _finished(self, outcome: Outcome) -> None:
         span = self._exchanges.pop(outcome.view.id, None)
         if span is None:
             return
@@ -207,9 +133,6 @@ class Spans(Addon, Listener):
         )
 
     def opened(self, view: ExchangeView, t_ns: int) -> None:
-        self.later(self._opened, view, t_ns)
-
-    def _opened(self, view: ExchangeView, t_ns: int) -> None:
         self._connections[view.id] = self.telemetry.start_connection(
             session_id=view.session_id,
             traceparent=view.traceparent,
@@ -219,21 +142,14 @@ class Spans(Addon, Listener):
         )
 
     def closed(self, view: ExchangeView, event: WsCloseEvent, t_ns: int) -> None:
-        self.later(self._closed, view, event, t_ns)
-
-    def _closed(self, view: ExchangeView, event: WsCloseEvent, t_ns: int) -> None:
         span = self._connections.pop(view.id, None)
         if span is not None:
             span.finish(end_ns=epoch_ns(t_ns), code=event.code, error=None)
 
     def session_ended(self, session_id: str) -> None:
-        self.later(self._session_ended, session_id)
-
-    def _session_ended(self, session_id: str) -> None:
         self.telemetry.end_session(session_id)
 
     def stopped(self) -> None:
-        self.flush()
         self._exchanges.clear()
         self._connections.clear()
         self.summary = self.telemetry.shutdown()
