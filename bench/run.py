@@ -53,7 +53,7 @@ from bench.client import (  # noqa: E402
     cpu_seconds,
     free_port,
 )
-from bench.report import TELEMETRY, report, update_readme  # noqa: E402
+from bench.report import SIGNALS, TELEMETRY, report, update_readme  # noqa: E402
 from bench.wires import WIRES, Wire, agent_turn_body, chat_body, image_chat_body  # noqa: E402
 
 BENCH_DIR = ROOT / "bench"
@@ -130,11 +130,20 @@ class Processes:
         return proc, int(http), int(grpc)
 
     def proxy(
-        self, name: str, cmd: list[str], port: int, src: Path | None = None, out: Path | None = None
+        self,
+        name: str,
+        cmd: list[str],
+        port: int,
+        src: Path | None = None,
+        out: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> Target:
         log = self.work / f"{name.replace(' ', '_')}.log"
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.DEVNULL, stderr=log.open("wb"), env=self._env(src)
+            cmd,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("wb"),
+            env={**self._env(src), **(env or {})},
         )
         self.procs.append(proc)
         target = Target(name, port, proc, str(out) if out else None)
@@ -174,12 +183,13 @@ class Processes:
         src: Path | None = None,
         name: str = "modeltap",
         otlp: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> Target:
         port = free_port()
         cmd = modeltap_cmd(port, up, out)
         if otlp is not None:
             cmd += ["--otlp", otlp]
-        return self.proxy(name, cmd, port, src, out)
+        return self.proxy(name, cmd, port, src, out, env)
 
     def stop(self, proc: subprocess.Popen[bytes]) -> bytes:
         """Stop one process; what it still had to say on stdout."""
@@ -254,7 +264,7 @@ class Setup:
         for tree, src in trees:
             self.targets[tree] = procs.modeltap(self.up.port, work / f"{tree}-out", src, tree)
             if "telemetry" in families:
-                for flavor in TELEMETRY:
+                for flavor in [*TELEMETRY, *SIGNALS]:
                     name = flavor if tree == "modeltap" else f"{tree} {flavor}"
                     self.targets[name] = procs.modeltap(
                         self.up.port,
@@ -262,6 +272,7 @@ class Setup:
                         src,
                         name,
                         self._otlp(name, flavor),
+                        SIGNALS[flavor][1] if flavor in SIGNALS else None,
                     )
 
     def _otlp(self, name: str, flavor: str) -> str:
@@ -276,14 +287,16 @@ class Setup:
             port = http if protocol == "http" else grpc
         return f"http://127.0.0.1:{port}" if protocol == "http" else f"grpc://127.0.0.1:{port}"
 
-    def group(self, *names: str, telemetry: bool = False, stream_ref: bool = False) -> list[Target]:
+    def group(
+        self, *names: str, telemetry: bool = False, signals: bool = False, stream_ref: bool = False
+    ) -> list[Target]:
         """Targets by name (and their candidate twins), in a fixed order."""
         out = [self.targets[n] for n in names if n in self.targets]
         for tree in ("modeltap", "candidate"):
             if tree in self.targets:
                 out.append(self.targets[tree])
             if telemetry:
-                for flavor in TELEMETRY:
+                for flavor in [*TELEMETRY, *(SIGNALS if signals else ())]:
                     name = flavor if tree == "modeltap" else f"{tree} {flavor}"
                     if name in self.targets:
                         out.append(self.targets[name])
@@ -310,9 +323,11 @@ def cases(bench: Bench, s: Setup, wires: list[Wire]) -> list[Case]:
     chat = next(w for w in WIRES if w.name == "chat")
     if "small" in f or "telemetry" in f:
         for w in wires if "small" in f else [chat]:
-            group = s.group("direct", "mitmdump", telemetry=w.name == "chat" and "telemetry" in f)
+            telemetry = w.name == "chat" and "telemetry" in f
+            group = s.group("direct", "mitmdump", telemetry=telemetry)
             out.append((f"{w.name} c=1", lambda t, w=w: bench.small_c1(t, w), group))
             if w.name == "chat":
+                group = s.group("direct", "mitmdump", telemetry=telemetry, signals=True)
                 out.append(("chat c=16", lambda t: bench.small_c16(t, chat), group))
     if "streams" in f:
         for w in wires:
