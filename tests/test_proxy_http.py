@@ -726,6 +726,41 @@ def test_large_body_hashed_off_thread_matches_forwarded_bytes(running: Running) 
     assert rec["image_details"] == [None]
 
 
+def test_large_chunked_body_is_hashed_whole(running: Running) -> None:
+    """A large body without Content-Length (chunked) is not hashed as it arrives;
+    its audit line still carries the SHA-256 of exactly what was forwarded."""
+    import base64
+
+    from modeltap.exchange import HASH_IN_THREAD_BYTES
+
+    image = "data:image/png;base64," + base64.b64encode(b"\x89PNG" * HASH_IN_THREAD_BYTES).decode()
+    body = orjson.dumps(
+        {
+            "model": "gpt-5",
+            "messages": [
+                {"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}}]}
+            ],
+        }
+    )
+
+    def pieces() -> Any:
+        for start in range(0, len(body), 300_000):
+            yield body[start : start + 300_000]
+
+    response = httpx.post(
+        running.base() + "/v1/chat/completions",
+        content=pieces(),
+        headers={"content-type": "application/json", "authorization": "Bearer sk-test"},
+        timeout=30,
+    )
+    assert response.status_code == 200
+    (rec,) = running.audit()
+    raw = running.upstream.received[0].raw
+    assert raw == body
+    assert rec["body_bytes"] == len(body)
+    assert rec["body_sha256"] == hashlib.sha256(body).hexdigest()
+
+
 def test_a_bug_in_the_core_refuses_instead_of_forwarding(
     running: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:

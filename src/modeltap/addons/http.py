@@ -113,11 +113,17 @@ class Http(Addon):
         ex = flow.metadata[_EXCHANGE] = Exchange.open(self.run, head, time.perf_counter_ns())
         if ex.reply is not None:
             _answer(flow, ex.reply)
-        elif ex.rerouted:
+            return
+        if ex.rerouted:
             assert ex.route is not None
             req.scheme, req.host, req.port = ex.route.scheme, ex.route.host, ex.route.port
             req.path = ex.path
             req.host_header = ex.route.url.split("://", 1)[1].split("/", 1)[0]
+        if ex.api is not None and self.run.settings.image_detail is None:
+            declared = req.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) >= HASH_IN_THREAD_BYTES:
+                # Hashed as it arrives (request_limit), for its audit line.
+                flow.metadata[request_limit.HASH_KEY] = request_limit.BodyHash()
 
     def modeltap_request_too_large(self, flow: http.HTTPFlow) -> None:
         """A request body passed --max-body while it arrived (request_limit): refuse
@@ -214,10 +220,15 @@ class Http(Addon):
             _answer(flow, ex.refuse(e, time.perf_counter_ns()))
             return None
         digest: asyncio.Future[str] | None = None
+        ahead = flow.metadata.pop(request_limit.HASH_KEY, None)
         if len(raw) >= HASH_IN_THREAD_BYTES and settings.image_detail is None:
-            # hashlib lets go of the GIL: a large body is hashed on a worker thread
-            # while this one parses and audits it (the bench's large-body case).
-            digest = asyncio.get_running_loop().run_in_executor(None, sha256_hex, raw)
+            if isinstance(ahead, request_limit.BodyHash) and ahead.content is raw:
+                # Hashed while it arrived: the digest is ready, or nearly.
+                digest = asyncio.ensure_future(ahead.hexdigest())
+            else:
+                # hashlib lets go of the GIL: a large body is hashed on a worker
+                # thread while this one parses and audits it.
+                digest = asyncio.get_running_loop().run_in_executor(None, sha256_hex, raw)
         if codings:
             return self._audit_encoded(flow, ex, raw, codings, digest)
         try:

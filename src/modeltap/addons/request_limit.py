@@ -29,11 +29,19 @@ for both protocols, for model requests and pass-through requests alike:
 Memory per request is thus bounded by the limit plus what one read brings.
 The limit comes from the master's own options, so a master without modeltap
 keeps mitmproxy's behaviour.
+
+A large model request is also hashed while it arrives (:class:`BodyHash`,
+when the HTTP addon asks for it in ``flow.metadata``): the SHA-256 of its
+audit line is then ready, or nearly, when the whole body is in, instead of
+starting only then.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 from collections.abc import Generator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -66,6 +74,41 @@ class RequestTooLargeHook(commands.StartHook):
 
     name = "modeltap_request_too_large"
     flow: http.HTTPFlow
+
+
+#: ``flow.metadata`` key of the :class:`BodyHash` of a request hashed as it arrives.
+HASH_KEY: Final = "modeltap_body_hash"
+
+#: One thread, so each body's pieces are hashed in the order they came.
+_HASHER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="modeltap-sha256")
+
+
+class BodyHash:
+    """The SHA-256 of a request body, computed on a worker thread as it arrives.
+
+    hashlib lets go of the GIL on large pieces, so the event loop goes on
+    reading while a piece is hashed.
+    """
+
+    def __init__(self) -> None:
+        self._sha = hashlib.sha256()
+        #: Bytes handed in so far.
+        self.size = 0
+        #: The body as mitmproxy assembled it, before any hook ran: the digest is
+        #: the body's only while the flow still holds this very object.
+        self.content: bytes | None = None
+        self._last: Future[None] | None = None
+
+    def update(self, data: bytes) -> None:
+        """Hash the next piece of the body (queued; returns at once)."""
+        self.size += len(data)
+        self._last = _HASHER.submit(self._sha.update, data)
+
+    async def hexdigest(self) -> str:
+        """The digest of everything handed in, once it is hashed."""
+        if self._last is not None:
+            await asyncio.wrap_future(self._last)
+        return self._sha.hexdigest()
 
 
 _original_headers = HttpStream.state_wait_for_request_headers
@@ -154,7 +197,23 @@ def state_consume_request_body(self: Any, event: Any) -> layer.CommandGenerator[
             return
         if self.flow.response is not None:
             return  # answered by its head: the body is read, never kept
-    yield from _original_consume(self, event)
+        hashing = self.flow.metadata.get(HASH_KEY)
+        if hashing is not None:
+            hashing.update(event.data)
+    hashing = self.flow.metadata.get(HASH_KEY)
+    if hashing is None or not isinstance(event, RequestEndOfMessage):
+        yield from _original_consume(self, event)
+        return
+    # mitmproxy assembles the body, then yields the request hook: note the body
+    # it assembled before any addon could replace it.
+    original = _original_consume(self, event)
+    try:
+        command = next(original)
+        hashing.content = self.flow.request.data.content
+        while True:
+            command = original.send((yield command))
+    except StopIteration:
+        pass
 
 
 def _answer_and_stop(self: Any) -> Generator[commands.Command, Any, None]:
