@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import http.client
 import os
 import secrets
 import socket
@@ -44,7 +43,6 @@ from urllib.parse import quote, unquote_to_bytes, urlsplit
 import h11
 import orjson
 
-from modeltap.capture import decode_session_end
 from modeltap.records import SessionStatus, to_json_line
 
 #: The control API never takes a body larger than this.
@@ -405,6 +403,8 @@ def endpoints(out_dir: Path) -> list[Endpoint]:
 
 
 def _post(endpoint: Endpoint, path: str, timeout: float) -> tuple[int, bytes, str | None]:
+    import http.client  # the client side only; the proxy need not load it at start-up
+
     parts = urlsplit(endpoint.url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     try:
@@ -451,6 +451,8 @@ def end_session(out_dir: Path, session_id: str, *, timeout: float = 10.0) -> lis
             continue  # a stale file of a proxy that was killed
         reachable += 1
         if status == 200:
+            from modeltap.capture import decode_session_end  # reading side, not the proxy's
+
             ended.append(Ended(decode_session_end(orjson.loads(body)), how != "earlier"))
             continue
         code, message = _error_code(body)

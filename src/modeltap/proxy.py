@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from modeltap import cost, options
+from modeltap import cost, options, records
 from modeltap.addons import Control, Deadlines, ModelTap, Spans, default_addons
 from modeltap.addons.replayer import Replayer
 from modeltap.errors import StartupError
@@ -258,6 +258,13 @@ def _proxy_addons(check: errorcheck.ErrorCheck) -> list[Any]:
     ]
 
 
+def _warm_up() -> None:
+    """Load the price table and compile the path-redaction patterns (a quarter
+    of a second and tens of milliseconds) once the proxy listens."""
+    records.compile_patterns()
+    cost.load_table()
+
+
 def _quiet_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     if isinstance(context.get("exception"), asyncio.CancelledError):
         return
@@ -340,11 +347,9 @@ class Proxy:
                 if addrs and self.addon(Control).server is not None:
                     self.addresses = [(a[0], a[1]) for a in addrs]
                     self._ready.set()
-                    # The price table loads beside the traffic, not before listening
-                    # (a quarter of a second of start-up; bench/README.md).
-                    threading.Thread(
-                        target=cost.load_table, name="modeltap-price-table", daemon=True
-                    ).start()
+                    # What start-up need not wait for loads beside the traffic
+                    # (bench/README.md, start-up).
+                    threading.Thread(target=_warm_up, name="modeltap-warm-up", daemon=True).start()
                     if on_ready is not None:
                         on_ready(self)
                     return

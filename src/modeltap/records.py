@@ -113,11 +113,16 @@ def _separator(*chars: str) -> str:
     return "|".join(s for c in chars for s in (c, *_LOOKALIKES[c]) for s in _char_spellings(s))
 
 
-#: (The lookahead lets the search skip characters that cannot start one.)
-_HEAD_SEPARATOR = re.compile(
-    f"(?=[%;\u0080-\U0010ffff])(?:(?P<segment>{_separator(';')})|{_separator('?', '#')})"
-)
-_REST_SEPARATOR = re.compile(_separator("?", "#"))
+@functools.cache
+def _separators() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """The head separator (the lookahead lets the search skip characters that
+    cannot start one) and the rest separator. Compiled on first use: with every
+    spelling they take tens of milliseconds to compile, which the proxy's
+    start-up need not wait for (it warms them once it listens)."""
+    head = re.compile(
+        f"(?=[%;\u0080-\U0010ffff])(?:(?P<segment>{_separator(';')})|{_separator('?', '#')})"
+    )
+    return head, re.compile(_separator("?", "#"))
 
 
 def redact_path(path: str) -> str:
@@ -157,15 +162,23 @@ def redact_path(path: str) -> str:
     return written
 
 
+def compile_patterns() -> None:
+    """Compile the path-redaction patterns now: the proxy does it on a worker
+    thread once it listens, so that neither start-up nor a first request whose
+    path needs them waits."""
+    _separators()
+
+
 def _redact_head(head: str) -> str:
-    """The path before its query: what follows a separator (:data:`_HEAD_SEPARATOR`),
+    """The path before its query: what follows a separator (:func:`_separators`),
     redacted like a query; the separator is kept as it was spelt."""
     out: list[str] = []
     pos = 0
-    while (found := _HEAD_SEPARATOR.search(head, pos)) is not None:
+    head_separator, rest_separator = _separators()
+    while (found := head_separator.search(head, pos)) is not None:
         start = found.end()
         end = head.find("/", start) if found.lastgroup == "segment" else -1
-        if end < 0 or _REST_SEPARATOR.search(head, start, end):
+        if end < 0 or rest_separator.search(head, start, end):
             end = len(head)  # (an encoded ``?`` among ``;`` parameters: the rest is a query)
         out += [head[pos:start], _redact_params(head[start:end])]
         pos = end
