@@ -4,18 +4,13 @@ It owns ``--otlp`` and ``--capture-content`` and listens to the run only
 while spans are exported: each model exchange gets an exchange span (a
 WebSocket turn's is a child of its connection's span), each session a root,
 and the export is flushed when the run stops (:mod:`modeltap.telemetry`).
-
-Without ``--otlp``, content capture and any ``OTEL_*`` variable nothing can
-be exported, and :mod:`modeltap.telemetry` (the OpenTelemetry SDK: about a
-tenth of modeltap's start-up) is imported only when something asks for it.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mitmproxy import exceptions
 
@@ -24,9 +19,7 @@ from modeltap.addons.base import Addon
 from modeltap.notices import ExchangeView, Listener, Outcome
 from modeltap.records import RequestFacts, WsCloseEvent, redact_path
 from modeltap.run import Run
-
-if TYPE_CHECKING:
-    from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
+from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
 
 # Durations come from the monotonic clock; spans want epoch time. One fixed
 # offset converts, so both views of an exchange agree.
@@ -48,39 +41,16 @@ class Spans(Addon, Listener):
 
     def __init__(self, run: Run) -> None:
         super().__init__(run)
-        self._telemetry: Telemetry | None = None
+        self.telemetry = Telemetry.configure(otlp=None, capture_content=False, environ={})
         #: The line the telemetry printed at exit (dropped spans), for the CLI.
         self.summary: str | None = None
         self._exchanges: dict[str, ExchangeSpan] = {}
         self._connections: dict[str, ConnectionSpan] = {}
 
-    @property
-    def telemetry(self) -> Telemetry:
-        """The run's telemetry (a no-op one while nothing is exported)."""
-        if self._telemetry is None:
-            from modeltap.telemetry import Telemetry
-
-            self._telemetry = Telemetry.configure(otlp=None, capture_content=False, environ={})
-        return self._telemetry
-
     def configure(self, updated: set[str]) -> None:
         if not {"modeltap_otlp", "modeltap_otlp_logs", "modeltap_capture_content"} & updated:
             return
         opts = self.options
-        if not (opts.modeltap_otlp or opts.modeltap_capture_content) and not any(
-            name.startswith("OTEL_") for name in os.environ
-        ):
-            # Nothing can be exported: the no-op telemetry, without importing it.
-            if self._telemetry is not None:
-                self._telemetry.shutdown()
-                self._telemetry = None
-            self.run.settings = replace(self.run.settings, capture_content=False)
-            self.run.observe_lines(None)
-            self.run.logs_dropped = lambda: None
-            self.run.unsubscribe(self)
-            return
-        from modeltap.telemetry import Telemetry
-
         try:
             telemetry = Telemetry.configure(
                 otlp=opts.modeltap_otlp,
@@ -90,9 +60,8 @@ class Spans(Addon, Listener):
             )
         except ValueError as e:
             raise exceptions.OptionsError(str(e)) from None
-        if self._telemetry is not None:
-            self._telemetry.shutdown()
-        self._telemetry = telemetry
+        self.telemetry.shutdown()
+        self.telemetry = telemetry
         # The observers keep the output for the spans when content capture is on.
         capture = telemetry.capture_content
         self.run.settings = replace(self.run.settings, capture_content=capture)
