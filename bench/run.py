@@ -249,6 +249,7 @@ class Setup:
         self.work = work
         self.families = families
         self.candidate_src: Path | None = args.candidate_src
+        self.modeltap_src: Path | None = args.modeltap_src
         self.up = procs.upstream(10.0)
         self.targets: dict[str, Target] = {"direct": self.up}
         self.sinks: dict[str, subprocess.Popen[bytes]] = {}
@@ -302,6 +303,18 @@ class Setup:
                         out.append(self.targets[name])
         if stream_ref and "mitmdump-stream" in self.targets:
             out.append(self.targets["mitmdump-stream"])
+        return out
+
+    def fresh(self) -> list[Target]:
+        """New bare mitmdump and modeltap processes (and a candidate), named as the
+        long-running ones so that their figures land in the same columns."""
+        out = [self.procs.mitmdump(self.up.port)]
+        trees = [("modeltap", self.modeltap_src), ("candidate", self.candidate_src)]
+        for tree, src in trees:
+            if tree in self.targets:
+                out.append(
+                    self.procs.modeltap(self.up.port, self.work / f"{tree}-fresh", src, tree)
+                )
         return out
 
     def received(self) -> dict[str, dict[str, int]]:
@@ -362,6 +375,13 @@ async def run_rounds(
         for t in s.group("direct", "mitmdump"):
             await bench.ws_session(t)
         print(f"WebSocket sessions: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    if "bodies" in s.families:
+        # Peak RSS of the large bodies in processes of their own that served
+        # nothing else: any earlier large body leaves room in the allocator.
+        for t in s.fresh():
+            await bench.large_memory(t)
+            assert t.proc is not None
+            s.procs.stop(t.proc)
     todo = cases(bench, s, wires)
     for i in range(plan.rounds):
         t0 = time.perf_counter()
