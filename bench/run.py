@@ -567,6 +567,77 @@ async def profile_load(port: int, seconds: float, case: str, wire: Wire) -> int:
     return sent
 
 
+#: Frames of modeltap's that only wrap mitmproxy's own code (its time is mitmproxy's).
+_WRAPPERS = ("mitm_http1.py", "request_limit.py", "cli.py", "proxy.py")
+#: Leaf frames of a thread that waits (py-spy samples some waits as active).
+_IDLE = ("Condition.wait", "EpollSelector.select", "_worker (concurrent", "Event.wait")
+
+
+def _area(frames: list[str]) -> str:
+    """Where one sample's time goes, for the README's "top three costs"."""
+    leaf = frames[-1]
+    if any("opentelemetry" in f or "/grpc/" in f for f in frames) and not any(
+        "modeltap/" in f for f in frames
+    ):
+        return "OpenTelemetry export threads (encode, send)"
+    if "_hash_pieces" in leaf or "sha256_hex" in leaf or "_WorkItem.run" in leaf:
+        return "worker thread: SHA-256 of the body"
+    owner = next(
+        (f for f in reversed(frames) if "modeltap/" in f and not any(w in f for w in _WRAPPERS)),
+        None,
+    )
+    if owner is not None:
+        module, function = owner.split(" (", 1)[1], owner.split(" (", 1)[0]
+        if "telemetry/" in module or "addons/spans" in module:
+            return "telemetry: spans, log records, metrics (built, encoded, sent)"
+        if "cost.py" in module:
+            return "modeltap: cost estimate"
+        if module.startswith(("modeltap/sink.py", "modeltap/records.py")) or "write_" in function:
+            return "modeltap: audit and event lines (build, write)"
+        if (
+            any(
+                m in module
+                for m in ("observe.py", "sse.py", "ws.py", "eventstream.py", "bedrock.py")
+            )
+            or "Observer" in function
+            or "feed" in function
+        ):
+            return "modeltap: observing responses and streams (decode, parse events)"
+        if any(m in module for m in ("gate.py", "json_body.py", "fields.py", "message_parts.py")):
+            return "modeltap: request audit (parse, checks)"
+        if "audit" in function.lower():
+            return "modeltap: request audit (parse, checks)"
+        return f"modeltap: other ({module.rsplit('/', 1)[-1].rstrip(')')})"
+    if "SelectorSocketTransport.write" in leaf or "_write_sendmsg" in leaf:
+        return "socket writes (send system calls)"
+    if "_read_ready" in leaf:
+        return "socket reads"
+    if any(x in leaf for x in ("AddonManager", "typecheck", "traverse", "contextlib")):
+        return "mitmproxy: hook dispatch"
+    if "ReceiveBuffer" in leaf or "h11" in leaf:
+        return "mitmproxy: HTTP/1 parsing and buffers"
+    if "wsproto" in leaf or "websocket" in leaf.lower():
+        return "mitmproxy: WebSocket frames"
+    return "mitmproxy: proxy layers and event loop"
+
+
+def areas(raw: Path) -> list[tuple[float, str]]:
+    """Share of the busy samples per area (idle waits left out), largest first."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";") if f]
+        if frames and frames[0].startswith("thread "):
+            frames = frames[1:]
+        if not frames or any(x in frames[-1] for x in _IDLE):
+            continue
+        total += int(n)
+        area = _area(frames)
+        counts[area] = counts.get(area, 0) + int(n)
+    return sorted(((100 * n / max(1, total), a) for a, n in counts.items()), reverse=True)
+
+
 def summarize_profile(raw: Path, top: int = 30) -> str:
     """Self and inclusive samples per function from py-spy's collapsed stacks."""
     self_n: dict[str, int] = {}
@@ -582,7 +653,9 @@ def summarize_profile(raw: Path, top: int = 30) -> str:
         self_n[frames[-1]] = self_n.get(frames[-1], 0) + count
         for f in set(frames):
             incl[f] = incl.get(f, 0) + count
-    out = [f"{total} samples", "", "inclusive, modeltap frames:"]
+    out = [f"{total} samples", "", "by area (busy samples; the README's top costs):"]
+    out += [f"{share:6.1f}%  {area}" for share, area in areas(raw)[:8]]
+    out += ["", "inclusive, modeltap frames:"]
     mine = sorted(
         ((n, f) for f, n in incl.items() if "modeltap/" in f and "bench/" not in f), reverse=True
     )
@@ -680,6 +753,7 @@ def main(argv: list[str] | None = None) -> int:
     if families - set(FAMILIES):
         parser.error(f"unknown case families: {', '.join(sorted(families - set(FAMILIES)))}")
     wires = known_wires(args.modeltap_src)
+    skipped = [w.name for w in WIRES if w not in wires]
     if args.candidate_src:
         cand = known_wires(args.candidate_src)
         wires = [w for w in wires if w in cand]
@@ -708,7 +782,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     load = f"{load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end"
     text, missed = report(
-        results, plan, wires, families, time.perf_counter() - started, lines, load
+        results, plan, wires, families, time.perf_counter() - started, lines, load, skipped
     )
     text += "\n\n" + sink_line(sink)
     print(text)
