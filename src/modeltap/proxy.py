@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import gc
 import logging
 import signal
 import threading
@@ -258,11 +259,20 @@ def _proxy_addons(check: errorcheck.ErrorCheck) -> list[Any]:
     ]
 
 
-def _warm_up() -> None:
+def _warm_up(own_process: bool) -> None:
     """Load the price table and compile the path-redaction patterns (a quarter
-    of a second and tens of milliseconds) once the proxy listens."""
+    of a second and tens of milliseconds) once the proxy listens.
+
+    In a process of its own (``modeltap run``), everything loaded so far then
+    leaves the garbage collector's sight (``gc.freeze``): the modules, the
+    price table and the patterns live as long as the process, and every full
+    collection walked them all again. Not in a process that embeds the proxy
+    (the pytest fixture): its objects are not ours to freeze.
+    """
     records.compile_patterns()
     cost.load_table()
+    if own_process:
+        gc.freeze()
 
 
 def _quiet_cancelled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
@@ -284,6 +294,8 @@ class Proxy:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        #: Running in a process of its own (run_foreground), not embedded.
+        self._own_process = False
 
     def addon[T](self, kind: type[T]) -> T:
         """The addon of class ``kind``.
@@ -349,7 +361,12 @@ class Proxy:
                     self._ready.set()
                     # What start-up need not wait for loads beside the traffic
                     # (bench/README.md, start-up).
-                    threading.Thread(target=_warm_up, name="modeltap-warm-up", daemon=True).start()
+                    threading.Thread(
+                        target=_warm_up,
+                        args=(self._own_process,),
+                        name="modeltap-warm-up",
+                        daemon=True,
+                    ).start()
                     if on_ready is not None:
                         on_ready(self)
                     return
@@ -376,6 +393,7 @@ class Proxy:
         Raises:
             StartupError: it could not start (the message says what and why).
         """
+        self._own_process = True
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
