@@ -224,7 +224,7 @@ class Http(Addon):
         if len(raw) >= HASH_IN_THREAD_BYTES and settings.image_detail is None:
             if isinstance(ahead, request_limit.BodyHash) and ahead.content is raw:
                 # Hashed while it arrived: the digest is ready, or nearly.
-                digest = asyncio.ensure_future(ahead.hexdigest())
+                digest = ahead.hexdigest()
             else:
                 # hashlib lets go of the GIL: a large body is hashed on a worker
                 # thread while this one parses and audits it.

@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Generator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -94,6 +94,11 @@ def _hash_pieces(sha: Any, pieces: list[bytes]) -> None:
         sha.update(piece)
 
 
+def _hash_last(sha: Any, pieces: list[bytes]) -> str:
+    _hash_pieces(sha, pieces)
+    return str(sha.hexdigest())
+
+
 class BodyHash:
     """The SHA-256 of a request body, computed on a worker thread as it arrives.
 
@@ -110,7 +115,6 @@ class BodyHash:
         self.content: bytes | None = None
         self._batch: list[bytes] = []
         self._batch_size = 0
-        self._last: Future[None] | None = None
 
     def update(self, data: bytes) -> None:
         """Hash the next piece of the body (queued; returns at once)."""
@@ -122,15 +126,15 @@ class BodyHash:
 
     def _submit(self) -> None:
         if self._batch:
-            self._last = _HASHER.submit(_hash_pieces, self._sha, self._batch)
+            _HASHER.submit(_hash_pieces, self._sha, self._batch)
             self._batch, self._batch_size = [], 0
 
-    async def hexdigest(self) -> str:
-        """The digest of everything handed in, once it is hashed."""
-        self._submit()
-        if self._last is not None:
-            await asyncio.wrap_future(self._last)
-        return self._sha.hexdigest()
+    def hexdigest(self) -> asyncio.Future[str]:
+        """The digest of everything handed in: the last pieces go to the hashing
+        thread now (while the caller parses the body), the digest when they are
+        hashed. Call it once, on the event loop."""
+        batch, self._batch, self._batch_size = self._batch, [], 0
+        return asyncio.wrap_future(_HASHER.submit(_hash_last, self._sha, batch))
 
 
 _original_headers = HttpStream.state_wait_for_request_headers
