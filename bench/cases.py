@@ -58,7 +58,7 @@ class Plan:
     long_streams: int = 1
     agent_requests: int = 40
     large_5: int = 3
-    large_20: int = 2
+    large_20: int = 3
     ws_round_trips: int = 200
     ws_session: int = 2_500
     ws_window: int = 25
