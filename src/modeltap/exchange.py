@@ -150,8 +150,9 @@ class Exchange:
         if ex.route is not None:
             names = (name.decode("latin-1") for name, _ in head.fields)
             try:
+                kind = headers.get("content-type")
                 endpoint = fail_closed(
-                    judge_request_line, head.method, head.target, ex.path, names, websocket
+                    judge_request_line, head.method, head.target, ex.path, names, websocket, kind
                 )
             except Rejected as e:
                 ex.refuse(e, now)

@@ -172,7 +172,12 @@ def is_control_address(host: str, port: int, control: tuple[str, int] | None) ->
 
 
 def judge_request_line(
-    method: str, sent_path: str, path: str, header_names: Iterable[str], websocket: bool
+    method: str,
+    sent_path: str,
+    path: str,
+    header_names: Iterable[str],
+    websocket: bool,
+    content_type: str | None = None,
 ) -> str | None:
     """Judge a routed request's line before anything is forwarded (SPEC 2).
 
@@ -182,6 +187,8 @@ def judge_request_line(
         path: the target as it goes upstream.
         header_names: the request's header names.
         websocket: whether it is a WebSocket handshake.
+        content_type: its ``Content-Type``, if any (a ``multipart/mixed``
+            body bundles whole HTTP requests: Google's batch envelope).
 
     Returns:
         The API whose endpoint the decoded path names, or None.
@@ -189,22 +196,45 @@ def judge_request_line(
     Raises:
         Rejected: ``noncanonical_path`` (also for an ``X-Original-URL`` or
             ``X-Rewrite-URL`` header), ``ws_unsupported_endpoint`` (a
-            WebSocket to a model endpoint whose messages cannot be audited), or
-            ``method_override`` (another method that could become a POST).
+            WebSocket to a model endpoint whose messages cannot be audited),
+            ``unsupported_endpoint`` (a POST to an endpoint that runs a model
+            on input modeltap cannot audit: a batch, a raw prediction, gRPC,
+            :func:`modeltap.apis.unsupported_endpoint`), or ``method_override``
+            (another method that could become a POST).
     """
     check_path(sent_path)
     names = list(header_names)
     if overrides_path(names):
         raise Rejected(Rule.NONCANONICAL_PATH, "path override header")
     endpoint = apis.endpoint_of(path)
+    posted = method.upper() == "POST" or overrides_method(names, path)
     if endpoint is None:
+        unsupported = apis.unsupported_endpoint(path)
+        if unsupported is None and _bundles_requests(content_type):
+            unsupported = "a batch of HTTP requests (multipart/mixed)"
+        if unsupported is not None and websocket:
+            raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, unsupported)
+        if unsupported is not None and posted:
+            raise Rejected(Rule.UNSUPPORTED_ENDPOINT, unsupported)
         return None
     if websocket:
         if endpoint != API_RESPONSES:
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT)
-    elif method.upper() != "POST" and overrides_method(names, path):
+    elif method.upper() != "POST" and posted:
         raise Rejected(Rule.METHOD_OVERRIDE)
     return endpoint
+
+
+def _bundles_requests(content_type: str | None) -> bool:
+    """Whether a body of this type carries whole HTTP requests (a batch envelope).
+
+    Google's APIs take ``multipart/mixed`` bodies whose parts are
+    ``application/http`` requests, each run as if sent alone: a model request
+    inside one would never meet the audit.
+    """
+    if not content_type:
+        return False
+    return content_type.split(";", 1)[0].strip().lower() == "multipart/mixed"
 
 
 def body_codings(

@@ -338,8 +338,8 @@ _PATH_CHARS: Final = frozenset(
 )
 _DOUBLE_ENCODING: Final = re.compile(rb"%25[0-9A-Fa-f]{2}")
 #: The usual path (no escape, no ``;``, no segment that is empty or ends in a
-#: dot), accepted without decoding it: every request goes through here.
-_PLAIN_PATH: Final = re.compile(r"(?:/[\w\-~!$&'()*+,=:@.]*[\w\-~!$&'()*+,=:@])+/?|/", re.ASCII)
+#: dot or a colon), accepted without decoding it: every request goes through here.
+_PLAIN_PATH: Final = re.compile(r"(?:/[\w\-~!$&'()*+,=:@.]*[\w\-~!$&'()*+,=@])+/?|/", re.ASCII)
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -400,10 +400,11 @@ def check_path(target: str) -> None:
     mode) before anything is forwarded. Allowed: an origin-form path whose
     percent-escapes are well formed and decode to ASCII letters, digits and
     ``-._~!$&'()*+,=:@/;``, with no empty segment except a trailing slash and
-    no segment that is ``.``, ``..`` or ends in a dot, with or without its
-    ``;params`` (``..;x`` is Tomcat's ``..``), and no encoded ``;``. Encoded slashes (``%2F``, as in
-    Bedrock model ARNs) and colons (``%3A``) are fine: the endpoint is decided
-    on the decoded path (:func:`routed_path`).
+    no segment that is ``.``, ``..`` or ends in a dot or a colon, with or
+    without its ``;params`` (``..;x`` is Tomcat's ``..``), and no encoded
+    ``;``. Encoded slashes (``%2F``, as in Bedrock model ARNs) and colons
+    (``%3A``) are fine: the endpoint is decided on the decoded path
+    (:func:`routed_path`).
 
     Args:
         target: the request target as sent (the query string is not checked).
@@ -440,6 +441,8 @@ def check_path(target: str) -> None:
             raise Rejected(Rule.NONCANONICAL_PATH, "empty segment")
         if bare.endswith(b".") or segment.endswith(b"."):
             raise Rejected(Rule.NONCANONICAL_PATH, "dot segment")
+        if bare.endswith(b":") or segment.endswith(b":"):  # x:generateContent: (a verb, or not)
+            raise Rejected(Rule.NONCANONICAL_PATH, "trailing colon")
 
 
 def _fault(byte: int) -> str:
