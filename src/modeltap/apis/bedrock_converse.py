@@ -59,6 +59,7 @@ from modeltap.apis.fields import (
     optional_name,
     optional_str,
     request_model,
+    require_same_model,
     setting_by_name,
     str_or_none,
     string_list,
@@ -141,9 +142,14 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
         Rejected: ``missing_model`` (no path naming the model),
             ``malformed_messages``, ``malformed_tools``, ``tool_without_name``,
             ``malformed_image``, ``instructions_not_text``,
-            ``malformed_setting`` or ``value_too_long``.
+            ``malformed_setting``, ``model_mismatch`` (a ``model`` or
+            ``modelId`` in the body naming another model than the path) or
+            ``value_too_long``.
     """
     model = request_model(body, endpoint)
+    # Converse names its model in the path; a ``modelId`` in the body beside it
+    # could be read by a gateway instead: it must be the same one.
+    require_same_model(optional_str(body.get("modelId"), "modelId"), model)
     stored_prompt = _PROMPT_ARN in model.lower()
     messages = body.get("messages")
     if messages is None and stored_prompt:

@@ -258,7 +258,9 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
 
     Raises:
         Rejected: ``missing_model`` (neither the path nor the body names
-            one, or a wrapper without one), ``messages_and_input``,
+            one, or a wrapper without one), ``model_mismatch`` (the path,
+            the wrapper and the request name different models),
+            ``messages_and_input``,
             ``malformed_messages``, ``malformed_tools``,
             ``tool_without_name``, ``malformed_image``,
             ``instructions_not_text``, ``malformed_setting``,
@@ -274,15 +276,49 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
         request = body["request"]
         if not isinstance(request, dict):
             raise Rejected(Rule.MALFORMED_MESSAGES, "request")
+        # Every model the request names must be one: the path's, the wrapper's,
+        # the wrapped request's own (upstreams differ on which they read).
+        _same_model(wrapped_model, named)
+        _same_model(_body_model(request), named or wrapped_model)
         return _audit(request, named or wrapped_model, stream, "request.")
+    model = _body_model(body)
+    if not (named or model):
+        raise Rejected(Rule.MISSING_MODEL)
+    # The path's model is what Google serves; a body naming another is refused.
+    _same_model(model, named)
+    return _audit(body, named or model or "", stream, "")
+
+
+def _body_model(body: Json) -> str | None:
+    """A body's optional ``model`` (bounded), ``None`` when absent or empty.
+
+    Raises:
+        Rejected: ``missing_model`` when it is not a string.
+    """
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise Rejected(Rule.MISSING_MODEL)
-    # The path's model is what the upstream serves; a body's is still checked.
-    model = bounded(model or "", "model")
-    if not (named or model):
-        raise Rejected(Rule.MISSING_MODEL)
-    return _audit(body, named or model, stream, "")
+    return bounded(model, "model") if model else None
+
+
+def _same_model(sent: str | None, named: str | None) -> None:
+    """Refuse a body model that names another model than the path (or the wrapper).
+
+    The same model may be spelt as its id (``gemini-2.5-pro``), with its
+    collection (``models/gemini-2.5-pro``) or as a full resource name
+    (``projects/p/locations/l/publishers/google/models/gemini-2.5-pro``).
+
+    Raises:
+        Rejected: ``model_mismatch``.
+    """
+    if sent is None or named is None:
+        return
+    sent, named = sent.removeprefix("models/"), named.removeprefix("models/")
+    if sent == named or sent.endswith("/models/" + named):
+        return
+    if "/" in named and sent.endswith("/" + named):  # tunedModels/x, endpoints/e
+        return
+    raise Rejected(Rule.MODEL_MISMATCH)
 
 
 def _audit(request: Json, model: str, stream: bool, at: str) -> RequestFacts:
