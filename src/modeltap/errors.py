@@ -87,9 +87,10 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     Rule.MALFORMED_SETTING: (400, "a setting the audit records has the wrong type"),
     Rule.UNSUPPORTED_BODY: (
         400,
-        "the body is not an Anthropic Messages body with its anthropic_version, the only "
-        "native body modeltap audits on Bedrock InvokeModel and Vertex rawPredict (other "
-        "model families: use Bedrock Converse)",
+        "the body carries model input modeltap cannot audit: on Bedrock InvokeModel (for "
+        "an Anthropic model) and Vertex rawPredict only an Anthropic Messages body with its "
+        "anthropic_version is audited (other model families: use Bedrock Converse), and "
+        "Converse's additionalModelRequestFields may not carry instructions or messages",
     ),
     Rule.VALUE_TOO_LONG: (
         400,

@@ -174,6 +174,12 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
     model = request_model(body, endpoint)
     if endpoint is not None and endpoint.form in _CLOUD_FORMS:
         _require_cloud_messages_body(body)
+    if endpoint is not None and endpoint.form == FORM_BEDROCK_INVOKE:
+        # InvokeModel hands the body to the model the path names, which reads it
+        # its own way: a Messages body audits only an Anthropic model's turn.
+        family = cloud_paths.bedrock_model_family(model)
+        if family is not None and family != "anthropic":
+            raise Rejected(Rule.UNSUPPORTED_BODY, "the model id names another model family")
     reject_messages_and_input(body)
     messages = body.get("messages")
     if not isinstance(messages, list):

@@ -158,6 +158,17 @@ FINISH_REASONS: Final = {
     "MALFORMED_FUNCTION_CALL": "error",
     "UNEXPECTED_TOOL_CALL": "error",
 }
+#: The members of a part's ``data`` oneof (a part holds one; ``thought``,
+#: ``thoughtSignature``, ``mediaResolution`` and the like sit beside it).
+_PART_DATA: Final = (
+    "text",
+    "inlineData",
+    "fileData",
+    "functionCall",
+    "functionResponse",
+    "executableCode",
+    "codeExecutionResult",
+)
 #: Part keys that carry model output besides ``text``.
 _OUTPUT_KEYS: Final = (
     "functionCall",
@@ -389,6 +400,10 @@ def _parts(content: Json, where: str) -> list[Json]:
         raise Rejected(Rule.MALFORMED_MESSAGES, f"{where}.parts")
     for j, part in enumerate(found):
         if not isinstance(part, dict):
+            raise Rejected(Rule.MALFORMED_MESSAGES, f"{where}.parts[{j}]")
+        if sum(_is(part, name) for name in _PART_DATA) > 1:
+            # A part's data is a oneof: a part holding text and an image is read
+            # as either by different parsers, and the record could show the other.
             raise Rejected(Rule.MALFORMED_MESSAGES, f"{where}.parts[{j}]")
     return found
 
