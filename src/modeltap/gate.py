@@ -25,7 +25,14 @@ from modeltap.apis import json_body
 from modeltap.decoding import check_transfer_coding, request_codings
 from modeltap.errors import Rejected, Rule
 from modeltap.records import API_RESPONSES, MAX_ID_CHARS, Json, RequestFacts
-from modeltap.routing import check_path, overrides_method, overrides_path, split_target
+from modeltap.routing import (
+    Route,
+    RouteTable,
+    check_path,
+    overrides_method,
+    overrides_path,
+    split_target,
+)
 from modeltap.sigv4 import find_signature
 
 logger = logging.getLogger("modeltap")
@@ -58,6 +65,51 @@ class RequestHead:
     session: str | None = None
     #: Signed with AWS SigV4 (:func:`take_session`): forwarded byte-for-byte or refused.
     signed: bool = False
+    #: The other names the request goes by, as ``(host, port)``: its ``Host``
+    #: header (or ``:authority``) and the TLS server name its client sent.
+    #: In regular mode the upstream routes on these, not on the address
+    #: modeltap connects to (:func:`provider_route`).
+    aliases: tuple[tuple[str, int], ...] = ()
+
+
+def provider_route(routes: RouteTable, head: RequestHead) -> Route | None:
+    """The route of a regular-mode request: a provider's, if any name it goes by has one.
+
+    A provider's front end routes on the ``Host`` header and the TLS server
+    name, not on the address the client connected to: a ``CONNECT`` to an IP
+    address (or to an alias of the provider's host) with ``Host:
+    bedrock-runtime.us-east-1.amazonaws.com`` reaches Bedrock all the same,
+    so it is audited like a request to that host.
+
+    Args:
+        routes: the proxy's routes.
+        head: the request's head (its target host and :attr:`RequestHead.aliases`).
+
+    Returns:
+        The first route found for the target, then for each alias; ``None``
+        when none of them is a provider's (the request passes unaudited).
+    """
+    for host, port in ((head.host, head.port), *head.aliases):
+        route = routes.for_host(host, port, head.scheme)
+        if route is not None:
+            return route
+    return None
+
+
+def split_authority(authority: str, port: int) -> tuple[str, int]:
+    """Split a ``Host`` header's value into its host and port.
+
+    Args:
+        authority: ``host``, ``host:port`` or ``[v6]:port``.
+        port: the port when it names none (the connection's).
+
+    Returns:
+        ``(host, port)``; a port that is not a number leaves ``port``.
+    """
+    host, sep, tail = authority.rpartition(":")
+    if not sep or "]" in tail or not tail.isdigit():
+        return authority.strip("[]"), port
+    return host.strip("[]"), int(tail)
 
 
 def take_session(headers: MutableMapping[str, str], target: str) -> tuple[str | None, bool]:

@@ -37,6 +37,7 @@ UPSTREAM_ROUTE = "upstream"
 #: provider, and the one place regular mode learns which hosts are providers.
 PROVIDER_HOSTS: Final[tuple[tuple[str, str], ...]] = (
     ("api.openai.com", "openai"),
+    ("*.api.openai.com", "openai"),  # data residency: us., eu., au., in., ae.
     ("api.anthropic.com", "anthropic"),
     ("*.openai.azure.com", "azure.ai.openai"),
     ("*.services.ai.azure.com", "azure.ai.openai"),
@@ -52,6 +53,7 @@ PROVIDER_HOSTS: Final[tuple[tuple[str, str], ...]] = (
     ("bedrock-runtime*.*.c2s.ic.gov", "aws.bedrock"),
     ("bedrock-runtime*.*.sc2s.sgov.gov", "aws.bedrock"),
     ("bedrock-runtime*.*.cloud.adc-e.uk", "aws.bedrock"),
+    ("bedrock-mantle*.*.api.aws", "aws.bedrock"),  # OpenAI-compatible, Messages ("Mantle")
     ("*aiplatform.googleapis.com", "gcp.vertex_ai"),
     ("generativelanguage.googleapis.com", "gcp.gemini"),
     ("cloudcode-pa.googleapis.com", "gcp.gemini"),
