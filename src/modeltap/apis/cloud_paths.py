@@ -28,10 +28,13 @@ from modeltap.apis.contract import (
 )
 
 #: Azure OpenAI's deployment form: ``/openai/deployments/{deployment}/chat/completions``
-#: (the AzureOpenAI client also builds it under ``/openai/v1/``). The deployment is
-#: everything between the first ``/deployments/`` and the endpoint: a client that
-#: encodes a ``/`` in it sends one name, not two segments.
-_AZURE_CHAT: Final = re.compile(r"/deployments/(?P<model>.*?)/chat/completions\Z", re.IGNORECASE)
+#: (the AzureOpenAI client also builds it under ``/openai/v1/``), and its "On Your
+#: Data" form ``…/{deployment}/extensions/chat/completions`` (the same deployment
+#: runs). The deployment is everything between the first ``/deployments/`` and the
+#: endpoint: a client that encodes a ``/`` in it sends one name, not two segments.
+_AZURE_CHAT: Final = re.compile(
+    r"/deployments/(?P<model>.*?)(?:/extensions)?/chat/completions\Z", re.IGNORECASE
+)
 
 #: Bedrock Runtime: ``/model/{modelId}/{operation}``; an ARN model id holds ``/`` once decoded.
 _BEDROCK: Final = re.compile(
