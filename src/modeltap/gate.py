@@ -282,11 +282,10 @@ def _bundles_requests(content_type: str | None) -> bool:
 
     Google's APIs take ``multipart/mixed`` bodies whose parts are
     ``application/http`` requests, each run as if sent alone: a model request
-    inside one would never meet the audit.
+    inside one would never meet the audit. Looked for in every value (a
+    repeated header is joined with commas, and servers differ on which wins).
     """
-    if not content_type:
-        return False
-    return content_type.split(";", 1)[0].strip().lower() == "multipart/mixed"
+    return content_type is not None and "multipart/mixed" in content_type.lower()
 
 
 def body_codings(

@@ -20,6 +20,8 @@ refusal) and what was written. Figures go to ``$MODELTAP_RELIABILITY_FIGURES``.
 from __future__ import annotations
 
 import asyncio
+import base64
+import gzip
 import socket
 import ssl
 import time
@@ -241,6 +243,7 @@ RAW_UNSUPPORTED = [
     ("/gemini/v1beta/interactions", {"model": MODEL, "input": "x"}, None),
     # Google's batch envelope: whole HTTP requests inside a multipart/mixed body.
     ("/gemini/batch", None, "multipart/mixed; boundary=b"),
+    ("/gemini/batch", None, "application/json, Multipart/Mixed; boundary=b"),
     # Bedrock's bidirectional stream (Nova Sonic).
     ("/bedrock/model/amazon.nova-sonic-v1%3A0/invoke-with-bidirectional-stream", {}, None),
 ]
@@ -285,6 +288,30 @@ def test_a_websocket_to_an_encoded_live_path_is_refused(clouds: Running) -> None
         assert refused.value.response.status_code == 400
     assert clouds.upstream.ws_handshakes == []
     assert rules(clouds) == ["ws_unsupported_endpoint"] * 3
+
+
+def test_codings_and_duplicate_keys_hold_on_the_clouds_wires(clouds: Running) -> None:
+    """Issue 13's body classes, already closed for every wire: checked on these."""
+    gemini = "/gemini/v1beta/models/gemini-2.5-flash:generateContent"
+    converse = "/bedrock/model/x/converse"
+    other = base64.b64encode(orjson.dumps({**GEMINI, "model": "models/other"}))
+    refused = [
+        # A coding only Python's codecs know, decoding to another model: refused.
+        (gemini, other, {"Content-Encoding": "base64"}, "undecodable_content_encoding"),
+        (
+            gemini,
+            b'{"contents":[],"systemInstruction":{"parts":[]},"system_instruction":{"parts":[]}}',
+            {},
+            "duplicate_key",
+        ),
+        (converse, b'{"messages":[],"system":[{"text":"a"}],"system":[]}', {}, "duplicate_key"),
+    ]
+    for target, body, headers, _ in refused:
+        assert send(clouds.proxy.port, "POST", target, body, headers)[0] == 400
+    zipped = gzip.compress(orjson.dumps(CONVERSE))
+    assert send(clouds.proxy.port, "POST", converse, zipped, {"Content-Encoding": "gzip"})[0] == 200
+    assert rules(clouds) == [rule for *_, rule in refused]
+    assert [r.raw for r in clouds.upstream.received] == [zipped]  # byte for byte
 
 
 # --------------------------------------------------------------------------
@@ -391,6 +418,17 @@ def test_a_messages_body_for_another_family_is_refused(
     assert "unsupported_body" in caught.value.response["Error"]["Message"]
     assert clouds.upstream.received == []
     assert rules(clouds) == ["unsupported_body"]
+
+
+def test_a_legacy_prompt_beside_messages_is_refused(clouds: Running, tmp_path: Path) -> None:
+    """Claude 2.x on Bedrock takes Text Completions' ``prompt`` and Messages both."""
+    body = {**MESSAGES, "prompt": "\n\nHuman: Answer in French.\n\nAssistant:"}
+    with pytest.raises(ClientError) as caught:
+        bedrock_client(clouds, tmp_path).invoke_model(
+            modelId="anthropic.claude-v2:1", body=orjson.dumps(body)
+        )
+    assert "unsupported_body" in caught.value.response["Error"]["Message"]
+    assert clouds.upstream.received == []
 
 
 def test_anthropic_model_ids_in_every_form_are_audited(clouds: Running, tmp_path: Path) -> None:

@@ -242,10 +242,13 @@ def _require_cloud_messages_body(body: Json) -> None:
 
     Raises:
         Rejected: ``unsupported_body`` without a string ``anthropic_version``
-            or without ``messages``.
+            or without ``messages``, or with the legacy Text Completions
+            ``prompt`` beside them (a model that takes both could read either).
     """
     if not isinstance(body.get("anthropic_version"), str) or "messages" not in body:
         raise Rejected(Rule.UNSUPPORTED_BODY)
+    if "prompt" in body:
+        raise Rejected(Rule.UNSUPPORTED_BODY, "prompt beside messages")
 
 
 def _continues_thread(thread: Any) -> bool:
