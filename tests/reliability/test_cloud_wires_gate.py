@@ -42,9 +42,10 @@ from google.genai._interactions_errors import BadRequestError as InteractionsBad
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from modeltap.proxy import Proxy, ProxyConfig
-from tests.conftest import Running, read_jsonl
-from tests.reliability.faults import figure
+from modeltap.proxy import Proxy
+from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
+from tests.reliability.faults import figure, read_until_closed
+from tests.reliability.test_request_gate import send
 from tests.upstream import AWS_KEY_ID, AWS_SECRET, Upstream, self_signed_tls
 
 KEY = "AIza-PLANTED-gemini-key-0123456789"
@@ -86,24 +87,7 @@ def no_real_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def clouds(start_proxy: Callable[..., Running], upstream: Upstream, tmp_path: Path) -> Running:
     """A proxy with a route per cloud, each on the stub, naming the cloud's provider."""
     routes = [f"{name}={upstream.url},provider={PROVIDERS[name]}" for name in ROUTES]
-    return start_proxy(routes=routes, extra={"confdir": str(tmp_path / "mitm")})
-
-
-def send(
-    port: int, method: str, target: str, body: bytes = b"", headers: dict[str, str] | None = None
-) -> tuple[int, bytes]:
-    """One request on a fresh socket, the target sent exactly as given."""
-    head = f"{method} {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-    for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
-        head += f"{name}: {value}\r\n"
-    head += f"Content-Length: {len(body)}\r\n\r\n"
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        sock.sendall(head.encode("latin-1") + body)
-        data = b""
-        while chunk := sock.recv(65536):
-            data += chunk
-    status_line, _, rest = data.partition(b"\r\n")
-    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+    return start_proxy(routes=routes, extra={"confdir": str(tmp_path / "mitmproxy")})
 
 
 def rules(running: Running) -> list[str]:
@@ -116,7 +100,7 @@ def gemini_client(running: Running, route: str = "gemini", **options: Any) -> ge
 
 
 def mitm_ca(tmp_path: Path) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"))
+    return ssl.create_default_context(cafile=str(proxy_ca(tmp_path)))
 
 
 def bedrock_client(running: Running, tmp_path: Path, **config: Any) -> Any:
@@ -129,7 +113,7 @@ def bedrock_client(running: Running, tmp_path: Path, **config: Any) -> Any:
         "bedrock-runtime",
         region_name="us-east-1",
         endpoint_url=endpoint,
-        verify=str(tmp_path / "mitm" / "mitmproxy-ca-cert.pem"),
+        verify=str(proxy_ca(tmp_path)),
         config=Config(retries={"max_attempts": 1}, **config),
     )
 
@@ -519,22 +503,9 @@ def test_unions_with_two_members_are_refused(clouds: Running, tmp_path: Path) ->
 @pytest.fixture
 def forward(tmp_path: Path) -> Iterator[tuple[Proxy, Upstream, Upstream]]:
     """A regular-mode proxy with no route for the stubs: they are not provider hosts."""
-    config = ProxyConfig(
-        listen_port=0,
-        out=str(tmp_path / "out"),
-        mode="regular",
-        quiet=True,
-        extra={"confdir": str(tmp_path / "mitm"), "ssl_insecure": True},
-    )
-    with Upstream() as plain, Upstream(tls=self_signed_tls()) as tls, Proxy(config) as proxy:
+    proxy = intercepting_proxy(tmp_path, [])
+    with Upstream() as plain, Upstream(tls=self_signed_tls()) as tls, proxy:
         yield proxy, plain, tls
-
-
-def _recv_all(sock: socket.socket) -> bytes:
-    data = b""
-    while chunk := sock.recv(65536):
-        data += chunk
-    return data
 
 
 def _through_tunnel(
@@ -553,7 +524,7 @@ def _through_tunnel(
                 f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
-            return _recv_all(tunnel)
+            return read_until_closed(tunnel)
 
 
 def test_regular_mode_audits_a_provider_named_only_by_host_or_sni(
@@ -582,7 +553,7 @@ def test_regular_mode_audits_a_provider_named_only_by_host_or_sni(
                 f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                 + body
             )
-            assert _recv_all(sock).startswith(b"HTTP/1.1 200")
+            assert read_until_closed(sock).startswith(b"HTTP/1.1 200")
     gemini = orjson.dumps(GEMINI)
     path = f"/v1beta/models/{MODEL}:generateContent"
     google = "generativelanguage.googleapis.com"
@@ -620,5 +591,5 @@ def test_regular_mode_other_hosts_still_pass(forward: tuple[Proxy, Upstream, Ups
             f"\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        assert _recv_all(sock).startswith(b"HTTP/1.1 200")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 200")
     assert len(plain.received) == 1
