@@ -145,16 +145,18 @@ def test_split_authority() -> None:
 def test_provider_route_tries_the_target_then_each_alias() -> None:
     routes = RouteTable.build([], None)
 
-    def head(host: str, *aliases: tuple[str, int]) -> RequestHead:
-        return RequestHead("f", "POST", "/", "https", host, 443, {}, aliases=aliases)
+    def head(host: str, host_header: str | None = None, sni: str | None = None) -> RequestHead:
+        return RequestHead(
+            "f", "POST", "/", "https", host, 443, {}, host_header=host_header, sni=sni
+        )
 
-    assert provider_route(routes, head("10.0.0.1")) is None
-    found = provider_route(
-        routes,
-        head("10.0.0.1", ("10.0.0.1", 443), ("BEDROCK-RUNTIME.us-east-1.amazonaws.com.", 443)),
-    )
-    assert found is not None and found.provider == "aws.bedrock"
-    found = provider_route(
-        routes, head("generativelanguage.googleapis.com", ("api.openai.com", 443))
-    )
+    assert provider_route(routes, head("10.0.0.1", "10.0.0.1:443")) is None
+    for found in (
+        provider_route(routes, head("10.0.0.1", "BEDROCK-RUNTIME.us-east-1.amazonaws.com.")),
+        provider_route(
+            routes, head("10.0.0.1", "10.0.0.1", "bedrock-runtime.us-east-1.amazonaws.com")
+        ),
+    ):
+        assert found is not None and found.provider == "aws.bedrock"
+    found = provider_route(routes, head("generativelanguage.googleapis.com", "api.openai.com"))
     assert found is not None and found.provider == "gcp.gemini"  # the target first

@@ -65,11 +65,22 @@ class RequestHead:
     session: str | None = None
     #: Signed with AWS SigV4 (:func:`take_session`): forwarded byte-for-byte or refused.
     signed: bool = False
-    #: The other names the request goes by, as ``(host, port)``: its ``Host``
-    #: header (or ``:authority``) and the TLS server name its client sent.
-    #: In regular mode the upstream routes on these, not on the address
-    #: modeltap connects to (:func:`provider_route`).
-    aliases: tuple[tuple[str, int], ...] = ()
+    #: The other names the request goes by: its ``Host`` header (or
+    #: ``:authority``) and the TLS server name its client sent. In regular
+    #: mode the upstream routes on these, not on the address modeltap
+    #: connects to (:func:`provider_route`).
+    host_header: str | None = None
+    sni: str | None = None
+
+    @property
+    def aliases(self) -> tuple[tuple[str, int], ...]:
+        """``(host, port)`` of the ``Host`` header and of the server name, when sent."""
+        found = []
+        if self.host_header:
+            found.append(split_authority(self.host_header, self.port))
+        if self.sni:
+            found.append((self.sni, self.port))
+        return tuple(found)
 
 
 def provider_route(routes: RouteTable, head: RequestHead) -> Route | None:

@@ -43,7 +43,6 @@ from modeltap.gate import (
     body_codings,
     fail_closed,
     sha256_hex,
-    split_authority,
     take_session,
 )
 from modeltap.listening import is_loopback, modeltap_mode, open_proxy_listeners, open_proxy_message
@@ -328,21 +327,9 @@ def _head(flow: http.HTTPFlow, session: str | None, signed: bool = False) -> Req
         fields=req.headers.fields,
         session=session,
         signed=signed,
-        aliases=_aliases(flow),
+        host_header=req.host_header,
+        sni=flow.client_conn.sni,
     )
-
-
-def _aliases(flow: http.HTTPFlow) -> tuple[tuple[str, int], ...]:
-    """The Host header's (or ``:authority``'s) host and port, and the client's TLS
-    server name: what a provider's front end routes on (regular mode)."""
-    req = flow.request
-    found: list[tuple[str, int]] = []
-    authority = req.host_header
-    if authority:
-        found.append(split_authority(authority, req.port))
-    if flow.client_conn.sni:
-        found.append((flow.client_conn.sni, req.port))
-    return tuple(found)
 
 
 def _answer(flow: http.HTTPFlow, reply: Reply) -> None:

@@ -31,7 +31,7 @@ and no id: the request id is the ``x-amzn-RequestId`` header's
 (:func:`modeltap.bedrock.with_response_headers`). Converse's ``inputTokens``
 leaves out the tokens read from and written to the cache, as Anthropic's does.
 
-Why one module of ~700 lines: it is one wire, read whole, like the other API
+Why one module of ~800 lines: it is one wire, read whole, like the other API
 modules; every model family puts its thinking, effort and guard content
 somewhere of its own, and each place is read here.
 """

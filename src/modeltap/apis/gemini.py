@@ -54,7 +54,7 @@ is complete once a chunk with a ``finishReason`` (or a prompt
 response passes through byte for byte, and a request that carries them back
 is forwarded as sent.
 
-Why one module of ~900 lines: it is one wire, read whole, in the sections of
+Why one module of ~950 lines: it is one wire, read whole, in the sections of
 :mod:`modeltap.apis.contract` (request side, response side, what telemetry
 reads), like the other API modules. Gemini needs more reading than most: two
 spellings of every key, two body forms (Code Assist's wrapper), images in
