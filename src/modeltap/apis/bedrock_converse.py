@@ -18,6 +18,12 @@ of their ``content`` as sent). A model id that is a Prompt management ARN
 (``arn:aws:bedrock:…:prompt/…``) runs a prompt held by Bedrock, whose
 instructions and tools the request may not state: unstated, they are
 ``None`` and named in ``omitted_settings``, as for any server-held state.
+Nothing the model reads is left unread (SPEC section 2, "No way around the
+audit"): ``additionalModelRequestFields`` goes into the model's native
+request, so its ``tools`` are recorded too and instructions or messages
+there are refused (``unsupported_body``); a block, system block or tool is a
+union of one member, and one with two is refused; a ``modelId`` in the body
+must be the path's (``model_mismatch``).
 
 Response side (SPEC section 4): a JSON body (``output.message.content``,
 ``stopReason``, ``usage``, ``metrics``) or, for ``converse-stream``, an

@@ -21,7 +21,10 @@ way, and is refused. Keys come in camelCase and, from the Python SDK, in
 snake_case (``thinking_config`` fields, ``inline_data.mime_type``): both are
 read, as Google's JSON parser reads both; an object that spells one field
 both ways is refused (``duplicate_key``), since parsers disagree on which
-wins. Instructions are ``systemInstruction.parts[].text`` (a part that is not
+wins; so is a part whose ``data`` oneof holds two members (text and
+``inlineData``), and a body ``model`` (the wrapper's, or the wrapped
+request's) naming another model than the path (``model_mismatch``).
+Instructions are ``systemInstruction.parts[].text`` (a part that is not
 plain text is refused); client tools ``tools[].functionDeclarations[].name``;
 every other key of a ``tools[]`` entry (``googleSearch``, ``codeExecution``,
 ``urlContext``, …) is a hosted tool ``{type: key, name: null}``. Effort is
