@@ -13,7 +13,13 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from modeltap import apis
-from modeltap.apis import anthropic_messages, bedrock_converse, openai_chat, openai_responses
+from modeltap.apis import (
+    anthropic_messages,
+    bedrock_converse,
+    cloud_paths,
+    openai_chat,
+    openai_responses,
+)
 from modeltap.apis.contract import (
     FORM_AZURE_DEPLOYMENT,
     FORM_BEDROCK_INVOKE,
@@ -453,3 +459,61 @@ def test_a_bedrock_refusal_is_what_boto3_reads_as_a_client_error() -> None:
         "ServiceUnavailableException"
     )
     assert provider_error_headers("openai", 400) == {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("model", "family"),
+    [
+        ("anthropic.claude-3-5-haiku-20241022-v1:0", "anthropic"),
+        ("us.anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic"),
+        ("global.anthropic.claude-sonnet-4-5-20250929-v1:0", "anthropic"),
+        ("xx.anthropic.claude-new-v1:0", "anthropic"),  # a geography not listed yet
+        ("arn:aws:bedrock:us-east-1::foundation-model/anthropic.claude-v2:1", "anthropic"),
+        (
+            "arn:aws-us-gov:bedrock:us-gov-west-1:1:inference-profile/us-gov.anthropic.c",
+            "anthropic",
+        ),
+        ("amazon.nova-pro-v1:0", "amazon"),
+        ("us.amazon.nova-premier-v1:0", "amazon"),
+        ("us.meta.llama3-2-90b-instruct-v1:0", "meta"),
+        ("openai.gpt-oss-120b-1:0", "openai"),
+        ("arn:aws:bedrock:us-east-1::foundation-model/mistral.mistral-large-2407-v1:0", "mistral"),
+        ("arn:aws:bedrock:us-east-1:1:custom-model/amazon.titan-text-express-v1:0:8k/x", "amazon"),
+        ("arn:aws:bedrock:us-east-1:1:prompt/PROMPT12345:1", "prompt"),
+        ("arn:aws:bedrock:us-east-1:1:application-inference-profile/a1b2c3", None),
+        ("arn:aws:bedrock:us-east-1:1:provisioned-model/p1", None),
+        ("opaque-id", None),
+    ],
+)
+def test_bedrock_model_family(model: str, family: str | None) -> None:
+    assert cloud_paths.bedrock_model_family(model) == family
+
+
+def test_converse_reads_native_tools_and_refuses_native_content() -> None:
+    messages = [{"role": "user", "content": [{"text": "x"}]}]
+    endpoint = apis.match_endpoint("/model/m/converse")
+    extra = {
+        "tools": [
+            {"type": "computer_20250124", "name": "computer"},
+            {"name": "a", "input_schema": {}},
+            {"type": "function", "function": {"name": "b"}},
+        ]
+    }
+    body = {"messages": messages, "additionalModelRequestFields": extra}
+    facts = bedrock_converse.audit_request(body, endpoint)
+    assert facts.tool_names == ("a", "b")
+    assert [(t.type, t.name) for t in facts.hosted_tools] == [("computer_20250124", "computer")]
+    for key in ("system", "messages", "prompt", "inputText", "toolConfig"):
+        refused = {"messages": messages, "additionalModelRequestFields": {key: "x"}}
+        with pytest.raises(Rejected) as caught:
+            bedrock_converse.audit_request(refused, endpoint)
+        assert (caught.value.rule, caught.value.detail) == (
+            "unsupported_body",
+            f"additionalModelRequestFields.{key}",
+        )
+    with pytest.raises(Rejected) as caught:
+        tools = {"tools": [{"type": "function", "function": {}}]}
+        bedrock_converse.audit_request(
+            {"messages": messages, "additionalModelRequestFields": tools}, endpoint
+        )
+    assert caught.value.rule == "tool_without_name"

@@ -105,9 +105,32 @@ def test_the_path_says_the_model_and_the_stream() -> None:
 
     stream = "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse"
     assert facts({"contents": CONTENTS}, stream) == ("gemini-2.5-pro", True)
-    # The path's model is what the upstream serves: it decides over the body's.
-    named = {"model": "models/other", "contents": CONTENTS}
-    assert facts(named, "/v1/models/gemini-2.5-pro:generateContent") == ("gemini-2.5-pro", False)
+    # The path's model is what the upstream serves; a body naming the same one, in
+    # any of its spellings, is fine, and one naming another is refused (a gateway
+    # reading the body would run another model than the record says).
+    for same in ("gemini-2.5-pro", "models/gemini-2.5-pro", "projects/p/models/gemini-2.5-pro"):
+        named = {"model": same, "contents": CONTENTS}
+        path = "/v1/models/gemini-2.5-pro:generateContent"
+        assert facts(named, path) == ("gemini-2.5-pro", False)
+    for other, path in (
+        ("models/other", "/v1/models/gemini-2.5-pro:generateContent"),
+        ("models/gemini-2.5-pro-x", "/v1/models/gemini-2.5-pro:generateContent"),
+        ("tunedModels/b", "/v1beta/tunedModels/a:generateContent"),
+    ):
+        with pytest.raises(Rejected) as caught:
+            facts({"model": other, "contents": CONTENTS}, path)
+        assert caught.value.rule == "model_mismatch"
+    # Code Assist's wrapper, the wrapped request and the path must agree too.
+    for body, path in (
+        ({"model": "a", "request": {"contents": CONTENTS}}, "/v1internal/models/b:generateContent"),
+        (
+            {"model": "a", "request": {"model": "b", "contents": CONTENTS}},
+            "/v1internal:generateContent",
+        ),
+    ):
+        with pytest.raises(Rejected) as caught:
+            facts(body, path)
+        assert caught.value.rule == "model_mismatch"
     # Code Assist: the body's model.
     wrapped = {"model": "gemini-3-flash", "request": {"contents": CONTENTS}}
     assert facts(wrapped, "/v1internal:streamGenerateContent") == ("gemini-3-flash", True)
@@ -295,7 +318,8 @@ def test_set_image_detail_gives_every_image_its_resolution() -> None:
     assert audit(body).image_details == ("MEDIA_RESOLUTION_HIGH",) * 2
     wrapped = {"model": "m", "request": copy.deepcopy(body)}
     assert gemini.set_image_detail(wrapped, "auto") == 2
-    assert audit(wrapped).image_details == ("MEDIA_RESOLUTION_UNSPECIFIED",) * 2
+    wrapped_facts = audit(wrapped, "/v1internal:generateContent")
+    assert wrapped_facts.image_details == ("MEDIA_RESOLUTION_UNSPECIFIED",) * 2
 
 
 # --------------------------------------------------------------------------

@@ -164,6 +164,11 @@ def test_omitted_instructions_have_no_parts() -> None:
         ("aiplatform.googleapis.com", "gcp.vertex_ai"),
         ("generativelanguage.googleapis.com", "gcp.gemini"),
         ("cloudcode-pa.googleapis.com", "gcp.gemini"),
+        # The same providers under their other names (data residency, Bedrock's
+        # OpenAI-compatible and Messages endpoint): a way around the audit otherwise.
+        ("eu.api.openai.com", "openai"),
+        ("us.api.openai.com", "openai"),
+        ("bedrock-mantle.us-east-1.api.aws", "aws.bedrock"),
         ("127.0.0.1", None),
         ("api.openai.com.evil.example", None),
         ("evil.example.openai.azure.com.attacker.net", None),

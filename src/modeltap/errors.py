@@ -55,6 +55,8 @@ class Rule(StrEnum):
     SIGNED_REQUEST_REWRITE = "signed_request_rewrite"
     METHOD_OVERRIDE = "method_override"
     WS_UNSUPPORTED_ENDPOINT = "ws_unsupported_endpoint"
+    UNSUPPORTED_ENDPOINT = "unsupported_endpoint"
+    MODEL_MISMATCH = "model_mismatch"
     FAIL_CLOSED = "fail_closed"
     STRICT_UNAUDITED = "strict_unaudited"
     TOOL_BUDGET_EXCEEDED = "tool_budget_exceeded"
@@ -85,9 +87,10 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     Rule.MALFORMED_SETTING: (400, "a setting the audit records has the wrong type"),
     Rule.UNSUPPORTED_BODY: (
         400,
-        "the body is not an Anthropic Messages body with its anthropic_version, the only "
-        "native body modeltap audits on Bedrock InvokeModel and Vertex rawPredict (other "
-        "model families: use Bedrock Converse)",
+        "the body carries model input modeltap cannot audit: on Bedrock InvokeModel (for "
+        "an Anthropic model) and Vertex rawPredict only an Anthropic Messages body with its "
+        "anthropic_version is audited (other model families: use Bedrock Converse), and "
+        "Converse's additionalModelRequestFields may not carry instructions or messages",
     ),
     Rule.VALUE_TOO_LONG: (
         400,
@@ -133,6 +136,16 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     Rule.WS_UNSUPPORTED_ENDPOINT: (
         400,
         "WebSocket connections are audited only on a Responses endpoint",
+    ),
+    Rule.UNSUPPORTED_ENDPOINT: (
+        400,
+        "this endpoint runs a model on input modeltap cannot audit (a batch, a live or "
+        "realtime session, a raw prediction, gRPC, a legacy completion), so it is not "
+        "forwarded; send the requests one by one to an endpoint modeltap audits",
+    ),
+    Rule.MODEL_MISMATCH: (
+        400,
+        "the path and the body name different models, and upstreams differ on which one runs",
     ),
     # Policy.
     Rule.FAIL_CLOSED: (

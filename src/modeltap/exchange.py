@@ -32,6 +32,7 @@ from modeltap.gate import (
     is_control_path,
     judge_request_line,
     overlong_id_header,
+    provider_route,
     sha256_hex,
 )
 from modeltap.notices import ExchangeView, Forward, Outcome, Reply
@@ -135,7 +136,7 @@ class Exchange:
             ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
             return ex
         if regular:
-            ex.route = s.routes.for_host(head.host, head.port, head.scheme)
+            ex.route = provider_route(s.routes, head)
             ex.upstream, ex.host = f"{head.scheme}://{head.host}:{head.port}", head.host
         else:
             ex.route = s.routes.match(head.target)
@@ -150,8 +151,9 @@ class Exchange:
         if ex.route is not None:
             names = (name.decode("latin-1") for name, _ in head.fields)
             try:
+                kind = headers.get("content-type")
                 endpoint = fail_closed(
-                    judge_request_line, head.method, head.target, ex.path, names, websocket
+                    judge_request_line, head.method, head.target, ex.path, names, websocket, kind
                 )
             except Rejected as e:
                 ex.refuse(e, now)

@@ -25,7 +25,14 @@ from modeltap.apis import json_body
 from modeltap.decoding import check_transfer_coding, request_codings
 from modeltap.errors import Rejected, Rule
 from modeltap.records import API_RESPONSES, MAX_ID_CHARS, Json, RequestFacts
-from modeltap.routing import check_path, overrides_method, overrides_path, split_target
+from modeltap.routing import (
+    Route,
+    RouteTable,
+    check_path,
+    overrides_method,
+    overrides_path,
+    split_target,
+)
 from modeltap.sigv4 import find_signature
 
 logger = logging.getLogger("modeltap")
@@ -58,6 +65,62 @@ class RequestHead:
     session: str | None = None
     #: Signed with AWS SigV4 (:func:`take_session`): forwarded byte-for-byte or refused.
     signed: bool = False
+    #: The other names the request goes by: its ``Host`` header (or
+    #: ``:authority``) and the TLS server name its client sent. In regular
+    #: mode the upstream routes on these, not on the address modeltap
+    #: connects to (:func:`provider_route`).
+    host_header: str | None = None
+    sni: str | None = None
+
+    @property
+    def aliases(self) -> tuple[tuple[str, int], ...]:
+        """``(host, port)`` of the ``Host`` header and of the server name, when sent."""
+        found = []
+        if self.host_header:
+            found.append(split_authority(self.host_header, self.port))
+        if self.sni:
+            found.append((self.sni, self.port))
+        return tuple(found)
+
+
+def provider_route(routes: RouteTable, head: RequestHead) -> Route | None:
+    """The route of a regular-mode request: a provider's, if any name it goes by has one.
+
+    A provider's front end routes on the ``Host`` header and the TLS server
+    name, not on the address the client connected to: a ``CONNECT`` to an IP
+    address (or to an alias of the provider's host) with ``Host:
+    bedrock-runtime.us-east-1.amazonaws.com`` reaches Bedrock all the same,
+    so it is audited like a request to that host.
+
+    Args:
+        routes: the proxy's routes.
+        head: the request's head (its target host and :attr:`RequestHead.aliases`).
+
+    Returns:
+        The first route found for the target, then for each alias; ``None``
+        when none of them is a provider's (the request passes unaudited).
+    """
+    for host, port in ((head.host, head.port), *head.aliases):
+        route = routes.for_host(host, port, head.scheme)
+        if route is not None:
+            return route
+    return None
+
+
+def split_authority(authority: str, port: int) -> tuple[str, int]:
+    """Split a ``Host`` header's value into its host and port.
+
+    Args:
+        authority: ``host``, ``host:port`` or ``[v6]:port``.
+        port: the port when it names none (the connection's).
+
+    Returns:
+        ``(host, port)``; a port that is not a number leaves ``port``.
+    """
+    host, sep, tail = authority.rpartition(":")
+    if not sep or "]" in tail or not tail.isdigit():
+        return authority.strip("[]"), port
+    return host.strip("[]"), int(tail)
 
 
 def take_session(headers: MutableMapping[str, str], target: str) -> tuple[str | None, bool]:
@@ -172,7 +235,12 @@ def is_control_address(host: str, port: int, control: tuple[str, int] | None) ->
 
 
 def judge_request_line(
-    method: str, sent_path: str, path: str, header_names: Iterable[str], websocket: bool
+    method: str,
+    sent_path: str,
+    path: str,
+    header_names: Iterable[str],
+    websocket: bool,
+    content_type: str | None = None,
 ) -> str | None:
     """Judge a routed request's line before anything is forwarded (SPEC 2).
 
@@ -182,6 +250,8 @@ def judge_request_line(
         path: the target as it goes upstream.
         header_names: the request's header names.
         websocket: whether it is a WebSocket handshake.
+        content_type: its ``Content-Type``, if any (a ``multipart/mixed``
+            body bundles whole HTTP requests: Google's batch envelope).
 
     Returns:
         The API whose endpoint the decoded path names, or None.
@@ -189,22 +259,44 @@ def judge_request_line(
     Raises:
         Rejected: ``noncanonical_path`` (also for an ``X-Original-URL`` or
             ``X-Rewrite-URL`` header), ``ws_unsupported_endpoint`` (a
-            WebSocket to a model endpoint whose messages cannot be audited), or
-            ``method_override`` (another method that could become a POST).
+            WebSocket to a model endpoint whose messages cannot be audited),
+            ``unsupported_endpoint`` (a POST to an endpoint that runs a model
+            on input modeltap cannot audit: a batch, a raw prediction, gRPC,
+            :func:`modeltap.apis.unsupported_endpoint`), or ``method_override``
+            (another method that could become a POST).
     """
     check_path(sent_path)
     names = list(header_names)
     if overrides_path(names):
         raise Rejected(Rule.NONCANONICAL_PATH, "path override header")
     endpoint = apis.endpoint_of(path)
+    posted = method.upper() == "POST" or overrides_method(names, path)
     if endpoint is None:
+        unsupported = apis.unsupported_endpoint(path)
+        if unsupported is None and _bundles_requests(content_type):
+            unsupported = "a batch of HTTP requests (multipart/mixed)"
+        if unsupported is not None and websocket:
+            raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, unsupported)
+        if unsupported is not None and posted:
+            raise Rejected(Rule.UNSUPPORTED_ENDPOINT, unsupported)
         return None
     if websocket:
         if endpoint != API_RESPONSES:
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT)
-    elif method.upper() != "POST" and overrides_method(names, path):
+    elif method.upper() != "POST" and posted:
         raise Rejected(Rule.METHOD_OVERRIDE)
     return endpoint
+
+
+def _bundles_requests(content_type: str | None) -> bool:
+    """Whether a body of this type carries whole HTTP requests (a batch envelope).
+
+    Google's APIs take ``multipart/mixed`` bodies whose parts are
+    ``application/http`` requests, each run as if sent alone: a model request
+    inside one would never meet the audit. Looked for in every value (a
+    repeated header is joined with commas, and servers differ on which wins).
+    """
+    return content_type is not None and "multipart/mixed" in content_type.lower()
 
 
 def body_codings(

@@ -37,6 +37,7 @@ UPSTREAM_ROUTE = "upstream"
 #: provider, and the one place regular mode learns which hosts are providers.
 PROVIDER_HOSTS: Final[tuple[tuple[str, str], ...]] = (
     ("api.openai.com", "openai"),
+    ("*.api.openai.com", "openai"),  # data residency: us., eu., au., in., ae.
     ("api.anthropic.com", "anthropic"),
     ("*.openai.azure.com", "azure.ai.openai"),
     ("*.services.ai.azure.com", "azure.ai.openai"),
@@ -52,6 +53,7 @@ PROVIDER_HOSTS: Final[tuple[tuple[str, str], ...]] = (
     ("bedrock-runtime*.*.c2s.ic.gov", "aws.bedrock"),
     ("bedrock-runtime*.*.sc2s.sgov.gov", "aws.bedrock"),
     ("bedrock-runtime*.*.cloud.adc-e.uk", "aws.bedrock"),
+    ("bedrock-mantle*.*.api.aws", "aws.bedrock"),  # OpenAI-compatible, Messages ("Mantle")
     ("*aiplatform.googleapis.com", "gcp.vertex_ai"),
     ("generativelanguage.googleapis.com", "gcp.gemini"),
     ("cloudcode-pa.googleapis.com", "gcp.gemini"),
@@ -338,8 +340,8 @@ _PATH_CHARS: Final = frozenset(
 )
 _DOUBLE_ENCODING: Final = re.compile(rb"%25[0-9A-Fa-f]{2}")
 #: The usual path (no escape, no ``;``, no segment that is empty or ends in a
-#: dot), accepted without decoding it: every request goes through here.
-_PLAIN_PATH: Final = re.compile(r"(?:/[\w\-~!$&'()*+,=:@.]*[\w\-~!$&'()*+,=:@])+/?|/", re.ASCII)
+#: dot or a colon), accepted without decoding it: every request goes through here.
+_PLAIN_PATH: Final = re.compile(r"(?:/[\w\-~!$&'()*+,=:@.]*[\w\-~!$&'()*+,=@])+/?|/", re.ASCII)
 
 
 def split_target(target: str) -> tuple[str, str]:
@@ -400,10 +402,11 @@ def check_path(target: str) -> None:
     mode) before anything is forwarded. Allowed: an origin-form path whose
     percent-escapes are well formed and decode to ASCII letters, digits and
     ``-._~!$&'()*+,=:@/;``, with no empty segment except a trailing slash and
-    no segment that is ``.``, ``..`` or ends in a dot, with or without its
-    ``;params`` (``..;x`` is Tomcat's ``..``), and no encoded ``;``. Encoded slashes (``%2F``, as in
-    Bedrock model ARNs) and colons (``%3A``) are fine: the endpoint is decided
-    on the decoded path (:func:`routed_path`).
+    no segment that is ``.``, ``..`` or ends in a dot or a colon, with or
+    without its ``;params`` (``..;x`` is Tomcat's ``..``), and no encoded
+    ``;``. Encoded slashes (``%2F``, as in Bedrock model ARNs) and colons
+    (``%3A``) are fine: the endpoint is decided on the decoded path
+    (:func:`routed_path`).
 
     Args:
         target: the request target as sent (the query string is not checked).
@@ -440,6 +443,8 @@ def check_path(target: str) -> None:
             raise Rejected(Rule.NONCANONICAL_PATH, "empty segment")
         if bare.endswith(b".") or segment.endswith(b"."):
             raise Rejected(Rule.NONCANONICAL_PATH, "dot segment")
+        if bare.endswith(b":") or segment.endswith(b":"):  # x:generateContent: (a verb, or not)
+            raise Rejected(Rule.NONCANONICAL_PATH, "trailing colon")
 
 
 def _fault(byte: int) -> str:

@@ -338,6 +338,8 @@ def _head(flow: http.HTTPFlow, session: str | None, signed: bool = False) -> Req
         fields=req.headers.fields,
         session=session,
         signed=signed,
+        host_header=req.host_header,
+        sni=flow.client_conn.sni,
     )
 
 

@@ -21,6 +21,7 @@ from modeltap.apis import (
     gemini,
     openai_chat,
     openai_responses,
+    unsupported,
 )
 from modeltap.apis.contract import (
     EndpointMatch,
@@ -38,7 +39,7 @@ from modeltap.records import (
     ResponseFacts,
     Usage,
 )
-from modeltap.routing import Route, routed_path
+from modeltap.routing import Route, decoded_path, routed_path, split_target
 
 #: Every wire API, in the order endpoints are matched. Adding an API is adding
 #: its module here (mypy checks it against :class:`WireApi`).
@@ -95,10 +96,14 @@ def match_endpoint(path: str) -> EndpointMatch | None:
 
     Decided on the percent-decoded path without ``;params``
     (:func:`~modeltap.routing.routed_path`: ``/v1/chat%2Fcompletions``,
-    ``/v1/respons%65s`` and ``/v1/chat;x/completions`` name endpoints),
-    ignoring the query string and one trailing slash; each module of
-    :data:`APIS` is asked in turn (:meth:`WireApi.match_endpoint`), and
-    compares without regard to case (some servers route case-insensitively).
+    ``/v1/respons%65s`` and ``/v1/chat;x/completions`` name endpoints), and
+    on the decoded path with them kept, as a server that does not strip them
+    routes: a path the second reading reads as another endpoint or model
+    (``/model/x;y/converse``, ``models/x;y:generateContent``) is refused,
+    whatever the first reads. The query string and
+    one trailing slash are ignored; each module of :data:`APIS` is asked in
+    turn (:meth:`WireApi.match_endpoint`), and compares without regard to
+    case (some servers route case-insensitively).
 
     Args:
         path: the request target as sent.
@@ -107,21 +112,61 @@ def match_endpoint(path: str) -> EndpointMatch | None:
         The first module's match, or ``None`` when no API's endpoint is named.
 
     Raises:
-        Rejected: ``missing_model`` when the path names an empty model;
+        Rejected: ``noncanonical_path`` when the reading with ``;params``
+            kept names an endpoint, and another endpoint or model than the
+            reading without them; ``missing_model`` when the path names an empty model;
             ``value_too_long`` (``model``) when it names one longer than
             :data:`~modeltap.records.MAX_ID_CHARS`.
     """
-    bare = routed_path(path)
-    if bare.endswith("/"):
-        bare = bare[:-1]
+    found, *kept = [_match(reading) for reading in _readings(path)]
+    if kept and kept[0] is not None and kept[0] != found:
+        # A server keeping ";params" would route to another endpoint or model
+        # than one dropping them (or to one only it finds): nothing ambiguous goes.
+        raise Rejected(Rule.NONCANONICAL_PATH, "path parameters change the endpoint")
+    if found is not None:
+        model = found.model_from_path
+        if model is not None and not model:
+            raise Rejected(Rule.MISSING_MODEL)
+        if model is not None and len(model) > MAX_ID_CHARS:
+            raise Rejected(Rule.VALUE_TOO_LONG, "model")
+    return found
+
+
+def _readings(path: str) -> tuple[str, ...]:
+    """The paths an upstream may route a request target on, without a trailing slash:
+    decoded with its ``;params`` dropped, and (when it has any) decoded with them kept."""
+    readings = [routed_path(path)]
+    if ";" in split_target(path)[0]:
+        readings.append(decoded_path(path))
+    return tuple(r[:-1] if r.endswith("/") else r for r in readings)
+
+
+def _match(bare: str) -> EndpointMatch | None:
+    """The first module's match of one reading of a path."""
     for api in APIS:
         found = api.match_endpoint(bare)
         if found is not None:
-            model = found.model_from_path
-            if model is not None and not model:
-                raise Rejected(Rule.MISSING_MODEL)
-            if model is not None and len(model) > MAX_ID_CHARS:
-                raise Rejected(Rule.VALUE_TOO_LONG, "model")
+            return found
+    return None
+
+
+def unsupported_endpoint(path: str) -> str | None:
+    """Name the model endpoint a path targets that modeltap cannot audit, if it does.
+
+    A batch, a live or realtime session, a raw prediction of a body modeltap
+    does not read, a gRPC generation method, a legacy completion
+    (:mod:`modeltap.apis.unsupported`); decided on both readings of the path,
+    like :func:`match_endpoint`, and only for a path no API's endpoint matches.
+
+    Args:
+        path: the request target as sent.
+
+    Returns:
+        A fixed description of the endpoint, or ``None``.
+    """
+    for reading in _readings(path):
+        found = unsupported.unsupported_endpoint(reading)
+        if found is not None:
             return found
     return None
 
@@ -268,5 +313,6 @@ __all__ = [
     "module_for",
     "provider_for",
     "reported_usage",
+    "unsupported_endpoint",
     "usage_total",
 ]

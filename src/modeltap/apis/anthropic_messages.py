@@ -174,6 +174,12 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
     model = request_model(body, endpoint)
     if endpoint is not None and endpoint.form in _CLOUD_FORMS:
         _require_cloud_messages_body(body)
+    if endpoint is not None and endpoint.form == FORM_BEDROCK_INVOKE:
+        # InvokeModel hands the body to the model the path names, which reads it
+        # its own way: a Messages body audits only an Anthropic model's turn.
+        family = cloud_paths.bedrock_model_family(model)
+        if family is not None and family != "anthropic":
+            raise Rejected(Rule.UNSUPPORTED_BODY, "the model id names another model family")
     reject_messages_and_input(body)
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -236,10 +242,13 @@ def _require_cloud_messages_body(body: Json) -> None:
 
     Raises:
         Rejected: ``unsupported_body`` without a string ``anthropic_version``
-            or without ``messages``.
+            or without ``messages``, or with the legacy Text Completions
+            ``prompt`` beside them (a model that takes both could read either).
     """
     if not isinstance(body.get("anthropic_version"), str) or "messages" not in body:
         raise Rejected(Rule.UNSUPPORTED_BODY)
+    if "prompt" in body:
+        raise Rejected(Rule.UNSUPPORTED_BODY, "prompt beside messages")
 
 
 def _continues_thread(thread: Any) -> bool:

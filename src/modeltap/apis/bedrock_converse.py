@@ -18,6 +18,12 @@ of their ``content`` as sent). A model id that is a Prompt management ARN
 (``arn:aws:bedrock:…:prompt/…``) runs a prompt held by Bedrock, whose
 instructions and tools the request may not state: unstated, they are
 ``None`` and named in ``omitted_settings``, as for any server-held state.
+Nothing the model reads is left unread (SPEC section 2, "No way around the
+audit"): ``additionalModelRequestFields`` goes into the model's native
+request, so its ``tools`` are recorded too and instructions or messages
+there are refused (``unsupported_body``); a block, system block or tool is a
+union of one member, and one with two is refused; a ``modelId`` in the body
+must be the path's (``model_mismatch``).
 
 Response side (SPEC section 4): a JSON body (``output.message.content``,
 ``stopReason``, ``usage``, ``metrics``) or, for ``converse-stream``, an
@@ -31,7 +37,7 @@ and no id: the request id is the ``x-amzn-RequestId`` header's
 (:func:`modeltap.bedrock.with_response_headers`). Converse's ``inputTokens``
 leaves out the tokens read from and written to the cache, as Anthropic's does.
 
-Why one module of ~700 lines: it is one wire, read whole, like the other API
+Why one module of ~800 lines: it is one wire, read whole, like the other API
 modules; every model family puts its thinking, effort and guard content
 somewhere of its own, and each place is read here.
 """
@@ -59,6 +65,7 @@ from modeltap.apis.fields import (
     optional_name,
     optional_str,
     request_model,
+    require_same_model,
     setting_by_name,
     str_or_none,
     string_list,
@@ -141,9 +148,14 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
         Rejected: ``missing_model`` (no path naming the model),
             ``malformed_messages``, ``malformed_tools``, ``tool_without_name``,
             ``malformed_image``, ``instructions_not_text``,
-            ``malformed_setting`` or ``value_too_long``.
+            ``malformed_setting``, ``model_mismatch`` (a ``model`` or
+            ``modelId`` in the body naming another model than the path) or
+            ``value_too_long``.
     """
     model = request_model(body, endpoint)
+    # Converse names its model in the path; a ``modelId`` in the body beside it
+    # could be read by a gateway instead: it must be the same one.
+    require_same_model(optional_str(body.get("modelId"), "modelId"), model)
     stored_prompt = _PROMPT_ARN in model.lower()
     messages = body.get("messages")
     if messages is None and stored_prompt:
@@ -152,6 +164,14 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
         raise Rejected(Rule.MALFORMED_MESSAGES, "messages")
     tool_names, hosted_tools = _tools(body.get("toolConfig"))
     extra = _object(body.get("additionalModelRequestFields"), "additionalModelRequestFields")
+    # Bedrock merges these fields into the model's native request: tools sent
+    # there are advertised too (AWS documents Claude's computer use that way),
+    # and instructions or messages there are ones the record would not show.
+    hidden = sorted(_NATIVE_CONTENT.intersection(extra))
+    if hidden:
+        raise Rejected(Rule.UNSUPPORTED_BODY, f"additionalModelRequestFields.{hidden[0]}")
+    native_names, native_hosted = _native_tools(extra.get("tools"))
+    tool_names, hosted_tools = tool_names + native_names, hosted_tools + native_hosted
     thinking = setting_by_name(extra.get("thinking"), _THINKING_KEYS, "thinking")
     effort = _effort(body, extra)
 
@@ -186,6 +206,84 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
         omitted_settings=omitted,
         settings=request_settings(body),
     )
+
+
+#: Fields of the model families' native requests that carry instructions,
+#: messages or tools modeltap would not read in ``additionalModelRequestFields``.
+_NATIVE_CONTENT: Final = frozenset(
+    {
+        "system",
+        "messages",
+        "prompt",
+        "input",
+        "inputText",
+        "instructions",
+        "contents",
+        "systemInstruction",
+        "system_instruction",
+        "toolConfig",
+        "tool_config",
+        "functions",
+        "mcp_servers",
+        "documents",
+        "chat_history",
+        "preamble",
+        "message",
+    }
+)
+
+
+def _native_tools(tools: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
+    """The tools of ``additionalModelRequestFields.tools``, in a model's native shape.
+
+    Anthropic's (``{name, input_schema}`` client tools, ``{type, name}``
+    server tools such as ``computer_20250124``) and OpenAI's
+    (``{type: "function", function: {name}}``): client tools by name, the
+    others as hosted ``{type, name}``.
+
+    Raises:
+        Rejected: ``malformed_tools`` for a list or entry of another shape,
+            ``tool_without_name`` for a client tool without a name.
+    """
+    if tools is None:
+        return (), ()
+    if not isinstance(tools, list):
+        raise Rejected(Rule.MALFORMED_TOOLS, "additionalModelRequestFields.tools")
+    names: list[str] = []
+    hosted: list[HostedTool] = []
+    for i, tool in enumerate(tools):
+        where = f"additionalModelRequestFields.tools[{i}]"
+        if not isinstance(tool, dict):
+            raise Rejected(Rule.MALFORMED_TOOLS, where)
+        kind = tool.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise Rejected(Rule.MALFORMED_TOOLS, where)
+        spec = tool.get("function") if kind == "function" else tool
+        if kind in (None, "custom", "function"):
+            name = spec.get("name") if isinstance(spec, dict) else None
+            if not isinstance(name, str) or not name:
+                raise Rejected(Rule.TOOL_WITHOUT_NAME, where)
+            names.append(bounded(name, where))
+        else:
+            assert kind is not None
+            hosted.append(
+                HostedTool(bounded(kind, f"{where}.type"), optional_name(tool.get("name"), where))
+            )
+    return tuple(names), tuple(hosted)
+
+
+def _one_member(block: Json, rule: Rule, where: str) -> None:
+    """Refuse a union (a content block, a system block, a tool) with more than one member.
+
+    Converse's blocks are unions: one member each. A block with two (text and
+    guard content, a tool spec and a system tool) is read differently by
+    different parsers, and the record could show the one the model never sees.
+
+    Raises:
+        Rejected: ``rule`` naming ``where``.
+    """
+    if len(block) != 1:
+        raise Rejected(rule, where)
 
 
 def _object(value: Any, where: str) -> Json:
@@ -245,6 +343,7 @@ def _tools(config: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
         where = f"toolConfig.tools[{i}]"
         if not isinstance(tool, dict):
             raise Rejected(Rule.MALFORMED_TOOLS, where)
+        _one_member(tool, Rule.MALFORMED_TOOLS, where)
         if "toolSpec" in tool:
             spec = tool["toolSpec"]
             name = spec.get("name") if isinstance(spec, dict) else None
@@ -278,10 +377,13 @@ def _instruction_texts(system: Any) -> list[str]:
         where = f"system[{i}]"
         if not isinstance(block, dict):
             raise Rejected(Rule.INSTRUCTIONS_NOT_TEXT, where)
+        _one_member(block, Rule.INSTRUCTIONS_NOT_TEXT, where)
         if "text" in block:
             text = block["text"]
         elif "guardContent" in block:
             guarded = block["guardContent"]
+            if isinstance(guarded, dict):
+                _one_member(guarded, Rule.INSTRUCTIONS_NOT_TEXT, f"{where}.guardContent")
             inner = guarded.get("text") if isinstance(guarded, dict) else None
             text = inner.get("text") if isinstance(inner, dict) else None
         elif "cachePoint" in block:
@@ -302,6 +404,7 @@ def _read_blocks(
         here = f"{where}.content[{j}]"
         if not isinstance(block, dict):
             raise Rejected(Rule.MALFORMED_MESSAGES, here)
+        _one_member(block, Rule.MALFORMED_MESSAGES, here)
         if "image" in block:
             _image(block["image"], here)
             images.append(None)
@@ -323,6 +426,8 @@ def _read_blocks(
                 _read_blocks(content, here, images, tool_results)
         elif "guardContent" in block:
             guarded = block["guardContent"]
+            if isinstance(guarded, dict):
+                _one_member(guarded, Rule.MALFORMED_MESSAGES, f"{here}.guardContent")
             if isinstance(guarded, dict) and "image" in guarded:
                 _image(guarded["image"], here)
                 images.append(None)

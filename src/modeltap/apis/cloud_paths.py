@@ -28,10 +28,13 @@ from modeltap.apis.contract import (
 )
 
 #: Azure OpenAI's deployment form: ``/openai/deployments/{deployment}/chat/completions``
-#: (the AzureOpenAI client also builds it under ``/openai/v1/``). The deployment is
-#: everything between the first ``/deployments/`` and the endpoint: a client that
-#: encodes a ``/`` in it sends one name, not two segments.
-_AZURE_CHAT: Final = re.compile(r"/deployments/(?P<model>.*?)/chat/completions\Z", re.IGNORECASE)
+#: (the AzureOpenAI client also builds it under ``/openai/v1/``), and its "On Your
+#: Data" form ``…/{deployment}/extensions/chat/completions`` (the same deployment
+#: runs). The deployment is everything between the first ``/deployments/`` and the
+#: endpoint: a client that encodes a ``/`` in it sends one name, not two segments.
+_AZURE_CHAT: Final = re.compile(
+    r"/deployments/(?P<model>.*?)(?:/extensions)?/chat/completions\Z", re.IGNORECASE
+)
 
 #: Bedrock Runtime: ``/model/{modelId}/{operation}``; an ARN model id holds ``/`` once decoded.
 _BEDROCK: Final = re.compile(
@@ -41,6 +44,16 @@ _BEDROCK: Final = re.compile(
 
 #: Bedrock's operations that answer as a stream (``application/vnd.amazon.eventstream``).
 _BEDROCK_STREAMS: Final = frozenset({"converse-stream", "invoke-with-response-stream"})
+
+#: A Bedrock ARN: ``arn:{partition}:bedrock:{region}:{account}:{type}/{id}``.
+_BEDROCK_ARN: Final = re.compile(
+    r"arn:[a-z-]+:bedrock:[^:]*:[^:]*:(?P<type>[a-z-]+)/(?P<id>.+)\Z", re.IGNORECASE
+)
+#: ARN resource types whose id starts with the foundation model it runs.
+_MODEL_ARN_TYPES: Final = frozenset({"foundation-model", "inference-profile", "custom-model"})
+
+#: The geography prefixes of cross-region inference profiles (``us.anthropic.…``).
+_GEOGRAPHIES: Final = frozenset({"us", "eu", "apac", "global", "us-gov", "jp", "au", "ca"})
 
 #: Vertex AI's Anthropic models: ``…/publishers/anthropic/models/{model}:rawPredict``
 #: and ``:streamRawPredict`` (``{model}`` such as ``claude-sonnet-4-5@20250929``).
@@ -146,3 +159,40 @@ def vertex_anthropic(path: str, api: str) -> EndpointMatch | None:
         return None
     stream = found["verb"].lower() == "streamrawpredict"
     return EndpointMatch(api, model, stream=stream, form=FORM_VERTEX_RAW_PREDICT)
+
+
+def bedrock_model_family(model: str) -> str | None:
+    """The model family a Bedrock model id names, as far as the id says.
+
+    A foundation model id is ``{provider}.{model}`` (``anthropic.claude-…``,
+    ``amazon.nova-pro-v1:0``, ``meta.llama3-…``), a cross-region inference
+    profile puts a geography in front (``us.``, ``eu.``, ``global.``, …),
+    and the ARNs of foundation models, inference profiles and custom models
+    (a base model's id, then the model's own) hold one of those. Other ARNs
+    (application inference profiles, provisioned throughput, imported
+    models) name a resource whose model the id does not show.
+
+    Args:
+        model: the decoded model id of the path.
+
+    Returns:
+        The provider part in lower case (``anthropic``, ``amazon``, …),
+        ``"prompt"`` for a Prompt management ARN (the stored prompt supplies
+        model and messages), or ``None`` when the id does not say.
+    """
+    arn = _BEDROCK_ARN.fullmatch(model)
+    if arn is not None:
+        kind = arn["type"].lower()
+        if kind == "prompt":
+            return "prompt"
+        if kind not in _MODEL_ARN_TYPES:
+            return None
+        model = arn["id"]
+    pieces = model.lower().split(".")
+    if len(pieces) < 2:
+        return None
+    # With a geography prefix or not, the provider is one of the first two
+    # pieces: "anthropic" there is all the audit needs to know.
+    if "anthropic" in pieces[:2]:
+        return "anthropic"
+    return pieces[1] if pieces[0] in _GEOGRAPHIES else pieces[0]

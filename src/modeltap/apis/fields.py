@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
-from modeltap.apis.contract import EndpointMatch
+from modeltap.apis.contract import FORM_AZURE_DEPLOYMENT, EndpointMatch
 from modeltap.errors import Rejected, Rule
 from modeltap.records import MAX_ID_CHARS, REDACTED, InstructionPart, Json, Usage
 
@@ -126,10 +126,13 @@ def request_model(body: Json, endpoint: EndpointMatch | None) -> str:
     """Return the model a request asks for: the one its path names, else the body's.
 
     Where the path names the model (an Azure deployment, a Bedrock model id,
-    a Vertex model) it decides: it is what the upstream serves, and the body
-    may name another (the AzureOpenAI client still sends the caller's
-    ``model``). A ``model`` the body sends beside it is still checked: a
-    string of at most :data:`~modeltap.records.MAX_ID_CHARS` characters.
+    a Vertex model) it decides: it is what the upstream serves. On Azure's
+    deployment form the body may name another (the AzureOpenAI client still
+    sends the caller's ``model``, and Azure runs the deployment); on the
+    other clouds' forms the clients send none, and a body ``model`` that
+    names another model than the path is refused: an upstream (or a gateway
+    in front of one) reading the body would run another model than the
+    record says.
 
     Args:
         body: the parsed request body.
@@ -139,12 +142,31 @@ def request_model(body: Json, endpoint: EndpointMatch | None) -> str:
         Rejected: ``missing_model`` when neither names one (see
             :func:`require_model`); ``malformed_setting`` (``model``) for a
             body model that is not a string beside a path's;
-            ``value_too_long`` for an overlong one.
+            ``model_mismatch`` when it names another model than the path
+            (not on Azure's deployment form); ``value_too_long`` for an
+            overlong one.
     """
     if endpoint is None or endpoint.model_from_path is None:
         return require_model(body)
-    optional_str(body.get("model"), "model")
-    return bounded(endpoint.model_from_path, "model")
+    sent = optional_str(body.get("model"), "model")
+    named = bounded(endpoint.model_from_path, "model")
+    if endpoint.form != FORM_AZURE_DEPLOYMENT:
+        require_same_model(sent, named)
+    return named
+
+
+def require_same_model(sent: str | None, named: str) -> None:
+    """Refuse a model the body names beside the one the path names, unless it is that one.
+
+    Args:
+        sent: the body's model (``None``: it names none).
+        named: the path's model, decoded.
+
+    Raises:
+        Rejected: ``model_mismatch`` when ``sent`` is another model.
+    """
+    if sent is not None and sent != named:
+        raise Rejected(Rule.MODEL_MISMATCH)
 
 
 def reject_messages_and_input(body: Json) -> None:

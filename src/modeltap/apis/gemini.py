@@ -21,7 +21,10 @@ way, and is refused. Keys come in camelCase and, from the Python SDK, in
 snake_case (``thinking_config`` fields, ``inline_data.mime_type``): both are
 read, as Google's JSON parser reads both; an object that spells one field
 both ways is refused (``duplicate_key``), since parsers disagree on which
-wins. Instructions are ``systemInstruction.parts[].text`` (a part that is not
+wins; so is a part whose ``data`` oneof holds two members (text and
+``inlineData``), and a body ``model`` (the wrapper's, or the wrapped
+request's) naming another model than the path (``model_mismatch``).
+Instructions are ``systemInstruction.parts[].text`` (a part that is not
 plain text is refused); client tools ``tools[].functionDeclarations[].name``;
 every other key of a ``tools[]`` entry (``googleSearch``, ``codeExecution``,
 ``urlContext``, …) is a hosted tool ``{type: key, name: null}``. Effort is
@@ -54,7 +57,7 @@ is complete once a chunk with a ``finishReason`` (or a prompt
 response passes through byte for byte, and a request that carries them back
 is forwarded as sent.
 
-Why one module of ~900 lines: it is one wire, read whole, in the sections of
+Why one module of ~950 lines: it is one wire, read whole, in the sections of
 :mod:`modeltap.apis.contract` (request side, response side, what telemetry
 reads), like the other API modules. Gemini needs more reading than most: two
 spellings of every key, two body forms (Code Assist's wrapper), images in
@@ -158,6 +161,17 @@ FINISH_REASONS: Final = {
     "MALFORMED_FUNCTION_CALL": "error",
     "UNEXPECTED_TOOL_CALL": "error",
 }
+#: The members of a part's ``data`` oneof (a part holds one; ``thought``,
+#: ``thoughtSignature``, ``mediaResolution`` and the like sit beside it).
+_PART_DATA: Final = (
+    "text",
+    "inlineData",
+    "fileData",
+    "functionCall",
+    "functionResponse",
+    "executableCode",
+    "codeExecutionResult",
+)
 #: Part keys that carry model output besides ``text``.
 _OUTPUT_KEYS: Final = (
     "functionCall",
@@ -258,7 +272,9 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
 
     Raises:
         Rejected: ``missing_model`` (neither the path nor the body names
-            one, or a wrapper without one), ``messages_and_input``,
+            one, or a wrapper without one), ``model_mismatch`` (the path,
+            the wrapper and the request name different models),
+            ``messages_and_input``,
             ``malformed_messages``, ``malformed_tools``,
             ``tool_without_name``, ``malformed_image``,
             ``instructions_not_text``, ``malformed_setting``,
@@ -274,15 +290,49 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
         request = body["request"]
         if not isinstance(request, dict):
             raise Rejected(Rule.MALFORMED_MESSAGES, "request")
+        # Every model the request names must be one: the path's, the wrapper's,
+        # the wrapped request's own (upstreams differ on which they read).
+        _same_model(wrapped_model, named)
+        _same_model(_body_model(request), named or wrapped_model)
         return _audit(request, named or wrapped_model, stream, "request.")
+    model = _body_model(body)
+    if not (named or model):
+        raise Rejected(Rule.MISSING_MODEL)
+    # The path's model is what Google serves; a body naming another is refused.
+    _same_model(model, named)
+    return _audit(body, named or model or "", stream, "")
+
+
+def _body_model(body: Json) -> str | None:
+    """A body's optional ``model`` (bounded), ``None`` when absent or empty.
+
+    Raises:
+        Rejected: ``missing_model`` when it is not a string.
+    """
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise Rejected(Rule.MISSING_MODEL)
-    # The path's model is what the upstream serves; a body's is still checked.
-    model = bounded(model or "", "model")
-    if not (named or model):
-        raise Rejected(Rule.MISSING_MODEL)
-    return _audit(body, named or model, stream, "")
+    return bounded(model, "model") if model else None
+
+
+def _same_model(sent: str | None, named: str | None) -> None:
+    """Refuse a body model that names another model than the path (or the wrapper).
+
+    The same model may be spelt as its id (``gemini-2.5-pro``), with its
+    collection (``models/gemini-2.5-pro``) or as a full resource name
+    (``projects/p/locations/l/publishers/google/models/gemini-2.5-pro``).
+
+    Raises:
+        Rejected: ``model_mismatch``.
+    """
+    if sent is None or named is None:
+        return
+    sent, named = sent.removeprefix("models/"), named.removeprefix("models/")
+    if sent == named or sent.endswith("/models/" + named):
+        return
+    if "/" in named and sent.endswith("/" + named):  # tunedModels/x, endpoints/e
+        return
+    raise Rejected(Rule.MODEL_MISMATCH)
 
 
 def _audit(request: Json, model: str, stream: bool, at: str) -> RequestFacts:
@@ -353,6 +403,10 @@ def _parts(content: Json, where: str) -> list[Json]:
         raise Rejected(Rule.MALFORMED_MESSAGES, f"{where}.parts")
     for j, part in enumerate(found):
         if not isinstance(part, dict):
+            raise Rejected(Rule.MALFORMED_MESSAGES, f"{where}.parts[{j}]")
+        if sum(_is(part, name) for name in _PART_DATA) > 1:
+            # A part's data is a oneof: a part holding text and an image is read
+            # as either by different parsers, and the record could show the other.
             raise Rejected(Rule.MALFORMED_MESSAGES, f"{where}.parts[{j}]")
     return found
 
