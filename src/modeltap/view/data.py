@@ -30,6 +30,7 @@ shows it as unknown, never as 0.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Final
 
@@ -131,6 +132,17 @@ def _change(what: str, text: str, **extra: Any) -> Json:
     return {"what": what, "text": text, **extra}
 
 
+def _value_change(
+    what: str, label: str, before: Any, after: Any, shown: Callable[[Any], str] = str
+) -> list[Json]:
+    """``label: before -> after`` (each as ``shown`` writes it) when the value changed."""
+    if before == after:
+        return []
+    return [
+        _change(what, f"{label}: {shown(before)} -> {shown(after)}", before=before, after=after)
+    ]
+
+
 def _list_changes(
     what: str, noun: str, before: tuple[str, ...] | None, after: tuple[str, ...] | None
 ) -> list[Json]:
@@ -188,35 +200,17 @@ def turn_changes(previous: AuditRecord | None, current: AuditRecord) -> list[Jso
     """
     if previous is None:
         return []
-    out: list[Json] = []
-    if previous.model != current.model:
-        out.append(
-            _change(
-                "model",
-                f"model changed: {previous.model} -> {current.model}",
-                before=previous.model,
-                after=current.model,
-            )
-        )
-    if previous.reasoning_effort != current.reasoning_effort:
-        out.append(
-            _change(
-                "reasoning_effort",
-                f"effort changed: {_setting(previous.reasoning_effort)} -> "
-                f"{_setting(current.reasoning_effort)}",
-                before=previous.reasoning_effort,
-                after=current.reasoning_effort,
-            )
-        )
-    if previous.thinking != current.thinking:
-        out.append(
-            _change(
-                "thinking",
-                f"thinking changed: {_setting(previous.thinking)} -> {_setting(current.thinking)}",
-                before=previous.thinking,
-                after=current.thinking,
-            )
-        )
+    out = _value_change("model", "model changed", previous.model, current.model)
+    out += _value_change(
+        "reasoning_effort",
+        "effort changed",
+        previous.reasoning_effort,
+        current.reasoning_effort,
+        shown=_setting,
+    )
+    out += _value_change(
+        "thinking", "thinking changed", previous.thinking, current.thinking, shown=_setting
+    )
     out.extend(_list_changes("tools", "tools", previous.tool_names, current.tool_names))
     out.extend(
         _list_changes(
@@ -227,42 +221,28 @@ def turn_changes(previous: AuditRecord | None, current: AuditRecord) -> list[Jso
         )
     )
     if previous.instructions_sha256 != current.instructions_sha256:
-        out.append(
-            _change(
-                "instructions",
-                f"instructions hash changed: {_short(previous.instructions_sha256)} -> "
-                f"{_short(current.instructions_sha256)}",
-                before=previous.instructions_sha256,
-                after=current.instructions_sha256,
-            )
+        out += _value_change(
+            "instructions",
+            "instructions hash changed",
+            previous.instructions_sha256,
+            current.instructions_sha256,
+            shown=_short,
         )
         out.extend(_parts_changes(previous, current))
-    if previous.image_count != current.image_count:
-        out.append(
-            _change(
-                "images",
-                f"images: {previous.image_count} -> {current.image_count}",
-                before=previous.image_count,
-                after=current.image_count,
-            )
-        )
+    out += _value_change("images", "images", previous.image_count, current.image_count)
     for what, label in (
         ("api", "API"),
         ("transport", "transport"),
         ("route", "route"),
         ("stream", "stream"),
     ):
-        before, after = getattr(previous, what), getattr(current, what)
-        if before != after:
-            out.append(
-                _change(what, f"{label} changed: {before} -> {after}", before=before, after=after)
-            )
+        out += _value_change(
+            what, f"{label} changed", getattr(previous, what), getattr(current, what)
+        )
     for what in ("provider",):  # written by newer modeltap versions
-        before, after = getattr(previous, what, None), getattr(current, what, None)
-        if before != after:
-            out.append(
-                _change(what, f"{what} changed: {before} -> {after}", before=before, after=after)
-            )
+        out += _value_change(
+            what, f"{what} changed", getattr(previous, what, None), getattr(current, what, None)
+        )
     if previous.omitted_settings != current.omitted_settings:
         omitted = ", ".join(current.omitted_settings) or "none"
         out.append(
