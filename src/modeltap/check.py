@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from modeltap.capture import EVIDENCE_CHANNELS, Capture, Session
+from modeltap.capture import Capture, Session
 
 
 def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[str]]:
@@ -62,7 +62,7 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
                 reasons.append(reason)
         if not session.evidence_complete:
             reasons.append("evidence is incomplete")
-            reasons += [f"  {e}" for e in _evidence_reasons(session)]
+            reasons += [f"  {e}" for e in session.coverage.capture_errors]
         found[sid] = reasons
     for error in capture.load_errors:
         found.setdefault("(files)", []).append(str(error))
@@ -101,17 +101,6 @@ def _no_such_session(capture: Capture, session_id: str) -> list[str]:
     more = f" and {len(known) - LISTED_SESSIONS} more" if len(known) > LISTED_SESSIONS else ""
     noun = "session" if len(known) == 1 else "sessions"
     return [first, f"{len(known)} {noun} in this out dir: {shown}{more}"]
-
-
-def _evidence_reasons(session: Session) -> list[str]:
-    """The reasons of the evidence channels, each once, turns grouped (``[turns 1-3]``)."""
-    coverage = session.coverage
-    out: list[str] = []
-    for name in EVIDENCE_CHANNELS:
-        for reason in coverage.channel(name).reasons:
-            if reason not in out:
-                out.append(reason)
-    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
