@@ -119,7 +119,6 @@ def _coverage_lines(coverage: Json, indent: str) -> list[str]:
 
 
 def _turn_row(turn: Json, retries: bool) -> list[str]:
-    usage = turn["token_usage"]
     tools = turn["tools_advertised"]
     status = turn["http_status"]
     calls = [name or "(unnamed)" for name in turn["tool_calls"]]
@@ -131,13 +130,21 @@ def _turn_row(turn: Json, retries: bool) -> list[str]:
         turn["provider"] or UNKNOWN,
         "-" if status is None else str(status),
         UNKNOWN if tools is None else str(len(tools)),
+        *_measured_cells(turn),
+        ", ".join(calls) or "-",
+    ]
+
+
+def _measured_cells(part: Json) -> list[str]:
+    """The in, out, total, est. $, time and evidence cells of a turn or a session's total."""
+    usage = part["token_usage"]
+    return [
         _count(usage["input_tokens"]),
         _count(usage["output_tokens"]),
         _total(usage),
-        _dollars(turn["cost"]),
-        _duration(turn["execution_time_ms"]),
-        "complete" if turn["evidence_complete"] else "partial",
-        ", ".join(calls) or "-",
+        _dollars(part["cost"]),
+        _duration(part["execution_time_ms"]),
+        "complete" if part["evidence_complete"] else "partial",
     ]
 
 
@@ -154,7 +161,6 @@ def _session_lines(session: Json) -> list[str]:
         header += ["tools", "in", "out", "total", "est. $", "time", "evidence"]
         rows = [[*header, "calls"]]
         rows.extend(_turn_row(turn, retries) for turn in session["turns"])
-        usage = session["token_usage"]
         calls = len(session["tool_calls"])
         rows.append(
             [
@@ -164,12 +170,7 @@ def _session_lines(session: Json) -> list[str]:
                 "",
                 "",
                 "",
-                _count(usage["input_tokens"]),
-                _count(usage["output_tokens"]),
-                _total(usage),
-                _dollars(session["cost"]),
-                _duration(session["execution_time_ms"]),
-                "complete" if session["evidence_complete"] else "partial",
+                *_measured_cells(session),
                 f"{calls} call{'s' if calls != 1 else ''}",
             ]
         )
