@@ -22,9 +22,10 @@ from hypothesis import strategies as st
 
 from modeltap.capture import Capture
 from modeltap.cli import main as cli_main
-from modeltap.records import AuditRecord, HostedTool, InstructionPart
+from modeltap.records import AuditRecord, HostedTool
 from modeltap.view import build_page, build_view_data, render_page, turn_changes
 from modeltap.view.page import asset, content_security_policy, json_for_script
+from tests.factories import audit_record
 from tests.view_captures import (
     INJECT_ARGUMENTS,
     INJECT_SESSION,
@@ -138,38 +139,8 @@ def test_changes_between_turns_of_a_real_agent(rich_capture: Made) -> None:
 
 
 def _record(**fields: Any) -> AuditRecord:
-    base: dict[str, Any] = {
-        "request_id": "r",
-        "model": "m",
-        "model_source": "body",
-        "tool_names": ("a", "b"),
-        "reasoning_effort": None,
-        "thinking": None,
-        "image_details": (),
-        "image_count": 0,
-        "instructions_sha256": "0" * 64,
-        "instructions_parts": (InstructionPart("0" * 64, 0),),
-        "seq": 1,
-        "run_id": "run",
-        "session_id": "s",
-        "ts": "2026-01-01T00:00:00.000Z",
-        "transport": "http",
-        "api": "openai.responses",
-        "provider": "openai",
-        "route": "openai",
-        "upstream": "https://api.openai.com",
-        "path": "/v1/responses",
-        "stream": True,
-        "hosted_tools": (),
-        "tool_results": (),
-        "previous_response_id": None,
-        "generate": None,
-        "omitted_settings": (),
-        "body_bytes": 1,
-        "body_sha256": "1" * 64,
-    }
-    base.update(fields)
-    return AuditRecord(**base)
+    """An audit record advertising the tools ``a`` and ``b``, with ``fields`` changed."""
+    return audit_record(**({"tool_names": ("a", "b")} | fields))
 
 
 def test_changes_cover_continuations_hosted_tools_images_and_transport() -> None:
