@@ -15,36 +15,24 @@ from modeltap import check, control
 from modeltap.records import NO_REQUESTS_MESSAGE, to_json_line
 from modeltap.sessions import SessionTracker
 from tests.conftest import Running, read_jsonl
-from tests.upstream import Reply, chat_chunk, chat_text_json, ws_completed, ws_lookup_call
+from tests.upstream import (
+    Reply,
+    chat_chunk,
+    chat_text_json,
+    chat_tool_json,
+    ws_completed,
+    ws_lookup_call,
+)
 
 
 def tool_call_reply(n: int) -> Reply:
     """A chat completion asking for one `lookup` call (call id `call_n`)."""
-    return Reply(
-        json={
-            "id": f"chatcmpl-{n}",
-            "object": "chat.completion",
-            "created": 1,
-            "model": "gpt-5",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": f"call_{n}",
-                                "type": "function",
-                                "function": {"name": "lookup", "arguments": f'{{"n":{n}}}'},
-                            }
-                        ],
-                    },
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
-        }
+    return chat_tool_json(
+        "gpt-5",
+        arguments=f'{{"n":{n}}}',
+        call_id=f"call_{n}",
+        response_id=f"chatcmpl-{n}",
+        usage={"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8},
     )
 
 

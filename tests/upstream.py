@@ -828,10 +828,29 @@ TOOL_ARGUMENTS = '{"q": "weather", "n": 3}'
 TOOL_ARGUMENT_PARTS = ('{"q": ', '"weather"', ', "n": ', "3}")
 
 
-def chat_tool_json(model: str) -> Reply:
+#: The usage ``chat_tool_json`` reports unless a test gives its own.
+CHAT_TOOL_USAGE: Json = {
+    "prompt_tokens": 40,
+    "completion_tokens": 12,
+    "total_tokens": 52,
+    "prompt_tokens_details": {"cached_tokens": 8},
+    "completion_tokens_details": {"reasoning_tokens": 4},
+}
+
+
+def chat_tool_json(
+    model: str,
+    *,
+    name: str = "lookup",
+    arguments: str = TOOL_ARGUMENTS,
+    call_id: str = "call_lookup1",
+    response_id: str = "chatcmpl-tool1",
+    usage: Json = CHAT_TOOL_USAGE,
+) -> Reply:
+    """A chat completion that asks for one tool call (as the API sends it)."""
     return Reply(
         json={
-            "id": "chatcmpl-tool1",
+            "id": response_id,
             "object": "chat.completion",
             "created": 1760000000,
             "model": model,
@@ -844,9 +863,9 @@ def chat_tool_json(model: str) -> Reply:
                         "refusal": None,
                         "tool_calls": [
                             {
-                                "id": "call_lookup1",
+                                "id": call_id,
                                 "type": "function",
-                                "function": {"name": "lookup", "arguments": TOOL_ARGUMENTS},
+                                "function": {"name": name, "arguments": arguments},
                             }
                         ],
                     },
@@ -854,13 +873,7 @@ def chat_tool_json(model: str) -> Reply:
                     "logprobs": None,
                 }
             ],
-            "usage": {
-                "prompt_tokens": 40,
-                "completion_tokens": 12,
-                "total_tokens": 52,
-                "prompt_tokens_details": {"cached_tokens": 8},
-                "completion_tokens_details": {"reasoning_tokens": 4},
-            },
+            "usage": usage,
         }
     )
 

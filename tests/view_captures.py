@@ -27,6 +27,7 @@ from tests.upstream import (
     anthropic_text_sse,
     anthropic_tool_sse,
     chat_text_json,
+    chat_tool_json,
 )
 
 #: Strings an agent or a model controls, each trying to run script in the page.
@@ -50,32 +51,14 @@ def _function(name: str) -> Any:
 
 
 def chat_tool_reply(model: str, name: str, arguments: str, call_id: str) -> Reply:
-    """A chat completion that asks for one tool call (as the API sends it)."""
-    return Reply(
-        json={
-            "id": f"chatcmpl-{call_id[:20]}",
-            "object": "chat.completion",
-            "created": 1760000000,
-            "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {
-                                "id": call_id,
-                                "type": "function",
-                                "function": {"name": name, "arguments": arguments},
-                            }
-                        ],
-                    },
-                    "finish_reason": "tool_calls",
-                }
-            ],
-            "usage": {"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
-        }
+    """A chat completion that asks for one tool call; its id is made of the call's."""
+    return chat_tool_json(
+        model,
+        name=name,
+        arguments=arguments,
+        call_id=call_id,
+        response_id=f"chatcmpl-{call_id[:20]}",
+        usage={"prompt_tokens": 40, "completion_tokens": 12, "total_tokens": 52},
     )
 
 
