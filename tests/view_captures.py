@@ -213,13 +213,16 @@ def make_rich_capture(root: Path) -> Made:
         reply = anthropic_tool_sse("claude-stub")
         reply.pause_after = {0: 0.06}
         up.replies.append(reply)
-        tools: Any = [{"name": "lookup", "input_schema": {"type": "object"}}]
+        # The agent states the same settings on both turns.
+        settings: Any = {
+            "model": "claude-stub",
+            "max_tokens": 2048,
+            "system": "Be brief.",
+            "thinking": {"type": "enabled", "budget_tokens": 1024},
+            "tools": [{"name": "lookup", "input_schema": {"type": "object"}}],
+        }
         with claude.messages.stream(
-            model="claude-stub",
-            max_tokens=2048,
-            system="Be brief.",
-            thinking={"type": "enabled", "budget_tokens": 1024},
-            tools=tools,
+            **settings,
             messages=[{"role": "user", "content": "Weather?"}],
         ) as stream:
             message = stream.get_final_message()
@@ -228,11 +231,7 @@ def make_rich_capture(root: Path) -> Made:
         reply.pause_after = {0: 0.03}
         up.replies.append(reply)
         with claude.messages.stream(
-            model="claude-stub",
-            max_tokens=2048,
-            system="Be brief.",
-            thinking={"type": "enabled", "budget_tokens": 1024},
-            tools=tools,
+            **settings,
             messages=[
                 {"role": "user", "content": "Weather?"},
                 {"role": "assistant", "content": message.content},  # type: ignore[typeddict-item]
