@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import openai
 from playwright.sync_api import sync_playwright
-from tests.upstream import Reply, anthropic_text_sse, anthropic_tool_sse
+from tests.upstream import Reply, anthropic_text_sse, anthropic_tool_sse, chat_delta_chunk
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch
 from tests.view_captures import running_proxy
 
@@ -35,13 +35,7 @@ MODEL, SMALL = "gpt-5-stub", "gpt-5-mini-stub"
 
 
 def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-demo",
-        "object": "chat.completion.chunk",
-        "created": 1760000000,
-        "model": MODEL,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
+    return chat_delta_chunk(MODEL, delta, finish, response_id="chatcmpl-demo")
 
 
 def tool_calls_sse(calls: list[tuple[str, str]], think: float, usage: tuple[int, int]) -> Reply:
@@ -100,6 +94,38 @@ def function(name: str) -> Any:
     return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
 
 
+def stream_chat(
+    client: openai.OpenAI, messages: list[Any], tools: list[Any], model: str = MODEL, **extra: Any
+) -> None:
+    """Send one streamed chat request (usage included) and read its answer to the end."""
+    with client.chat.completions.create(
+        model=model,
+        messages=messages,
+        tools=tools,
+        stream=True,
+        stream_options={"include_usage": True},
+        **extra,
+    ) as stream:
+        for _ in stream:
+            pass
+
+
+def asked_for(calls: list[tuple[str, str]]) -> dict[str, Any]:
+    """The assistant message that asked for ``calls`` (name, arguments), as the
+    agent sends it back (call ids as :func:`tool_calls_sse` gives them)."""
+    return {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": f"call_{name}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            for i, (name, arguments) in enumerate(calls)
+        ],
+    }
+
+
 def run_agents(out: Path) -> None:
     with running_proxy(out) as run:
         up = run.upstream
@@ -123,28 +149,8 @@ def run_agents(out: Path) -> None:
         tool_time = [0.35, 0.8]
         for step, (calls, think, usage) in enumerate(script):
             up.replies.append(tool_calls_sse(calls, think, usage))
-            with client.chat.completions.create(
-                model=MODEL,
-                messages=messages,
-                tools=tools,
-                stream=True,
-                stream_options={"include_usage": True},
-            ) as stream:
-                for _ in stream:
-                    pass
-            messages.append(
-                {
-                    "role": "assistant",
-                    "tool_calls": [
-                        {
-                            "id": f"call_{name}_{i}",
-                            "type": "function",
-                            "function": {"name": name, "arguments": args},
-                        }
-                        for i, (name, args) in enumerate(calls)
-                    ],
-                }
-            )
+            stream_chat(client, messages, tools)
+            messages.append(asked_for(calls))
             time.sleep(tool_time[step])
             messages += [
                 {"role": "tool", "tool_call_id": f"call_{name}_{i}", "content": "x" * 900 * (i + 1)}
@@ -155,41 +161,15 @@ def run_agents(out: Path) -> None:
         limited = {"error": {"message": "slow down"}}
         up.replies.append(Reply(status=429, json=limited, headers={"retry-after-ms": "200"}))
         up.replies.append(tool_calls_sse([("summarize", '{"max_words": 80}')], 0.5, (1900, 40)))
-        with client.chat.completions.create(
-            model=MODEL,
-            messages=messages,
-            tools=tools,
-            stream=True,
-            stream_options={"include_usage": True},
-        ) as stream:
-            for _ in stream:
-                pass
+        stream_chat(client, messages, tools)
         time.sleep(0.3)
         messages += [
-            {
-                "role": "assistant",
-                "tool_calls": [
-                    {
-                        "id": "call_summarize_0",
-                        "type": "function",
-                        "function": {"name": "summarize", "arguments": '{"max_words": 80}'},
-                    }
-                ],
-            },
+            asked_for([("summarize", '{"max_words": 80}')]),
             {"role": "tool", "tool_call_id": "call_summarize_0", "content": "y" * 400},
         ]
         # The last turn moves to a smaller model with low effort.
         up.replies.append(text_sse(SMALL, 0.35))
-        with client.chat.completions.create(
-            model=SMALL,
-            messages=messages,
-            tools=tools,
-            reasoning_effort="low",
-            stream=True,
-            stream_options={"include_usage": True},
-        ) as stream:
-            for _ in stream:
-                pass
+        stream_chat(client, messages, tools, model=SMALL, reasoning_effort="low")
 
         claude = run.anthropic("claude-reviewer")
         reply = anthropic_tool_sse("claude-stub")

@@ -585,9 +585,13 @@ def chat_text_json(model: str, text: str = "Hello from the stub.") -> Reply:
     )
 
 
-def _chat_chunk(model: str, delta: Json, finish: str | None = None) -> Json:
+def chat_delta_chunk(
+    model: str, delta: Json, finish: str | None = None, response_id: str = "chatcmpl-stub2"
+) -> Json:
+    """One chat completion chunk as the API streams it: ``delta`` and ``finish``
+    as its choice's."""
     return {
-        "id": "chatcmpl-stub2",
+        "id": response_id,
         "object": "chat.completion.chunk",
         "created": 1760000000,
         "model": model,
@@ -596,24 +600,18 @@ def _chat_chunk(model: str, delta: Json, finish: str | None = None) -> Json:
 
 
 def chat_chunk(content: str | None, finish: str | None = None, model: str = "gpt-5") -> Json:
-    """A minimal chat chunk (id ``c``) for a scripted stream: ``content`` as its
-    delta (``None``: an empty delta) and ``finish`` as its finish reason."""
+    """A chat chunk (id ``c``) for a scripted stream: ``content`` as its delta
+    (``None``: an empty delta) and ``finish`` as its finish reason."""
     delta = {} if content is None else {"content": content}
-    return {
-        "id": "c",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
+    return chat_delta_chunk(model, delta, finish, response_id="c")
 
 
 def chat_text_sse(model: str, include_usage: bool = False) -> Reply:
     events: list[tuple[str | None, Any]] = [
-        (None, _chat_chunk(model, {"role": "assistant", "content": ""})),
-        (None, _chat_chunk(model, {"content": "Hello"})),
-        (None, _chat_chunk(model, {"content": " there"})),
-        (None, _chat_chunk(model, {}, "stop")),
+        (None, chat_delta_chunk(model, {"role": "assistant", "content": ""})),
+        (None, chat_delta_chunk(model, {"content": "Hello"})),
+        (None, chat_delta_chunk(model, {"content": " there"})),
+        (None, chat_delta_chunk(model, {}, "stop")),
     ]
     if include_usage:
         events.append(
@@ -879,7 +877,7 @@ def chat_tool_json(
 
 
 def _chat_tool_chunk(model: str, delta: Json, finish: str | None = None) -> Json:
-    return dict(_chat_chunk(model, delta, finish), id="chatcmpl-tool2")
+    return dict(chat_delta_chunk(model, delta, finish), id="chatcmpl-tool2")
 
 
 def chat_tool_sse(model: str, include_usage: bool = False) -> Reply:
