@@ -16,6 +16,18 @@ _LISTENING = re.compile(r"listening\s+http://\S+:(\d+)")
 _END_OF_SCREEN = "Ctrl-C stops and flushes."
 
 
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m modeltap.cli ARGS`` run until it exits (a minute at most),
+    its output read as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "modeltap.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 class CliProcess:
     """``python -m modeltap.cli COMMAND ... --listen 127.0.0.1:0``, started and
     read until its start-up screen is whole (the port is read off it)."""

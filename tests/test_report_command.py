@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ import pytest
 
 from modeltap.capture import Capture
 from modeltap.view import build_view_data
+from tests.cli_process import run_cli
 from tests.conftest import read_jsonl
 from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Reply, Upstream, anthropic_text_json, chat_text_json
@@ -83,23 +82,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             client.models.list()
         finally:
             p.stop(signal.SIGINT)
-    text = modeltap("report", str(out))
+    text = run_cli("report", str(out))
     assert text.returncode == 0, text.stderr
     yield Run(out, p.stderr.decode(), text.stdout, report_json(out))
 
 
-def modeltap(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def report_json(out: Path) -> dict[str, Any]:
-    done = modeltap("report", str(out), "--json")
+    done = run_cli("report", str(out), "--json")
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = orjson.loads(done.stdout)
     return report
@@ -210,17 +199,17 @@ def test_a_models_listing_without_a_session_header_makes_no_session(run: Run) ->
     text = run.text
     assert "passed through unaudited, in no session (not model traffic): GET /v1/models" in text
     assert "audit unsupported" not in text
-    checked = modeltap("check", str(run.out))
+    checked = run_cli("check", str(run.out))
     # Only the unreachable session fails; nothing about the listing.
     assert checked.returncode == 1
     assert "FAIL session dead" in checked.stdout
     assert "audit unsupported" not in checked.stdout
     assert "1 of 3 sessions failed the check." in checked.stdout
-    assert modeltap("check", str(run.out), "--session", "claude").returncode == 0
+    assert run_cli("check", str(run.out), "--session", "claude").returncode == 0
 
 
 def test_check_names_an_unknown_session(run: Run) -> None:
-    checked = modeltap("check", str(run.out), "--session", "nope")
+    checked = run_cli("check", str(run.out), "--session", "nope")
     assert checked.returncode == 1
     assert checked.stdout.splitlines() == [
         "FAIL session nope",
@@ -232,7 +221,7 @@ def test_check_names_an_unknown_session(run: Run) -> None:
 
 
 def test_turn_numbers_count_from_one_everywhere(run: Run) -> None:
-    checked = modeltap("check", str(run.out), "--session", "dead").stdout
+    checked = run_cli("check", str(run.out), "--session", "dead").stdout
     assert "[turns 1-3] no response: the upstream never answered" in checked
     assert "[turn 0]" not in checked
     (line,) = [s for s in read_jsonl(run.out / "sessions.jsonl") if s["session_id"] == "dead"]

@@ -8,7 +8,6 @@ import contextlib
 import shutil
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,22 +15,12 @@ import pytest
 
 from modeltap.errors import StartupError
 from modeltap.proxy import Proxy, ProxyConfig
+from tests.cli_process import run_cli
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDING = ROOT / "src" / "modeltap" / "demo" / "recording"
-
-
-def modeltap(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the CLI until it exits (every case here fails at start)."""
-    return subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def only_line(stderr: str) -> str:
@@ -69,7 +58,7 @@ def immutable(directory: Path) -> Iterator[Path]:
 
 
 def test_a_busy_port_names_the_address_and_the_reason(tmp_path: Path, busy_port: int) -> None:
-    done = modeltap("run", "--listen", f"127.0.0.1:{busy_port}", "--out", str(tmp_path))
+    done = run_cli("run", "--listen", f"127.0.0.1:{busy_port}", "--out", str(tmp_path))
     assert done.returncode == 1
     assert only_line(done.stderr) == (
         f"modeltap: cannot listen for the proxy on 127.0.0.1:{busy_port}: Address already in "
@@ -86,13 +75,13 @@ def test_a_busy_port_names_the_address_and_the_reason(tmp_path: Path, busy_port:
     ],
 )
 def test_an_address_that_cannot_be_listened_on(tmp_path: Path, listen: str, reason: str) -> None:
-    done = modeltap("run", "--listen", listen, "--out", str(tmp_path))
+    done = run_cli("run", "--listen", listen, "--out", str(tmp_path))
     assert done.returncode == 1
     assert only_line(done.stderr).startswith(f"modeltap: cannot listen for the proxy on {reason}")
 
 
 def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
-    done = modeltap("run", "--listen", "127.0.0.1:99999", "--out", str(tmp_path))
+    done = run_cli("run", "--listen", "127.0.0.1:99999", "--out", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
         "modeltap run: error: argument --listen: port 99999 in '127.0.0.1:99999' is out of "
@@ -101,7 +90,7 @@ def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_the_control_listener_says_the_same(tmp_path: Path) -> None:
-    done = modeltap("run", "--listen", "127.0.0.1:0", "--out", str(tmp_path), "--control", "x:1")
+    done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(tmp_path), "--control", "x:1")
     assert done.returncode == 1
     assert only_line(done.stderr).startswith(
         "modeltap: cannot listen for the control API on x:1: the host name does not resolve"
@@ -109,7 +98,7 @@ def test_the_control_listener_says_the_same(tmp_path: Path) -> None:
 
 
 def test_replay_names_the_address_too(tmp_path: Path, busy_port: int) -> None:
-    done = modeltap(
+    done = run_cli(
         "replay", str(RECORDING), "--listen", f"127.0.0.1:{busy_port}", "--out", str(tmp_path)
     )
     assert done.returncode == 2
@@ -135,13 +124,13 @@ def test_proxy_start_raises_one_line(tmp_path: Path, busy_port: int) -> None:
 
 def test_an_out_path_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    done = modeltap("run", "--listen", "127.0.0.1:0", "--out", str(tmp_path / "file"))
+    done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(tmp_path / "file"))
     assert done.returncode == 1
     assert only_line(done.stderr) == (
         f"modeltap: cannot use {tmp_path / 'file'} as the out dir: it is not a directory"
     )
     below = tmp_path / "file" / "out"
-    done = modeltap("run", "--listen", "127.0.0.1:0", "--out", str(below))
+    done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(below))
     assert only_line(done.stderr) == (
         f"modeltap: cannot create the out dir {below}: Not a directory"
     )
@@ -149,12 +138,12 @@ def test_an_out_path_that_is_a_file(tmp_path: Path) -> None:
 
 def test_a_read_only_out_dir_stops_the_start(tmp_path: Path) -> None:
     with immutable(tmp_path / "ro") as out:
-        done = modeltap("run", "--listen", "127.0.0.1:0", "--out", str(out))
+        done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(out))
         assert done.returncode == 1
         assert only_line(done.stderr) == (
             f"modeltap: cannot write in the out dir {out}: Operation not permitted"
         )
-        done = modeltap("run", "--listen", "127.0.0.1:0", "--out", str(out / "sub"))
+        done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(out / "sub"))
         assert only_line(done.stderr) == (
             f"modeltap: cannot create the out dir {out / 'sub'}: Operation not permitted"
         )
@@ -166,7 +155,7 @@ def test_a_read_only_file_system(tmp_path: Path) -> None:
     if not privileged("mount", "-t", "tmpfs", "-o", "size=1m,ro", "tmpfs", str(mnt)):
         pytest.skip("mount -t tmpfs is not permitted here")
     try:
-        done = modeltap("run", "--listen", "127.0.0.1:0", "--out", str(mnt))
+        done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(mnt))
     finally:
         privileged("umount", "-l", str(mnt))
     assert done.returncode == 1
@@ -177,7 +166,7 @@ def test_a_read_only_file_system(tmp_path: Path) -> None:
 
 def test_an_audit_file_that_cannot_be_appended_to(tmp_path: Path) -> None:
     (tmp_path / "audit.jsonl").mkdir()
-    done = modeltap("run", "--listen", "127.0.0.1:0", "--out", str(tmp_path))
+    done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(tmp_path))
     assert done.returncode == 1
     assert only_line(done.stderr) == (
         f"modeltap: cannot append to {tmp_path / 'audit.jsonl'}: Is a directory"

@@ -21,9 +21,9 @@ from cryptography.x509.oid import NameOID
 
 from modeltap.proxy import Proxy, ProxyConfig
 from modeltap.upstream_tls import read_ca_file, trust_bundle
-from tests.cli_process import CliProcess
+from tests.cli_process import CliProcess, run_cli
 from tests.conftest import read_jsonl
-from tests.test_startup import modeltap, only_line
+from tests.test_startup import only_line
 from tests.upstream import Upstream
 
 pytest_plugins = ["pytester"]
@@ -206,7 +206,7 @@ def test_a_bad_ca_file_stops_the_start(tmp_path: Path, content: bytes | None, re
     ca = tmp_path / "ca.pem"
     if content is not None:
         ca.write_bytes(content)
-    done = modeltap(
+    done = run_cli(
         "run", "--listen", "127.0.0.1:0", "--out", str(tmp_path), "--upstream-ca", str(ca)
     )
     assert done.returncode == 1
@@ -214,7 +214,7 @@ def test_a_bad_ca_file_stops_the_start(tmp_path: Path, content: bytes | None, re
 
 
 def test_both_options_at_once_are_refused(tmp_path: Path, private_ca: PrivateCa) -> None:
-    done = modeltap(
+    done = run_cli(
         "run", "--listen", "127.0.0.1:0", "--out", str(tmp_path),
         "--upstream-ca", str(private_ca.ca_file), "--upstream-insecure",
     )  # fmt: skip
