@@ -39,6 +39,7 @@ from tests.upstream import (
     AWS_SECRET,
     Upstream,
     converse_tool_stream,
+    isolate_aws,
     self_signed_tls,
 )
 
@@ -71,14 +72,7 @@ ANTHROPIC_BODY = {
 
 @pytest.fixture(autouse=True)
 def no_real_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No AWS configuration of the machine's leaks in; nothing looks for metadata."""
-    for name in ("AWS_PROFILE", "AWS_BEARER_TOKEN_BEDROCK", "AWS_SESSION_TOKEN", "AWS_CA_BUNDLE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    isolate_aws(monkeypatch, tmp_path)
 
 
 def bedrock_client(endpoint: str, **config: Any) -> Any:

@@ -46,7 +46,7 @@ from modeltap.proxy import Proxy
 from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.reliability.faults import figure, read_until_closed
 from tests.reliability.test_request_gate import send
-from tests.upstream import AWS_KEY_ID, AWS_SECRET, Upstream, self_signed_tls
+from tests.upstream import Upstream, isolate_aws, self_signed_tls
 
 KEY = "AIza-PLANTED-gemini-key-0123456789"
 MODEL = "gemini-2.5-flash"
@@ -72,14 +72,8 @@ PROVIDERS = {
 
 @pytest.fixture(autouse=True)
 def no_real_aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No AWS configuration of the machine leaks in; nothing looks for metadata."""
-    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CA_BUNDLE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", AWS_KEY_ID)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", AWS_SECRET)
+    """As the clouds' tests, plus a planted Bedrock API key that must never be written."""
+    isolate_aws(monkeypatch, tmp_path)
     monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "ABSK-PLANTED-bedrock-key")
 
 
