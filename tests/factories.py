@@ -72,6 +72,7 @@ def audit_record(**fields: Any) -> AuditRecord:
         "ts": ts(0),
         "transport": "http",
         "api": records.API_CHAT,
+        "operation": records.OPERATION_CREATE,
         "route": "openai",
         "upstream": "https://api.openai.com",
         "path": "/v1/chat/completions",

@@ -631,12 +631,16 @@ def test_schemas_name_every_api_the_writer_writes() -> None:
     """A new wire's records and events must validate: the schemas list its api."""
     assert AUDIT_SCHEMA.schema["properties"]["api"]["enum"] == list(records.APIS)
     assert EVENT_SCHEMA.schema["$defs"]["api"]["enum"] == list(records.APIS)
+    assert AUDIT_SCHEMA.schema["properties"]["operation"]["enum"] == list(records.OPERATIONS)
 
 
 def test_schemas_refuse_what_the_writer_never_writes() -> None:
     record = orjson.loads(records.to_json_line(audit(1, 0.0)))
     assert not AUDIT_SCHEMA.is_valid({**record, "extra": 1})
     assert not AUDIT_SCHEMA.is_valid({**record, "image_count": None})
+    assert not AUDIT_SCHEMA.is_valid({**record, "operation": None})  # older lines only
+    assert not AUDIT_SCHEMA.is_valid({**record, "operation": "embed"})
+    assert AUDIT_SCHEMA.is_valid({**record, "operation": "compact"})
     assert not AUDIT_SCHEMA.is_valid({k: v for k, v in record.items() if k != "tool_names"})
     assert AUDIT_SCHEMA.is_valid({**record, "tool_names": None})
 

@@ -76,6 +76,8 @@ def test_the_request_line() -> None:
         == API_CHAT
     )
     assert judge_request_line("GET", "/x/v1/responses", "/v1/responses", [], True) == API_RESPONSES
+    compact = "/v1/responses/compact"
+    assert judge_request_line("POST", compact, compact, [], False) == API_RESPONSES
     assert (
         judge_request_line("GET", "/v1/models", "/v1/models", ["X-HTTP-Method-Override"], False)
         is None
@@ -85,6 +87,9 @@ def test_the_request_line() -> None:
         ("POST", "/v1/x", ["X-Original-URL"], False, "noncanonical_path"),
         ("GET", "/v1/chat/completions", [], True, "ws_unsupported_endpoint"),
         ("PUT", "/v1/messages", ["x-http-method-override"], False, "method_override"),
+        # A compaction has no WebSocket mode: its socket's messages would go unread.
+        ("GET", "/v1/responses/compact", [], True, "ws_unsupported_endpoint"),
+        ("GET", "/v1/responses/COMPACT/", [], True, "ws_unsupported_endpoint"),
     ):
         with pytest.raises(Rejected) as e:
             judge_request_line(method, path, path, names, websocket)

@@ -465,7 +465,8 @@ def test_the_new_fields_are_written_checked_and_read_back() -> None:
 
 def test_a_line_an_older_modeltap_wrote_reads_back_with_the_new_fields_unknown() -> None:
     line = orjson.loads(to_json_line(_build(None)))
-    for key in ("provider", "model_source", "instructions_parts"):
+    for key in ("provider", "model_source", "instructions_parts", "operation"):
         del line[key]
     old = decode_record(line)
     assert (old.provider, old.model_source, old.instructions_parts) == (None, None, None)
+    assert old.operation is None  # not "create": unknown

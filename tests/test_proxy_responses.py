@@ -18,6 +18,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from hashlib import sha256
 from typing import Any
 
 import anthropic
@@ -1024,3 +1025,67 @@ def test_client_leaving_after_done_keeps_evidence_complete(running: Running) -> 
         gate.set()
     assert (event["finish_reasons"], event["usage"]["total_tokens"]) == (["stop"], 11)
     assert (event["evidence_complete"], event["capture_errors"]) == (True, [])
+
+
+# ---------------------------------------------------------------- Responses compaction
+
+
+def test_compaction_is_audited_as_a_responses_request(running: Running) -> None:
+    """``client.responses.compact`` (Codex compacts its context so) runs the
+    model: it is audited before it goes, marked ``operation: compact``, and
+    its ``response.compaction`` answer observed; the stub's default answer."""
+    client = openai.OpenAI(base_url=f"{running.base()}/v1", api_key=KEY, max_retries=0)
+    compacted = client.responses.compact(
+        model="gpt-5.1-codex",
+        instructions="You are a coding agent.",
+        input=[
+            {"role": "user", "content": "Fix the failing test."},
+            {"type": "function_call", "call_id": "call_1", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call_1", "output": "1 failed"},
+        ],
+        previous_response_id="resp_prev1",
+        extra_headers={"x-client-request-id": "req-compact"},
+    )
+    assert compacted.object == "response.compaction"
+    assert [item.type for item in compacted.output] == ["message", "compaction"]
+    (record,) = running.audit()
+    assert {k: record[k] for k in ("api", "operation", "model", "path", "stream")} == {
+        "api": "openai.responses",
+        "operation": "compact",
+        "model": "gpt-5.1-codex",
+        "path": "/v1/responses/compact",
+        "stream": False,
+    }
+    assert record["tool_results"] == [{"call_id": "call_1", "bytes": 8}]
+    assert record["previous_response_id"] == "resp_prev1"
+    # Instructions stated, tools not: a continuation records what it left out.
+    assert record["tool_names"] is None and record["omitted_settings"] == ["tools"]
+    assert record["instructions_sha256"] == sha256(b"You are a coding agent.").hexdigest()
+    (received,) = running.upstream.received
+    assert received.path == "/v1/responses/compact"
+    assert sha256(received.raw).hexdigest() == record["body_sha256"]  # forwarded as audited
+    (event,) = wait_events(running, "response", 1)
+    expected = {
+        "api": "openai.responses",
+        "request_id": "req-compact",
+        "seq": record["seq"],
+        "status": 200,
+        "stream": False,
+        "response_id": "resp_cmp_stub1",
+        "model": None,  # a compaction names no model
+        "usage": usage_json(input=900, output=120, total=1020, cache_read=512, reasoning=0),
+        "finish_reasons": None,  # nor a status
+        "tool_calls": [],
+        "response_status": None,
+        "evidence_complete": True,
+        "capture_errors": [],
+    }
+    assert {k: event[k] for k in expected} == expected
+    assert running.events("unaudited") == []
+
+
+def test_create_is_still_the_operation_of_a_plain_response(running: Running) -> None:
+    client = openai.OpenAI(base_url=f"{running.base()}/v1", api_key=KEY, max_retries=0)
+    client.responses.create(model="gpt-5", input="hi")
+    (record,) = running.audit()
+    assert (record["api"], record["operation"]) == ("openai.responses", "create")

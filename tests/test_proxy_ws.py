@@ -67,6 +67,7 @@ RECORD_FIELDS = {
     "ts",
     "transport",
     "api",
+    "operation",
     "provider",
     "route",
     "upstream",
@@ -169,7 +170,7 @@ def check_record(
     raw = forwarded.encode() if isinstance(forwarded, str) else forwarded
     assert set(rec) == RECORD_FIELDS
     assert rec["transport"] == "websocket"
-    assert rec["api"] == "openai.responses"
+    assert (rec["api"], rec["operation"]) == ("openai.responses", "create")
     assert rec["route"] == "stub"
     assert rec["upstream"] == running.upstream.url
     assert rec["path"] == "/v1/responses"

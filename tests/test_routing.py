@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modeltap import routing
-from modeltap.apis import api_for_path, api_for_ws_path, endpoint_of
+from modeltap.apis import api_for_path, api_for_ws_path, endpoint_of, match_endpoint
 from modeltap.errors import Rejected
 from modeltap.routing import (
     check_path,
@@ -84,6 +84,15 @@ def test_routed_path_drops_each_segments_parameters_after_decoding() -> None:
         ("/v1/models", None),
         ("/v1/messages/count_tokens", None),
         ("/v1/responses/resp_1", None),
+        ("/v1/responses/resp_1/cancel", None),
+        ("/v1/responses/resp_1/input_items", None),
+        ("/v1/responses/compact", "openai.responses"),
+        ("/v1/responses/compact/", "openai.responses"),
+        ("/v1/responses%2FCompact", "openai.responses"),
+        ("/v1/responses/compact;x?api-version=1", "openai.responses"),
+        ("/openai/responses/compact?api-version=2025-04-01-preview", "openai.responses"),
+        ("/v1/responses/compactx", None),
+        ("/v1/responses/resp_1/compact/cancel", None),
         ("/v1/chat/completions%3Fx", None),  # decodes to ".../completions?x": refused on a route
         ("/", None),
     ],
@@ -94,6 +103,22 @@ def test_endpoint_is_decided_on_the_decoded_path(path: str, api: str | None) -> 
     assert api_for_path("POST", path) == api
     assert api_for_path("post", path) == api
     assert api_for_path("GET", path) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "operation"),
+    [
+        ("/v1/responses", "create"),
+        ("/v1/responses/compact", "compact"),
+        ("/v1/respons%65s/comp%61ct?x=1", "compact"),
+        ("/openai/responses/compact", "compact"),
+        ("/v1/chat/completions", "create"),
+        ("/v1/messages", "create"),
+    ],
+)
+def test_the_path_names_the_operation(path: str, operation: str) -> None:
+    found = match_endpoint(path)
+    assert found is not None and found.operation == operation
 
 
 # ---------------------------------------------------------------- check_path

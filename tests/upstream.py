@@ -287,6 +287,8 @@ class Upstream:
             return chat_text_sse(model, include_usage=include) if stream else chat_text_json(model)
         if path.endswith("/responses"):
             return responses_text_sse(model) if stream else responses_text_json(model)
+        if path.endswith("/responses/compact"):
+            return responses_compact_json(body.get("input"))
         if path.endswith("/messages"):
             return anthropic_text_sse(model) if stream else anthropic_text_json(model)
         if path.endswith("/models"):
@@ -647,6 +649,33 @@ def chat_text_sse(model: str, include_usage: bool = False) -> Reply:
 
 def responses_text_json(model: str) -> Reply:
     return Reply(json=_response_object(model, "completed", [_message_item("Hello from the stub.")]))
+
+
+def responses_compact_json(sent: Any) -> Reply:
+    """A ``response.compaction`` object (``POST /v1/responses/compact``): the
+    user messages sent, then one encrypted ``compaction`` item; no model, no status."""
+    items = sent if isinstance(sent, list) else [{"role": "user", "content": sent or ""}]
+    kept = [
+        {"type": "message", "role": "user", "content": item.get("content")}
+        for item in items
+        if isinstance(item, dict) and item.get("role") == "user"
+    ]
+    compaction = {"id": "cmp_stub1", "type": "compaction", "encrypted_content": "gAAAA-stub"}
+    return Reply(
+        json={
+            "id": "resp_cmp_stub1",
+            "object": "response.compaction",
+            "created_at": 1760000000,
+            "output": [*kept, compaction],
+            "usage": {
+                "input_tokens": 900,
+                "input_tokens_details": {"cached_tokens": 512},
+                "output_tokens": 120,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": 1020,
+            },
+        }
+    )
 
 
 def _message_item(text: str) -> Json:

@@ -24,7 +24,7 @@ from modeltap import apis
 from modeltap.apis import json_body
 from modeltap.decoding import check_transfer_coding, request_codings
 from modeltap.errors import Rejected, Rule
-from modeltap.records import API_RESPONSES, MAX_ID_CHARS, Json, RequestFacts
+from modeltap.records import API_RESPONSES, MAX_ID_CHARS, OPERATION_CREATE, Json, RequestFacts
 from modeltap.routing import (
     Route,
     RouteTable,
@@ -269,7 +269,8 @@ def judge_request_line(
     names = list(header_names)
     if overrides_path(names):
         raise Rejected(Rule.NONCANONICAL_PATH, "path override header")
-    endpoint = apis.endpoint_of(path)
+    found = apis.match_endpoint(path)
+    endpoint = None if found is None else found.api
     posted = method.upper() == "POST" or overrides_method(names, path)
     if endpoint is None:
         unsupported = apis.unsupported_endpoint(path)
@@ -283,6 +284,9 @@ def judge_request_line(
     if websocket:
         if endpoint != API_RESPONSES:
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT)
+        if found is not None and found.operation != OPERATION_CREATE:
+            # The socket speaks response.create; a compaction has no WebSocket mode.
+            raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, "Responses compaction")
     elif method.upper() != "POST" and posted:
         raise Rejected(Rule.METHOD_OVERRIDE)
     return endpoint

@@ -32,6 +32,15 @@ API_BEDROCK_CONVERSE = "bedrock.converse"
 API_GEMINI = "gemini.generate_content"
 APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC, API_BEDROCK_CONVERSE, API_GEMINI)
 
+#: A record's ``operation``: what the audited request asks the model to do.
+#: ``create`` is every API's own model turn (a chat completion, a response, a
+#: message, a ``generateContent``); ``compact`` is the Responses API's
+#: compaction pass (``POST …/responses/compact``), which runs the model over
+#: the input to shrink a conversation's context rather than to answer it.
+OPERATION_CREATE = "create"
+OPERATION_COMPACT = "compact"
+OPERATIONS = (OPERATION_CREATE, OPERATION_COMPACT)
+
 
 def utc_now() -> str:
     """Return the current UTC time as ISO-8601 with milliseconds and ``Z``."""
@@ -335,6 +344,9 @@ class AuditRecord:
     ts: str
     transport: str
     api: str
+    #: :data:`OPERATIONS`: ``compact`` for a Responses compaction, else
+    #: ``create``. ``None`` only in a line an older modeltap wrote: unknown.
+    operation: str | None
     #: The route's real provider, in ``gen_ai.provider.name`` terms. ``None``
     #: only in a line an older modeltap wrote: unknown.
     provider: str | None
@@ -368,6 +380,7 @@ class AuditRecord:
         body_bytes: int,
         body_sha256: str,
         model_from_path: str | None = None,
+        operation: str = OPERATION_CREATE,
         ts: str | None = None,
     ) -> AuditRecord:
         """Combine request facts with where and when the request went.
@@ -378,6 +391,8 @@ class AuditRecord:
             model_from_path: the model the request path names (decoded), for an
                 API that puts it there; it decides over the body's, since it
                 is what the upstream serves (``model_source`` says which).
+            operation: what the path asks (:data:`OPERATIONS`; the
+                :class:`~modeltap.apis.contract.EndpointMatch` says it).
             request_id, seq, run_id, session_id, transport, api, route,
                 upstream, path, body_bytes, body_sha256, ts: as recorded
                 (``path`` is redacted here; ``ts`` defaults to now).
@@ -402,6 +417,7 @@ class AuditRecord:
             ts=ts or utc_now(),
             transport=transport,
             api=api,
+            operation=operation,
             provider=provider,
             route=route,
             upstream=upstream,

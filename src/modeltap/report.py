@@ -227,6 +227,7 @@ def _turn_json(turn: Turn) -> Json:
         "request_id": record.request_id,
         "ts": record.ts,
         "api": record.api,
+        "operation": record.operation,
         "provider": record.provider,
         "transport": record.transport,
         "model": record.model,

@@ -27,6 +27,7 @@ from modeltap.cost import response_cost
 from modeltap.errors import Rejected, Rule, SinkError
 from modeltap.notices import NOTICES, ExchangeView, Listener, Outcome
 from modeltap.records import (
+    OPERATION_CREATE,
     AuditRecord,
     ErrorEvent,
     Event,
@@ -198,6 +199,7 @@ class Run:
         if self.settings.fail_closed and session.refusals:
             raise Rejected(Rule.FAIL_CLOSED)
         session.admit(facts.tool_results)
+        endpoint = apis.match_endpoint(view.path)
         record = AuditRecord.build(
             facts,
             request_id=view.request_id,
@@ -210,7 +212,8 @@ class Run:
             route=view.route.name if view.route else None,
             upstream=view.upstream,
             path=view.path,
-            model_from_path=apis.model_from_path(view.path),
+            model_from_path=None if endpoint is None else endpoint.model_from_path,
+            operation=OPERATION_CREATE if endpoint is None else endpoint.operation,
             body_bytes=body_bytes,
             body_sha256=body_sha256,
         )

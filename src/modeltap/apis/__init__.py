@@ -58,8 +58,9 @@ def api_for_path(method: str, path: str) -> str | None:
     """Return the API a request targets, or ``None`` if it is not a model request.
 
     Model endpoints are POSTs to a path ending in ``/chat/completions``,
-    ``/responses`` or ``/messages``, whatever the query string, and the
-    clouds' forms that name the model (Azure's deployments, Bedrock's
+    ``/responses`` (or ``/responses/compact``, a compaction) or ``/messages``,
+    whatever the query string, and the clouds' forms that name the model
+    (Azure's deployments, Bedrock's
     ``/model/{id}/converse|converse-stream|invoke|invoke-with-response-stream``,
     Vertex's ``…/publishers/anthropic/models/{m}:rawPredict|:streamRawPredict``),
     and Gemini's: a last segment ending in ``:generateContent`` or

@@ -41,7 +41,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from modeltap.records import Json, RequestFacts, RequestSettings, ResponseFacts, Usage
+from modeltap.records import (
+    OPERATION_CREATE,
+    Json,
+    RequestFacts,
+    RequestSettings,
+    ResponseFacts,
+    Usage,
+)
 from modeltap.sse import SSEEvent
 
 
@@ -102,6 +109,10 @@ class EndpointMatch:
     #: one (Vertex AI's ``…/publishers/google/models/…`` paths speak Gemini's
     #: wire for ``gcp.vertex_ai``); ``None`` for the wire's own provider.
     provider: str | None = None
+    #: What the path asks the model to do (:data:`~modeltap.records.OPERATIONS`):
+    #: ``compact`` for the Responses API's ``…/responses/compact``, else
+    #: ``create``; it becomes the record's ``operation``.
+    operation: str = OPERATION_CREATE
 
 
 #: The path forms of :attr:`EndpointMatch.form`.

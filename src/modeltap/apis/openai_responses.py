@@ -20,6 +20,11 @@ Reading rules (SPEC section 2) that need a decision beyond the SPEC's table:
   finish reason, and the incomplete reason is the one that explains a stop.
 - An HTTP error body (``{"error": {...}}``) and a stream's ``error`` event are
   whole answers: status ``"error"``, evidence complete.
+- ``POST …/responses/compact`` (:data:`COMPACT_ENDPOINT`) takes a Responses
+  body and runs the model over it: it is audited by the same rules, its match
+  naming the operation ``compact``. Its answer, a ``response.compaction``
+  object, has an id, output items and usage but no ``model`` or ``status``:
+  those facts stay ``None``.
 
 Why one module of ~700 lines: it is one wire, read whole. The Responses API
 has the most shapes of the three (input items of a dozen types, namespaced
@@ -63,6 +68,7 @@ from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObser
 from modeltap.errors import Rejected, Rule
 from modeltap.records import (
     API_RESPONSES,
+    OPERATION_COMPACT,
     HostedTool,
     Json,
     RequestFacts,
@@ -86,8 +92,23 @@ REPORTED_USAGE: Final = frozenset(
 )
 
 
+#: The compaction endpoint (``client.responses.compact``, Codex's context
+#: compaction): a Responses body (``model``, ``input``, ``instructions``, maybe
+#: ``tools`` and ``previous_response_id``), answered with one JSON
+#: ``response.compaction`` object; it runs the model, so it is audited.
+COMPACT_ENDPOINT: Final = "/responses/compact"
+
+
 def match_endpoint(path: str) -> EndpointMatch | None:
-    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`)."""
+    """Match a path ending in :data:`ENDPOINT`, or in :data:`COMPACT_ENDPOINT`
+    (operation ``compact``); see :meth:`WireApi.match_endpoint`.
+
+    Only the whole last segment ``compact`` after ``responses`` is the
+    compaction: ``/responses/{id}`` and ``/responses/{id}/cancel`` name a
+    stored response, not a model request, and match nothing.
+    """
+    if path.lower().endswith(COMPACT_ENDPOINT):
+        return EndpointMatch(NAME, operation=OPERATION_COMPACT)
     return match_suffix(path, ENDPOINT, NAME)
 
 
