@@ -89,6 +89,17 @@ def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("size", ["12q", "0", "64M", "1.5m", "m"])
+def test_a_bad_size_names_the_flag_the_user_typed(tmp_path: Path, size: str) -> None:
+    """It said ``modeltap_max_body must be a size``: the addon option, not the flag."""
+    done = run_cli("run", "--max-body", size, "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (
+        f"modeltap run: error: argument --max-body: {size!r} is not a size such as 64m, "
+        "512k or 1048576"
+    )
+
+
 def test_the_control_listener_says_the_same(tmp_path: Path) -> None:
     done = run_cli("run", "--listen", "127.0.0.1:0", "--out", str(tmp_path), "--control", "x:1")
     assert done.returncode == 1

@@ -67,6 +67,16 @@ def _client_timeout(value: str) -> str:
     return value
 
 
+def _size(value: str) -> str:
+    """A size as mitmproxy reads one (``human.parse_size``: bytes, or a whole
+    number with ``b``, ``k``, ``m``, ``g`` or ``t``, powers of 1024), above zero;
+    checked here so the command line names its own flag, not the addon option."""
+    digits = value[:-1] if value[-1:] in ("b", "k", "m", "g", "t") else value
+    if not digits.isdigit() or not digits.isascii() or int(digits) <= 0:
+        raise ValueError(f"{value!r} is not a size such as 64m, 512k or 1048576")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One option, as every reader of options sees it.
@@ -235,6 +245,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "(e.g. 64m, 512k). A bigger body is refused with 413 as soon as it passes the limit; a "
         "bigger message closes the WebSocket with 1009.",
         metavar="SIZE",
+        parse=_size,
     ),
     Option(
         "session",
