@@ -36,6 +36,7 @@ def test_no_content_unless_asked_and_never_a_credential() -> None:
     joined = " ".join(str(c) for c in plain)
     assert "hello" not in joined and SECRET not in joined
     shown = body_changes(old, new, show_content=True)
+    assert len(shown) == 3  # the loop below checks the two credential changes
     assert shown[0].content == '"hello there" -> "hello world"'
     for change in shown[1:]:
         assert change.content == "(not shown: the key names a credential)"
