@@ -221,6 +221,12 @@ def test_no_cloud_secret_reaches_any_written_place(
             places[f"{mode}/stderr"] = p.stderr
         spans = receiver.wait_for(10, timeout=10)
         logs = receiver.wait_for_logs(10, timeout=10)
+    # The leak check below reads only what is here: make sure it is all here.
+    assert len(spans) >= 10 and len(logs) >= 10, (len(spans), len(logs))
+    for mode in ("reverse", "regular"):
+        assert f"{mode}/out-{mode}/audit.jsonl" in places
+        assert f"{mode}/rec-{mode}/recording.jsonl" in places
+        assert any(name.startswith(f"{mode}/blobs/") for name in places), sorted(places)
     places["spans"] = repr(spans).encode()
     places["logs"] = repr(logs).encode()
     # The secrets were really sent: the upstream received each one.
