@@ -13,6 +13,7 @@ nothing outside ``apis/`` changes. The pieces the modules share are
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 from modeltap.apis import (
@@ -52,6 +53,13 @@ APIS: Final[tuple[WireApi, ...]] = (
 )
 
 _BY_NAME: Final[dict[str, WireApi]] = {api.NAME: api for api in APIS}
+
+#: How many request paths :func:`match_endpoint` remembers its answer for: a
+#: client's few endpoints. Longer paths are not kept (the memo stays small).
+_MEMO_PATHS: Final = 256
+_MEMO_CHARS: Final = 2048
+#: The registry the memo's answers were found with.
+_memo_for: tuple[WireApi, ...] = APIS
 
 
 def api_for_path(method: str, path: str) -> str | None:
@@ -119,17 +127,43 @@ def match_endpoint(path: str) -> EndpointMatch | None:
             ``value_too_long`` (``model``) when it names one longer than
             :data:`~modeltap.records.MAX_ID_CHARS`.
     """
+    global _memo_for
+    if len(path) > _MEMO_CHARS:
+        found = _judge_endpoint(path)
+    else:
+        if _memo_for is not APIS:  # the registry was replaced (a test adds a module)
+            _judged_endpoint.cache_clear()
+            _memo_for = APIS
+        found = _judged_endpoint(path)
+    if isinstance(found, tuple):
+        raise Rejected(*found)  # a new instance each time: one is never raised twice
+    return found
+
+
+@functools.lru_cache(maxsize=_MEMO_PATHS)
+def _judged_endpoint(path: str) -> EndpointMatch | tuple[Rule, str | None] | None:
+    """:func:`match_endpoint`'s answer for a path, a refusal as its rule and detail.
+
+    Memoised: one request asks it several times (the gate, the body's audit,
+    the record, the provider of the record, the response, the span), and it
+    is a pure function of the path (:class:`EndpointMatch` is frozen).
+    """
+    return _judge_endpoint(path)
+
+
+def _judge_endpoint(path: str) -> EndpointMatch | tuple[Rule, str | None] | None:
+    """:func:`match_endpoint`'s answer for a path, uncached (see :func:`_judged_endpoint`)."""
     found, *kept = [_match(reading) for reading in _readings(path)]
     if kept and kept[0] is not None and kept[0] != found:
         # A server keeping ";params" would route to another endpoint or model
         # than one dropping them (or to one only it finds): nothing ambiguous goes.
-        raise Rejected(Rule.NONCANONICAL_PATH, "path parameters change the endpoint")
+        return Rule.NONCANONICAL_PATH, "path parameters change the endpoint"
     if found is not None:
         model = found.model_from_path
         if model is not None and not model:
-            raise Rejected(Rule.MISSING_MODEL)
+            return Rule.MISSING_MODEL, None
         if model is not None and len(model) > MAX_ID_CHARS:
-            raise Rejected(Rule.VALUE_TOO_LONG, "model")
+            return Rule.VALUE_TOO_LONG, "model"
     return found
 
 
