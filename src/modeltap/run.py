@@ -415,7 +415,7 @@ class Run:
                 upstream=view.upstream,
                 request_model=view.record.model,
                 facts=facts,
-                provider=apis.provider_for(view.route, view.api, view.path),
+                provider=view.record.provider,  # as the audit found it
             ),
         )
         self.write_event(event)
