@@ -114,14 +114,12 @@ from modeltap.capture import (
 )
 from modeltap.coverage import turn_number
 from modeltap.records import USAGE_COUNTS, Cost, Usage
-from modeltap.report_text import SUMMED, UNKNOWN, render_text, table_lines
+from modeltap.report_text import render_text, table_lines
 
 REPORT_VERSION: Final = 1
 
 __all__ = [
     "REPORT_VERSION",
-    "SUMMED",
-    "UNKNOWN",
     "build_report",
     "cost_json",
     "main",
