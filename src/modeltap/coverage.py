@@ -434,11 +434,6 @@ class SessionEvidence:
 
     # ------------------------------------------------------------ reading
 
-    @property
-    def open_requests(self) -> int:
-        """Requests fed without a response yet."""
-        return len(self._open)
-
     def result(self, open_reason: str = NO_RESPONSE) -> SessionCoverage:
         """The coverage as of now.
 
