@@ -14,6 +14,7 @@ from modeltap import __version__, options
 from modeltap.addons import Control
 from modeltap.client_env import export_lines, exported_routes
 from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
+from modeltap.matching import plural
 from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
 from modeltap.recording import DIFF_FILE, Recording, RecordingError
 from modeltap.routing import PROVIDER_HOSTS, RouteError, RouteTable, parse_route_spec
@@ -213,11 +214,6 @@ def serve_ui(proxy: Proxy) -> str | None:
     page = LivePage(Path(proxy.config.out), server.token, server.url)
     server.routes.append(page)
     return page.new_link()
-
-
-def plural(n: int, noun: str) -> str:
-    """``1 turn``, ``3 turns``."""
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 # --------------------------------------------------------------------------
