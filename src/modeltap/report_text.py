@@ -50,21 +50,8 @@ def _size(n: int | None) -> str:
     return f"{n / (1024 * 1024):.1f} MB"
 
 
-def _table(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
-    """Align ``rows`` in columns; ``right`` holds the right-aligned column indexes."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(row)
-        ]
-        lines.append((indent + "  ".join(cells)).rstrip())
-    return lines
-
-
 def table_lines(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
-    """Align ``rows`` in columns the way the report's tables are, for other
+    """Align ``rows`` in columns: the report's tables, and other
     commands' screens (``modeltap demo``'s records).
 
     Args:
@@ -75,7 +62,15 @@ def table_lines(rows: list[list[str]], right: set[int], indent: str = "  ") -> l
     Returns:
         One line per row, trailing spaces removed.
     """
-    return _table(rows, right, indent)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append((indent + "  ".join(cells)).rstrip())
+    return lines
 
 
 def _dollars(cost: Json | None) -> str:
@@ -176,7 +171,7 @@ def _session_lines(session: Json) -> list[str]:
         )
         shift = 1 if retries else 0
         lines.append("")
-        lines.extend(_table(rows, right={0, *(i + shift for i in (3, 4, 5, 6, 7, 8, 9))}))
+        lines.extend(table_lines(rows, right={0, *(i + shift for i in (3, 4, 5, 6, 7, 8, 9))}))
         lines.extend(_retry_lines(session["turns"]))
     invocations = session["tool_invocations"]
     if invocations:
@@ -195,7 +190,7 @@ def _session_lines(session: Json) -> list[str]:
                         _duration(inv["duration_ms"]) if answered else "",
                     ]
                 )
-        lines.extend(_table(rows, right={4, 5}, indent="    "))
+        lines.extend(table_lines(rows, right={4, 5}, indent="    "))
     lines += ["", f"  usage     {_usage_line(session['token_usage'])}"]
     lines.append(f"  cost      {_cost_line(session['cost'])}")
     refused = [refusal_text(r["rule"], r["message"]) for r in session["refusals"]]
