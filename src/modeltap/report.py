@@ -114,7 +114,7 @@ from modeltap.capture import (
 )
 from modeltap.coverage import turn_number
 from modeltap.records import USAGE_COUNTS, Cost, Usage
-from modeltap.report_text import render_text, table_lines
+from modeltap.report_text import render_text
 
 REPORT_VERSION: Final = 1
 
@@ -124,7 +124,6 @@ __all__ = [
     "cost_json",
     "main",
     "render_text",
-    "table_lines",
     "token_usage",
     "tool_arguments",
 ]

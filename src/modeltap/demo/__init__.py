@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from modeltap.records import AuditRecord
-from modeltap.report import table_lines
+from modeltap.report_text import table_lines
 
 
 def record_lines(records: Sequence[AuditRecord]) -> list[str]:
