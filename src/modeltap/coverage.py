@@ -69,7 +69,6 @@ from modeltap.coverage_reasons import (
     NO_ANSWER,
     NO_REQUESTS,
     NO_RESPONSE,
-    NO_RESPONSE_AT_END,
     PROXY_REPORTED,
     file_moved_reason,
     label_indexes,
@@ -89,16 +88,14 @@ from modeltap.records import (
     SessionStatus,
 )
 
-# The reasons' words live in coverage_reasons; readers have always found them here too.
+# Of the reasons' words (they live in coverage_reasons), those other modules read from here.
 __all__ = [
     "CHANNELS",
     "COMPLETE",
     "EVIDENCE_CHANNELS",
     "MESSAGES_NOT_RECORDED",
-    "NO_ANSWER",
     "NO_REQUESTS",
     "NO_RESPONSE",
-    "NO_RESPONSE_AT_END",
     "PROXY_REPORTED",
     "USAGE_FIELDS",
     "Answer",
@@ -107,11 +104,7 @@ __all__ = [
     "EvidenceCoverage",
     "SessionCoverage",
     "SessionEvidence",
-    "file_moved_reason",
-    "label_indexes",
     "merge",
-    "never_answered",
-    "no_usage_reason",
     "qualified_tool_name",
     "refusal_text",
     "session_capture_errors",

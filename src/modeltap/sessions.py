@@ -32,7 +32,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from modeltap.coverage import NO_RESPONSE_AT_END, SessionEvidence
+from modeltap.coverage import SessionEvidence
+from modeltap.coverage_reasons import NO_RESPONSE_AT_END
 from modeltap.errors import Rejected, Rule
 from modeltap.failures import stop_reason_for
 from modeltap.pairing import ToolPairing
