@@ -196,5 +196,23 @@ def test_a_malformed_recording_is_named_by_line(tmp_path: Path, text: bytes) -> 
     (tmp_path / RECORDING_FILE).write_bytes(b"\n" + text)
     with pytest.raises(RecordingError, match="line 2"):
         Recording.load(tmp_path)
-    with pytest.raises(RecordingError, match="cannot read"):
-        Recording.load(tmp_path / "missing")
+
+
+def test_what_is_not_a_recording_says_what_to_give(tmp_path: Path) -> None:
+    """A missing dir, a run's --out given instead of its --record, and a
+    --record dir nothing went through: each says what a recording is."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "audit.jsonl").write_bytes(b"")
+    (tmp_path / "rec" / "blobs").mkdir(parents=True)  # what a run with no traffic leaves
+    expected = {
+        "missing": f"no such directory: {tmp_path / 'missing'} (a recording is the DIR of "
+        "`modeltap run --record DIR`)",
+        "out": f"{tmp_path / 'out'} is a capture (a run's --out), not a recording: no "
+        "recording.jsonl (a recording is the DIR of `modeltap run --record DIR`)",
+        "rec": f"{tmp_path / 'rec'} holds no recording.jsonl: nothing was recorded there (no "
+        f"exchange went through `modeltap run --record {tmp_path / 'rec'}`)",
+    }
+    for name, message in expected.items():
+        with pytest.raises(RecordingError) as failed:
+            Recording.load(tmp_path / name)
+        assert str(failed.value) == message

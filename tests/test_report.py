@@ -477,4 +477,4 @@ def test_main_on_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main([str(tmp_path / "nope")]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith("modeltap report: error: not a directory")
+    assert captured.err.startswith("modeltap report: no such directory")

@@ -230,3 +230,31 @@ def test_turn_numbers_count_from_one_everywhere(run: Run) -> None:
     block = text.split("session retried", 1)[1]
     first_row = next(row for row in block.splitlines() if "gpt-5" in row)
     assert first_row.split()[0] == "1"
+
+
+@pytest.mark.parametrize("command", ["report", "check", "view"])
+def test_a_wrong_dir_says_what_to_give(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a new user types wrong: a dir that is not there (run in another
+    directory), a file, an out dir no request reached (the files are made by
+    their first line), one whose file cannot be read. One line each, exit 2
+    (view: 1), never a traceback."""
+    from modeltap import check, report, view
+
+    main = {"report": report.main, "check": check.main, "view": view.main}[command]
+    code = 1 if command == "view" else 2
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "broken" / "audit.jsonl").mkdir(parents=True)
+    expected = {
+        "missing": "no such directory: {} (give the --out directory of a run)",
+        "a-file": "not a directory: {} (give the --out directory of a run)",
+        "empty": "no audit.jsonl, events.jsonl or sessions.jsonl in {}: nothing was captured "
+        "there (did the agent's requests go through the proxy, and is this the run's --out?)",
+        "broken": "[Errno 21] Is a directory: '{}/audit.jsonl'",
+    }
+    for name, message in expected.items():
+        assert main([str(tmp_path / name)]) == code
+        err = capsys.readouterr().err
+        assert err.splitlines() == [f"modeltap {command}: " + message.format(tmp_path / name)]

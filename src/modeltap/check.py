@@ -116,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         capture = Capture.load(args.dir)
-    except (FileNotFoundError, NotADirectoryError) as e:
+    except OSError as e:  # the path and the OS's reason; nothing from the files
         print(f"modeltap check: {e}", file=sys.stderr)
         return 2
     found = problems(capture, args.session)

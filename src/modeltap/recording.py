@@ -58,6 +58,7 @@ import orjson
 from modeltap.notices import ExchangeView
 from modeltap.records import API_GEMINI, AuditRecord, Json, redact_path
 from modeltap.routing import PROVIDER_NAME, UPSTREAM_ROUTE
+from modeltap.sink import AUDIT_FILE
 
 RECORDING_FILE: Final = "recording.jsonl"
 BLOBS_DIR: Final = "blobs"
@@ -366,6 +367,22 @@ class RecordingError(ValueError):
     """A recording directory cannot be read (missing, or a line is malformed)."""
 
 
+def _not_a_recording(root: Path) -> str:
+    """Why ``root`` holds no recording, and what to give instead (a new user
+    often passes the run's ``--out`` dir, or a ``--record`` dir nothing went through)."""
+    record = "a recording is the DIR of `modeltap run --record DIR`"
+    if not root.is_dir():
+        return f"no such directory: {root} ({record})"
+    if (root / AUDIT_FILE).exists():
+        return (
+            f"{root} is a capture (a run's --out), not a recording: no {RECORDING_FILE} ({record})"
+        )
+    return (
+        f"{root} holds no {RECORDING_FILE}: nothing was recorded there (no exchange "
+        f"went through `modeltap run --record {root}`)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One line of ``recording.jsonl``."""
@@ -421,6 +438,8 @@ class Recording:
         root = Path(directory)
         try:
             raw = (root / RECORDING_FILE).read_bytes()
+        except FileNotFoundError:
+            raise RecordingError(_not_a_recording(root)) from None
         except OSError as e:
             raise RecordingError(f"cannot read {root / RECORDING_FILE}: {e.strerror}") from None
         entries: list[Entry] = []

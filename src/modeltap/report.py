@@ -376,7 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         capture = Capture.load(args.directory)
     except OSError as exc:
         # The message names the path and the OS reason; nothing from the files.
-        print(f"modeltap report: error: {exc}", file=sys.stderr)
+        print(f"modeltap report: {exc}", file=sys.stderr)
         return 2
     report = build_report(capture)
     if args.json:

@@ -206,9 +206,16 @@ class Capture(TurnQueries):
         """
         root = Path(directory)
         if not root.is_dir():
-            raise NotADirectoryError(f"not a directory: {root}")
+            what = "not a directory" if root.exists() else "no such directory"
+            raise NotADirectoryError(f"{what}: {root} (give the --out directory of a run)")
         if not any((root / name).exists() for name in (AUDIT_FILE, EVENTS_FILE, SESSIONS_FILE)):
-            raise FileNotFoundError(f"no {AUDIT_FILE}, {EVENTS_FILE} or {SESSIONS_FILE} in {root}")
+            # A run writes each file with its first line: an out dir a run
+            # never saw a request in stays empty.
+            raise FileNotFoundError(
+                f"no {AUDIT_FILE}, {EVENTS_FILE} or {SESSIONS_FILE} in {root}: nothing was "
+                "captured there (did the agent's requests go through the proxy, and is this "
+                "the run's --out?)"
+            )
         errors: list[LoadError] = []
         records = [r for _, r in read_lines(root / AUDIT_FILE, decode_record, errors)]
         events = [e for _, e in read_lines(root / EVENTS_FILE, decode_event, errors)]
