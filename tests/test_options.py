@@ -106,6 +106,21 @@ def test_command_line_values_are_checked_and_normalised() -> None:
             parser.parse_args(bad)
 
 
+@pytest.mark.parametrize("value", ["-1", "many", "1.5"])
+def test_a_tool_budget_is_a_whole_number(value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--max-tool-calls -1`` used to start, with a budget that acted as 0;
+    ``many`` was answered with Python's ``invalid literal for int()``."""
+    parser = argparse.ArgumentParser(prog="modeltap run")
+    options.add_arguments(parser, options.RUN)
+    assert parser.parse_args(["--max-tool-calls", "0"]).max_tool_calls == 0
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--max-tool-calls", value])
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"modeltap run: error: argument --max-tool-calls: {value!r} is not a number of "
+        "tool calls (a whole number, 0 or more)"
+    )
+
+
 def test_config_values_take_the_command_lines_names_too() -> None:
     config = ProxyConfig.from_options(
         {"listen": "127.0.0.1:0", "route": ["a=http://x"], "max-body": "1m", "--fail-closed": True}

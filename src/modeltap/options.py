@@ -77,6 +77,20 @@ def _size(value: str) -> str:
     return value
 
 
+def tool_budget(value: str | int | None) -> int | None:
+    """A ``--max-tool-calls`` budget: a whole number, 0 or more (0: no tool call
+    may be answered), or None for no budget.
+
+    Raises:
+        ValueError: anything else (the message quotes the value).
+    """
+    if value is None or (isinstance(value, int) and value >= 0):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    raise ValueError(f"{value!r} is not a number of tool calls (a whole number, 0 or more)")
+
+
 @dataclass(frozen=True, slots=True)
 class Option:
     """One option, as every reader of options sees it.
@@ -282,7 +296,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "request carrying the Nth result was let through, every further model request of "
         "the session is refused (rule tool_budget_exceeded).",
         metavar="N",
-        parse=int,
+        parse=tool_budget,
     ),
     Option(
         "otlp",

@@ -23,6 +23,14 @@ async def test_an_out_dir_that_cannot_be_made_is_refused(tmp_path: Path) -> None
         t.tctx.options.update(modeltap_out=str(tmp_path / "a-file" / "out"))
 
 
+async def test_a_negative_tool_budget_is_refused(tmp_path: Path) -> None:
+    with (
+        tap(tmp_path) as t,
+        pytest.raises(exceptions.OptionsError, match="modeltap_max_tool_calls: -1 is not a"),
+    ):
+        t.tctx.options.update(modeltap_max_tool_calls=-1)
+
+
 async def test_session_options_reach_the_core(tmp_path: Path) -> None:
     with tap(tmp_path, session="named", fail_closed=True, max_tool_calls=2) as t:
         assert (t.run.settings.session, t.run.settings.fail_closed) == ("named", True)

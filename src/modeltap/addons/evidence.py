@@ -17,6 +17,7 @@ from mitmproxy import exceptions
 
 from modeltap.addons.base import Addon
 from modeltap.errors import SinkError
+from modeltap.options import tool_budget
 from modeltap.sink import Sink
 
 
@@ -34,7 +35,11 @@ class Evidence(Addon):
             session, fail_closed = opts.modeltap_session, opts.modeltap_fail_closed
             run.settings = replace(run.settings, session=session, fail_closed=fail_closed)
         if "modeltap_max_tool_calls" in updated:
-            run.sessions.max_tool_calls = opts.modeltap_max_tool_calls
+            try:
+                budget = tool_budget(opts.modeltap_max_tool_calls)
+            except ValueError as e:
+                raise exceptions.OptionsError(f"modeltap_max_tool_calls: {e}") from None
+            run.sessions.max_tool_calls = budget
         if "modeltap_out" in updated:
             sink = Sink(Path(opts.modeltap_out))
             try:
