@@ -57,6 +57,20 @@ def test_with_upstream_the_screen_exports_the_upstream(tmp_path: Path, upstream:
     assert [r.path for r in upstream.received] == ["/v1/chat/completions", "/v1/messages"]
 
 
+def test_the_screen_says_where_the_recording_goes(tmp_path: Path) -> None:
+    """``--record`` keeps content on disk: the screen says where, beside the files."""
+    rec = tmp_path / "rec"
+    with CliProcess("run", "--out", str(tmp_path), "--record", str(rec)) as cli:
+        files = cli.screen.splitlines().index(
+            f"  files      {tmp_path / 'audit.jsonl'}  {tmp_path / 'events.jsonl'}"
+        )
+        assert cli.screen.splitlines()[files + 1] == (
+            f"  record     {rec}  (full request and response bodies, for replay)"
+        )
+    with CliProcess("run", "--out", str(tmp_path)) as cli:
+        assert "  record " not in cli.screen
+
+
 def test_named_routes_keep_their_lines_beside_the_upstream(tmp_path: Path) -> None:
     with CliProcess(
         "run", "--out", str(tmp_path), "--upstream", "https://api.openai.com/v1",

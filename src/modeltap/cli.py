@@ -128,6 +128,8 @@ def startup_screen(
             # This port answers TLS too, with certificates from mitmproxy's CA.
             lines.append(f"  CA cert    {ca}  (for https:// to this port)")
     lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
+    if cfg.record:
+        lines.append(f"  record     {cfg.record}  (full request and response bodies, for replay)")
     lines.append(
         f"  control    {proxy.control_url}  (modeltap session end ID --out {out}; "
         "token in the out dir)"

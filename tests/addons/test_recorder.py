@@ -27,8 +27,18 @@ async def test_a_recording_dir_that_cannot_be_made_is_refused(tmp_path: Path) ->
     (tmp_path / "a-file").write_bytes(b"")
     with tap(tmp_path) as t:
         assert t.addon(Recorder) not in t.run._listeners  # not recording: not listening
-        with pytest.raises(exceptions.OptionsError, match="cannot create the recording dir"):
-            t.tctx.options.update(modeltap_record=str(tmp_path / "a-file" / "rec"))
+        below = tmp_path / "a-file" / "rec"
+        with pytest.raises(exceptions.OptionsError) as failed:
+            t.tctx.options.update(modeltap_record=str(below))
+        assert str(failed.value) == (
+            f"cannot create the recording dir {below} (--record): Not a directory"
+        )
+        with pytest.raises(exceptions.OptionsError) as failed:
+            t.tctx.options.update(modeltap_record=str(tmp_path / "a-file"))
+        assert str(failed.value) == (
+            f"cannot use {tmp_path / 'a-file'} as the recording dir (--record): "
+            "it is not a directory"
+        )
 
 
 async def test_json_stream_and_pass_through_exchanges(tmp_path: Path) -> None:

@@ -89,11 +89,15 @@ class Recorder(Addon, Listener):
         if not target:
             return
         root = Path(target)
+        if root.exists() and not root.is_dir():
+            raise exceptions.OptionsError(
+                f"cannot use {root} as the recording dir (--record): it is not a directory"
+            )
         try:
             (root / BLOBS_DIR).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise exceptions.OptionsError(
-                f"cannot create the recording dir: {os.strerror(e.errno or 0)}"
+                f"cannot create the recording dir {root} (--record): {os.strerror(e.errno or 0)}"
             ) from None
         self.index = JsonlFile(root / RECORDING_FILE)
         self.blobs = BlobStore(root / BLOBS_DIR)
