@@ -140,6 +140,30 @@ def test_the_readme_recipes_listen_on_loopback() -> None:
         assert not any("modeltap_mode" in word for word in words)
 
 
+def test_the_readme_options_listing_shows_every_option_with_its_help(tmp_path: Path) -> None:
+    """Run as written (our mitmdump first on PATH), it lists each option under its
+    help. Without ``--listen-host`` it printed a traceback (mitmproxy's default is
+    an open proxy) and ``grep -A3`` showed each option with the *next* one's help."""
+    from modeltap import options
+
+    section = (ROOT / "README.md").read_text().split("## With mitmproxy directly", 1)[1]
+    (line,) = [x for x in section.split("```", 2)[1].splitlines() if "--options" in x]
+    env = {"PATH": f"{MITMDUMP.parent}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    line = line.replace("addons/modeltap.py", str(ROOT / "addons" / "modeltap.py"))
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {line}"], capture_output=True, text=True, cwd=tmp_path,
+        env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    blocks = done.stdout.strip().split("\n\n")
+    declared = [o for o in options.OPTIONS if o.mitm_name and o.mitm_name.startswith("modeltap_")]
+    assert len(blocks) == len(declared)
+    for opt in declared:
+        (block,) = [b for b in blocks if b.splitlines()[-1].startswith(f"{opt.mitm_name}:")]
+        assert block.startswith("# " + " ".join(opt.help.split()[:3]))
+
+
 def test_reverse_mode_follows_mitmproxys_reverse_target(upstream: Upstream, tmp_path: Path) -> None:
     words = readme_recipes()["reverse"]
     words = [re.sub(r"^reverse:.*", f"reverse:{upstream.url}", w) for w in words]
