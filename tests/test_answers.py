@@ -44,3 +44,16 @@ def test_a_timeout_is_a_gateway_timeout_that_closes() -> None:
     error = orjson.loads(reply.body)["error"]
     assert (reply.status, reply.close, error["code"]) == (504, True, "modeltap_upstream_timeout")
     assert "[upstream_timeout]" in error["message"]
+
+
+def test_the_readme_refusals_section_names_every_rule() -> None:
+    """A user reading a refusal's ``[rule …]`` finds it under "Refusals" (the
+    WebSocket rules in the WebSocket section it points to)."""
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("\n## Refusals\n", 1)[1].split("\n## ", 1)[0]
+    websocket = readme.split("\n## Codex and other WebSocket clients\n", 1)[1].split("\n## ")[0]
+    places = {False: section, True: section + websocket}
+    missing = [r.value for r in Rule if f"`{r.value}`" not in places[r.value.startswith("ws_")]]
+    assert missing == []
