@@ -478,3 +478,18 @@ def test_main_on_missing_directory(tmp_path: Path, capsys: pytest.CaptureFixture
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("modeltap report: no such directory")
+
+
+def test_a_session_with_no_turn_names_no_price_table(tmp_path: Path) -> None:
+    """The agent bypassed the proxy: no turn was priced, so no table estimated
+    anything (the line read ``? estimated by none (no turn to price)``)."""
+    unsupported = "No outbound model requests captured; audit unsupported"
+    session = {
+        "run_id": "r1", "session_id": "eval-42", "ts": ts(1), "stop_reason": "completed",
+        "requests_audited": 0, "refusals": 0, "tool_calls_admitted": 0,
+        "evidence_complete": False, "capture_errors": [unsupported], "message": unsupported,
+        "otlp_logs_dropped": None, "upstream_insecure": False,
+    }  # fmt: skip
+    write_capture(tmp_path, [], [], sessions=[session])
+    text = render_text(build_report(Capture.load(tmp_path)))
+    assert "  cost      ? (no turn to price)" in text.splitlines()

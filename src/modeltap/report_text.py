@@ -84,7 +84,9 @@ def _cost_line(cost: Json | None) -> str:
     if cost is None:
         return UNKNOWN
     why = f" ({cost['note']})" if cost["note"] else ""
-    return f"{_dollars(cost)} estimated by {cost['source']}{why}"
+    # "none": no turn was priced (capture.turns.sum_costs), so no table estimated anything.
+    by = "" if cost["source"] == "none" else f" estimated by {cost['source']}"
+    return f"{_dollars(cost)}{by}{why}"
 
 
 def _usage_line(usage: Json) -> str:
