@@ -42,6 +42,18 @@ def test_the_demo_shows_records_as_a_table(tmp_path: Path) -> None:
     assert f"== modeltap report {tmp_path}" in lines  # then the report itself
 
 
+def test_an_out_dir_it_cannot_use_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    done = subprocess.run(
+        [sys.executable, "-m", "modeltap.cli", "demo", "--out", str(tmp_path / "notes.txt")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.splitlines() == [
+        f"modeltap demo: cannot use {tmp_path / 'notes.txt'} as the out dir: it is not a directory"
+    ]
+
+
 def test_unknown_stays_said() -> None:
     record = audit_record(tool_names=None, instructions_sha256=None, tool_results=())
     (_, row) = record_lines([record])

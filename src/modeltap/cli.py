@@ -13,6 +13,7 @@ from pathlib import Path
 from modeltap import __version__, options
 from modeltap.addons import Control
 from modeltap.client_env import export_lines, exported_routes
+from modeltap.errors import StartupError
 from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
 from modeltap.matching import plural
 from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
@@ -331,7 +332,11 @@ def demo_main(argv: Sequence[str]) -> int:
     with resources.as_file(resources.files("modeltap") / "demo" / "recording") as directory:
         proxy, replay = replay_proxy(Recording.load(directory), config, fast=args.fast)
         started = time.monotonic()
-        proxy.start()
+        try:
+            proxy.start()
+        except StartupError as e:  # an --out that cannot be written: one line, as run says it
+            print(f"modeltap demo: {e}", file=sys.stderr)
+            return 1
         try:
             client = openai.OpenAI(
                 base_url=f"{proxy.url}/openai/v1",
