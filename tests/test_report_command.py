@@ -243,6 +243,9 @@ def test_a_wrong_dir_says_what_to_give(
     from modeltap import check, report, view
 
     main = {"report": report.main, "check": check.main, "view": view.main}[command]
+    with pytest.raises(SystemExit):
+        main([])
+    assert capsys.readouterr().err.splitlines()[-1].endswith("required: DIR")  # as the README
     code = 1 if command == "view" else 2
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "empty").mkdir()

@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "least one model request, and has complete evidence. Execution facts, not a verdict "
         "on the agent's task.",
     )
-    parser.add_argument("dir", type=Path, help="the out dir of a modeltap run")
+    parser.add_argument("dir", metavar="DIR", type=Path, help="the --out directory of a run")
     parser.add_argument("--session", metavar="ID", help="check only this session")
     args = parser.parse_args(argv)
     try:
