@@ -227,6 +227,15 @@ def test_bad_route_options_are_refused_by_name(spec: str) -> None:
         parse_route_spec(spec)
 
 
+def test_an_upstream_without_a_scheme_names_the_flag_and_shows_one() -> None:
+    """``--upstream 127.0.0.1:8000`` said ``route upstream: …``: no such route was typed."""
+    example = "the upstream must be an http:// or https:// URL, e.g. http://127.0.0.1:8000"
+    with pytest.raises(RouteError, match=f"^--upstream: {example}"):
+        RouteTable.build([], "127.0.0.1:8000")
+    with pytest.raises(RouteError, match=f"^route vllm: {example}"):
+        parse_route_spec("vllm=gpu-box:8000")
+
+
 def test_record_provider_is_the_routes_else_the_wires() -> None:
     stub = parse_upstream_url("stub", "http://127.0.0.1:9")
     azure = parse_route_spec("stub=http://127.0.0.1:9,provider=azure.ai.openai")

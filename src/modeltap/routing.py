@@ -111,6 +111,16 @@ def parse_provider(value: str, route: str) -> str:
     return value
 
 
+def _not_a_url(name: str, prefix: str | None) -> str:
+    """The message for an upstream that is no http(s) URL, naming where it came
+    from (the URL itself is not quoted: it may hold a key)."""
+    where = "--upstream" if prefix == "/" else f"route {name}"
+    return (
+        f"{where}: the upstream must be an http:// or https:// URL, e.g. "
+        "http://127.0.0.1:8000 or https://api.openai.com"
+    )
+
+
 class RouteError(ValueError):
     """A ``--route`` or ``--upstream`` value is not usable."""
 
@@ -175,9 +185,9 @@ def parse_upstream_url(
     except ValueError:
         # urlsplit raises plain ValueError on a broken IPv6 literal ("http://[::1",
         # "http://[x]"); the CLI and the addon only catch RouteError.
-        raise RouteError(f"route {name}: the upstream must be an http:// or https:// URL") from None
+        raise RouteError(_not_a_url(name, prefix)) from None
     if parts.scheme not in ("http", "https") or not hostname:
-        raise RouteError(f"route {name}: the upstream must be an http:// or https:// URL")
+        raise RouteError(_not_a_url(name, prefix))
     if any(c.isspace() or not c.isprintable() for c in hostname):
         # Would only fail later, on every request, as a bad Host header.
         raise RouteError(f"route {name}: the upstream host has spaces or control characters")
