@@ -493,3 +493,17 @@ def test_a_session_with_no_turn_names_no_price_table(tmp_path: Path) -> None:
     write_capture(tmp_path, [], [], sessions=[session])
     text = render_text(build_report(Capture.load(tmp_path)))
     assert "  cost      ? (no turn to price)" in text.splitlines()
+
+
+def test_check_on_a_session_still_open_says_how_to_end_it(tmp_path: Path) -> None:
+    """Run while the proxy still runs, check failed with only "has not ended"."""
+    from modeltap import check
+
+    write_capture(
+        tmp_path, [audit_record(session_id="eval-42")], [response_event(session_id="eval-42")]
+    )
+    assert check.problems(Capture.load(tmp_path))["eval-42"][0] == (
+        "the session has not ended (no sessions.jsonl line yet): stop the proxy, or run "
+        f"`modeltap session end eval-42 --out {tmp_path}`, before the check (a proxy killed "
+        "with -9 writes no line)"
+    )

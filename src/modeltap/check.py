@@ -55,7 +55,11 @@ def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[
             continue
         reasons: list[str] = []
         if not session.ends:
-            reasons.append("the session has not ended (no sessions.jsonl line yet)")
+            reasons.append(
+                "the session has not ended (no sessions.jsonl line yet): stop the proxy, or run "
+                f"`modeltap session end {sid} --out {capture.directory}`, before the check "
+                "(a proxy killed with -9 writes no line)"
+            )
         for end in session.ends:
             reason = f"stop_reason is {end.stop_reason}"
             if end.stop_reason != "completed" and reason not in reasons:
