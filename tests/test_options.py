@@ -121,6 +121,14 @@ def test_a_tool_budget_is_a_whole_number(value: str, capsys: pytest.CaptureFixtu
     )
 
 
+def test_help_says_a_flag_is_on_not_true() -> None:
+    parser = argparse.ArgumentParser(prog="modeltap run")
+    options.add_arguments(parser, options.RUN)
+    text = " ".join(parser.format_help().split())
+    assert "Default: True" not in text
+    assert "OTEL_LOGS_EXPORTER=none turns it off too. On by default." in text
+
+
 def test_config_values_take_the_command_lines_names_too() -> None:
     config = ProxyConfig.from_options(
         {"listen": "127.0.0.1:0", "route": ["a=http://x"], "max-body": "1m", "--fail-closed": True}

@@ -512,6 +512,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def _default_note(default: Any) -> str:
+    if default is True:  # a flag that is on: --no-NAME turns it off
+        return " On by default."
     return "" if default in (None, False, []) else f" Default: {default}."
 
 
