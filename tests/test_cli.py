@@ -39,8 +39,8 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
         f"files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}",
         "control    http://127.0.0.1:",
         f"(modeltap session end ID --out {out}; token in the out dir)",
-        "spans: not exported (no OTLP endpoint",
-        "logs: not exported (no OTLP endpoint, or --no-otlp-logs)",
+        "\n  spans      not exported (no OTLP endpoint",  # in the screen's columns
+        "\n  logs       not exported (no OTLP endpoint, or --no-otlp-logs)",
         "timeouts   upstream connect 10 s, first byte 540 s, idle 540 s; client body idle 60 s",
         "Ctrl-C stops and flushes.",
     ):
@@ -138,7 +138,7 @@ def test_run_says_where_log_records_go_and_what_arrived(upstream: Upstream, tmp_
         received = len(receiver.logs)
     screen = p.stderr.decode()
     logs_url = f"{receiver.endpoint}/v1/logs"
-    assert f"logs: audit, events and sessions lines -> OTLP/HTTP -> {logs_url}" in screen
+    assert f"  logs       audit, events and sessions lines -> OTLP/HTTP -> {logs_url}" in screen
     # audit, response and the session's line: each a record, and the exit screen says so.
     assert received == 3
     assert f"modeltap: logs: 3 of 3 lines exported, 0 dropped (OTLP/HTTP -> {logs_url})" in screen

@@ -137,8 +137,9 @@ def startup_screen(
     )
     if ui_link is not None:
         lines.append(f"  ui         {ui_link}  (one-time link to the live page)")
-    lines.append(f"  {proxy.spans.telemetry.describe()}")
-    lines.append(f"  {proxy.spans.telemetry.describe_logs()}")
+    for described in (proxy.spans.telemetry.describe(), proxy.spans.telemetry.describe_logs()):
+        label, _, said = described.partition(": ")  # "spans: ..." in the screen's columns
+        lines.append(f"  {label:<11}{said}")
     timeouts = proxy.timeouts
     lines.append(
         f"  timeouts   upstream {timeouts.describe_upstream()}; client body idle "
