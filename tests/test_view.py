@@ -321,7 +321,7 @@ def test_view_command_output_options(rich_capture: Made, tmp_path: Path, capsys:
 
 def test_view_command_errors_name_the_path(tmp_path: Path, capsys: Any) -> None:
     assert cli_main(["view", str(tmp_path / "nope")]) == 1
-    assert "not a directory" in capsys.readouterr().err
+    assert "no such directory" in capsys.readouterr().err
     assert cli_main(["view", str(tmp_path)]) == 1
     assert "no audit.jsonl" in capsys.readouterr().err
 
