@@ -56,6 +56,7 @@ class Rule(StrEnum):
     METHOD_OVERRIDE = "method_override"
     WS_UNSUPPORTED_ENDPOINT = "ws_unsupported_endpoint"
     UNSUPPORTED_ENDPOINT = "unsupported_endpoint"
+    UNSUPPORTED_UPGRADE = "unsupported_upgrade"
     MODEL_MISMATCH = "model_mismatch"
     FAIL_CLOSED = "fail_closed"
     STRICT_UNAUDITED = "strict_unaudited"
@@ -142,6 +143,13 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
         "this endpoint runs a model on input modeltap cannot audit (a batch, a live or "
         "realtime session, a raw prediction, gRPC, a legacy completion), so it is not "
         "forwarded; send the requests one by one to an endpoint modeltap audits",
+    ),
+    Rule.UNSUPPORTED_UPGRADE: (
+        400,
+        "the request (or the upstream's 101 answer) switches protocols in a way modeltap "
+        "cannot follow: only a WebSocket handshake (GET, one 'Upgrade: websocket', "
+        "Sec-WebSocket-Version 13) answered as a WebSocket is audited message by message; "
+        "any other switch would become a tunnel nobody audits",
     ),
     Rule.MODEL_MISMATCH: (
         400,

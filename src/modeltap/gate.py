@@ -234,6 +234,46 @@ def is_control_address(host: str, port: int, control: tuple[str, int] | None) ->
     return address.is_loopback or address.is_unspecified
 
 
+#: The one WebSocket version mitmproxy opens as a WebSocket (RFC 6455).
+WEBSOCKET_VERSION: Final = "13"
+
+
+def websocket_handshake(method: str, upgrades: Iterable[str], version: str | None) -> bool | None:
+    """Whether a request is the WebSocket handshake modeltap follows (SPEC 2, 3).
+
+    After a ``101 Switching Protocols``, mitmproxy opens a WebSocket only when
+    the request said ``Sec-WebSocket-Version: 13`` (and the answer ``Upgrade:
+    websocket``); any other switch becomes a raw TCP tunnel that no hook sees.
+    Servers read an upgrade more loosely than that (a token list such as
+    ``foo, websocket``, the last of two ``Upgrade`` headers, version 8, a
+    handshake by POST), so anything but the one shape modeltap follows is a
+    switch it cannot follow: on a route it is refused (``unsupported_upgrade``,
+    :class:`~modeltap.exchange.Exchange`), since an upstream could turn it into
+    a tunnel of model requests nobody audits. ``Upgrade: h2c`` alone asks for
+    nothing: mitmproxy removes it before forwarding.
+
+    Args:
+        method: the request method.
+        upgrades: the value of each ``Upgrade`` header field, as sent.
+        version: ``Sec-WebSocket-Version`` (repeated fields joined), if sent.
+
+    Returns:
+        True for the WebSocket handshake audited message by message, False for
+        a request that asks for no switch, None for any other switch.
+    """
+    values = [value.strip() for value in upgrades]
+    if not values or values == ["h2c"]:
+        return False
+    if (
+        method == "GET"
+        and len(values) == 1
+        and values[0].lower() == "websocket"
+        and version == WEBSOCKET_VERSION
+    ):
+        return True
+    return None
+
+
 def judge_request_line(
     method: str,
     sent_path: str,

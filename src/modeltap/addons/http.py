@@ -179,6 +179,13 @@ class Http(Addon):
             # mid-exchange); they carry nothing modeltap observes.
             resp.trailers = None
         ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if ex is not None and resp.status_code == 101:
+            reply = ex.switched(flow.websocket is not None, time.perf_counter_ns())
+            if reply is not None:
+                # Not the WebSocket modeltap follows: no tunnel, the upstream is let go.
+                flow.websocket = None
+                _answer(flow, reply)
+                return
         if ex is not None:
             encoding = resp.headers.get("content-encoding")
             ex.ended(resp.status_code, resp.raw_content, encoding, expired, time.perf_counter_ns())
