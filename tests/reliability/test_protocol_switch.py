@@ -121,7 +121,8 @@ def refused_at_once(port: int, request: bytes) -> tuple[int | None, bytes]:
 
 
 REFUSED_REQUESTS = [
-    ("version 8 (Node's ws accepts it)", "GET", f"Upgrade: websocket\r\nSec-WebSocket-Version: 8\r\n"),
+    ("version 8 (Node's ws accepts it)", "GET",
+     "Upgrade: websocket\r\nSec-WebSocket-Version: 8\r\n"),
     ("no version", "GET", "Upgrade: websocket\r\n"),
     ("a token list (Go's gorilla accepts it)", "GET",
      "Upgrade: foo, websocket\r\nSec-WebSocket-Version: 13\r\n"),
