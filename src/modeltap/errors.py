@@ -49,6 +49,7 @@ class Rule(StrEnum):
     UNDECODABLE_CONTENT_ENCODING = "undecodable_content_encoding"
     BODY_TOO_LARGE = "body_too_large"
     DUPLICATE_KEY = "duplicate_key"
+    CASE_VARIANT_KEY = "case_variant_key"
     REQUEST_TRAILERS = "request_trailers"
     NONCANONICAL_PATH = "noncanonical_path"
     SIGNED_REQUEST = "signed_request"
@@ -106,6 +107,12 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     Rule.DUPLICATE_KEY: (
         400,
         "the request body has a duplicate key in an object (parsers disagree on which one wins)",
+    ),
+    Rule.CASE_VARIANT_KEY: (
+        400,
+        "the request body has two keys in an object that differ only in case, or a top-level "
+        "key spelled like a field the audit reads in another case ('Model', 'Instructions'): "
+        "case-insensitive parsers (Go's encoding/json) read them as that field",
     ),
     Rule.REQUEST_TRAILERS: (
         400,
