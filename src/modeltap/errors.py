@@ -139,7 +139,9 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     ),
     Rule.METHOD_OVERRIDE: (
         400,
-        "a method override (header or _method parameter) on a model endpoint is not forwarded",
+        "a model endpoint takes a body only by POST: another method with a body, a method "
+        "spelt otherwise than 'POST', or a method override (header or _method parameter) "
+        "is not forwarded",
     ),
     Rule.WS_UNSUPPORTED_ENDPOINT: (
         400,

@@ -74,6 +74,8 @@ class Exchange:
         self.websocket = False
         #: The request was the WebSocket handshake modeltap follows (any endpoint).
         self.handshake = False
+        #: The model endpoint a request by another method than POST names.
+        self.endpoint: str | None = None
         self.signed = False  # AWS SigV4: forwarded byte-for-byte, or refused
         self.traceparent: str | None = None
         self.conversation_id: str | None = None
@@ -106,7 +108,10 @@ class Exchange:
         headers = head.headers
         fields = tuple(head.fields)
         upgrades = (value.decode("latin-1") for name, value in fields if name.lower() == b"upgrade")
-        switch = websocket_handshake(head.method, upgrades, headers.get("sec-websocket-version"))
+        declared = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+        switch = websocket_handshake(
+            head.method, upgrades, headers.get("sec-websocket-version"), declared
+        )
         websocket = switch is True
         session_id, request_id = identify(
             session_header=head.session,
@@ -172,8 +177,10 @@ class Exchange:
                 return ex
             if websocket and endpoint == API_RESPONSES:
                 ex.websocket = True  # audited message by message once it is open
-            elif head.method.upper() == "POST":
+            elif head.method == "POST":
                 ex.api = endpoint
+            else:
+                ex.endpoint = endpoint  # passes only without a body (pass_through)
             if head.signed and not regular and s.upstreams_check_signatures:
                 # Sent to another host and path, its signature would fail: say so instead.
                 ex.refuse(Rejected(Rule.SIGNED_REQUEST), now)
@@ -255,16 +262,24 @@ class Exchange:
     # ------------------------------------------------------------------ request
 
     def pass_through(
-        self, body: Callable[[], bytes], headers: Mapping[str, str]
+        self, body: Callable[[], bytes], headers: Mapping[str, str], body_bytes: int = 0
     ) -> Forward | Reply:
         """Let a request that is not audited go (a WebSocket handshake is audited
         message by message once open), unless ``--strict`` refuses it.
 
+        A request to a model endpoint by another method than POST passes only
+        without a body (``GET`` lists stored completions, ``HEAD`` and
+        ``OPTIONS`` probe): with one, a server that routes on the path alone
+        would run it as a model request (``method_override``).
+
         Args:
             body: its decoded body, read only if a listener asks for bodies.
             headers: its headers.
+            body_bytes: the size of its body as received.
         """
         now = time.perf_counter_ns()
+        if self.endpoint is not None and body_bytes:
+            return self.refuse(Rejected(Rule.METHOD_OVERRIDE), now)
         if (
             not self.websocket
             and self.run.settings.strict

@@ -238,7 +238,9 @@ def is_control_address(host: str, port: int, control: tuple[str, int] | None) ->
 WEBSOCKET_VERSION: Final = "13"
 
 
-def websocket_handshake(method: str, upgrades: Iterable[str], version: str | None) -> bool | None:
+def websocket_handshake(
+    method: str, upgrades: Iterable[str], version: str | None, body_declared: bool = False
+) -> bool | None:
     """Whether a request is the WebSocket handshake modeltap follows (SPEC 2, 3).
 
     After a ``101 Switching Protocols``, mitmproxy opens a WebSocket only when
@@ -250,12 +252,17 @@ def websocket_handshake(method: str, upgrades: Iterable[str], version: str | Non
     switch it cannot follow: on a route it is refused (``unsupported_upgrade``,
     :class:`~modeltap.exchange.Exchange`), since an upstream could turn it into
     a tunnel of model requests nobody audits. ``Upgrade: h2c`` alone asks for
-    nothing: mitmproxy removes it before forwarding.
+    nothing: mitmproxy removes it before forwarding. A handshake carries no
+    body: WebSocket servers (Python's websockets, Node's ws) read the bytes
+    after its head as the first frames, so a body would smuggle messages in
+    that modeltap never sees as such.
 
     Args:
         method: the request method.
         upgrades: the value of each ``Upgrade`` header field, as sent.
         version: ``Sec-WebSocket-Version`` (repeated fields joined), if sent.
+        body_declared: its head announces a body (``Content-Length`` other
+            than 0, or ``Transfer-Encoding``).
 
     Returns:
         True for the WebSocket handshake audited message by message, False for
@@ -269,6 +276,7 @@ def websocket_handshake(method: str, upgrades: Iterable[str], version: str | Non
         and len(values) == 1
         and values[0].lower() == "websocket"
         and version == WEBSOCKET_VERSION
+        and not body_declared
     ):
         return True
     return None
@@ -327,7 +335,9 @@ def judge_request_line(
         if found is not None and found.operation != OPERATION_CREATE:
             # The socket speaks response.create; a compaction has no WebSocket mode.
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, "Responses compaction")
-    elif method.upper() != "POST" and posted:
+    elif method != "POST" and posted:
+        # Another method that could be read as POST (an override, or "post": some
+        # servers fold a method's case, others refuse it) is not forwarded.
         raise Rejected(Rule.METHOD_OVERRIDE)
     return endpoint
 

@@ -31,6 +31,7 @@ from tests.reliability.faults import (
     read_request,
     read_response,
     wait_until,
+    ws_frame,
 )
 from tests.reliability.test_processes import ProxyProcess
 
@@ -210,3 +211,29 @@ def test_an_audited_request_answered_by_a_switch_is_an_upstream_error(
     kinds = [(e["kind"], e.get("error") or e.get("evidence_complete")) for e in events]
     assert ("response", False) in kinds
     assert any(e["kind"] == "error" and e["seq"] == record["seq"] for e in events)
+
+
+def test_a_handshake_carrying_a_body_is_refused(
+    switching: tuple[ProxyProcess, Switcher, Path],
+) -> None:
+    """WebSocket servers (Python's websockets, Node's ws) read the bytes after a
+    handshake's head as its first frames: a body is a message smuggled past the
+    audit. Before: forwarded with its body (a ``response.create`` frame) whole."""
+    proc, switcher, out = switching
+    frame = ws_frame(b'{"type":"response.create","model":"smuggled","input":"x"}')
+    head = (
+        f"GET /raw/v1/responses HTTP/1.1\r\nHost: x\r\n{HANDSHAKE}Upgrade: websocket\r\n"
+        "Sec-WebSocket-Version: 13\r\n"
+    ).encode()
+    for framing in (
+        b"Content-Length: %d\r\n\r\n" % len(frame) + frame,
+        b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(frame) + frame + b"\r\n0\r\n\r\n",
+    ):
+        status, answer = refused_at_once(proc.port, head + framing)
+        assert status == 400 and b"unsupported_upgrade" in answer
+    assert switcher.heads == []
+    assert rules_of(out) == ["unsupported_upgrade"] * 2
+
+
+def rules_of(out: Path) -> list[str]:
+    return [e["rule"] for e in read_jsonl(out / "events.jsonl") if e["kind"] == "rejected"]

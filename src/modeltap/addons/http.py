@@ -206,7 +206,9 @@ class Http(Addon):
 
     def _pass_through(self, flow: http.HTTPFlow, ex: Exchange) -> None:
         req = flow.request
-        decision = ex.pass_through(lambda: req.get_content(strict=False) or b"", req.headers)
+        decision = ex.pass_through(
+            lambda: req.get_content(strict=False) or b"", req.headers, len(req.raw_content or b"")
+        )
         _apply(flow, decision)
         if ex.websocket and isinstance(decision, Forward):
             flow.metadata[VIEW_KEY] = ex.view  # the WebSocket addon opens its connection
@@ -335,7 +337,8 @@ def _head(flow: http.HTTPFlow, session: str | None, signed: bool = False) -> Req
     req = flow.request
     return RequestHead(
         id=flow.id,
-        method=req.method,
+        # As sent: mitmproxy's req.method is upper-cased, but "post" goes upstream as "post".
+        method=req.data.method.decode("utf-8", "surrogateescape"),
         target=req.path,
         scheme=req.scheme,
         host=req.host,
