@@ -58,6 +58,7 @@ class Rule(StrEnum):
     WS_UNSUPPORTED_ENDPOINT = "ws_unsupported_endpoint"
     UNSUPPORTED_ENDPOINT = "unsupported_endpoint"
     UNSUPPORTED_UPGRADE = "unsupported_upgrade"
+    UNSUPPORTED_CHARSET = "unsupported_charset"
     MODEL_MISMATCH = "model_mismatch"
     FAIL_CLOSED = "fail_closed"
     STRICT_UNAUDITED = "strict_unaudited"
@@ -159,6 +160,11 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
         "cannot follow: only a WebSocket handshake (GET, one 'Upgrade: websocket', "
         "Sec-WebSocket-Version 13) answered as a WebSocket is audited message by message; "
         "any other switch would become a tunnel nobody audits",
+    ),
+    Rule.UNSUPPORTED_CHARSET: (
+        400,
+        "the request's Content-Type declares a charset other than UTF-8: the audit reads the "
+        "JSON body as UTF-8, and a server honouring the charset would read other text",
     ),
     Rule.MODEL_MISMATCH: (
         400,

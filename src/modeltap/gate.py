@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Final
@@ -335,11 +336,33 @@ def judge_request_line(
         if found is not None and found.operation != OPERATION_CREATE:
             # The socket speaks response.create; a compaction has no WebSocket mode.
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, "Responses compaction")
+    elif method == "POST" and not _utf8(content_type):
+        raise Rejected(Rule.UNSUPPORTED_CHARSET)
     elif method != "POST" and posted:
         # Another method that could be read as POST (an override, or "post": some
         # servers fold a method's case, others refuse it) is not forwarded.
         raise Rejected(Rule.METHOD_OVERRIDE)
     return endpoint
+
+
+#: A ``charset`` parameter of a ``Content-Type`` (repeated fields are joined with commas).
+_CHARSET = re.compile(r'charset\s*=\s*"?\s*([^";,\s]*)', re.IGNORECASE)
+
+
+def _utf8(content_type: str | None) -> bool:
+    """Whether a model request's ``Content-Type`` leaves its body UTF-8.
+
+    JSON is UTF-8 (RFC 8259) and the audit reads it so, but some servers
+    decode a body by the ``charset`` it declares (aiohttp's ``request.json()``):
+    with ``charset=latin-1`` the same bytes are other text there (a tool
+    named ``café`` is ``cafÃ©``, instructions hash to another value), and with
+    ``charset=utf-16`` nothing the audit read. A charset other than UTF-8 is
+    refused (``unsupported_charset``); none at all is UTF-8.
+    """
+    if content_type is None or "charset" not in content_type.lower():
+        return True
+    found = _CHARSET.findall(content_type)
+    return bool(found) and all(name.lower() in ("utf-8", "utf8") for name in found)
 
 
 def _bundles_requests(content_type: str | None) -> bool:
