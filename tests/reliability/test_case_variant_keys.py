@@ -109,16 +109,24 @@ def test_nested_keys_equal_once_folded_are_refused(
     assert rules(tmp_path) == ["case_variant_key"] * len(NESTED)
 
 
+WS_MESSAGES = [
+    {"type": "response.create", "model": "gpt-5", "input": "x",
+     "Tools": [{"type": "function", "name": "rm_rf"}]},
+    # Forwarded before as a control message (ws_control, no audit line); a
+    # case-insensitive reader takes the second key's type and runs the model.
+    {"type": "response.processed", "Type": "response.create", "model": "gpt-5", "input": "x"},
+]  # fmt: skip
+
+
 def test_websocket_message_with_a_case_variant_key_is_refused(
     proc: ProxyProcess, upstream: Upstream, tmp_path: Path
 ) -> None:
     url = proc.url.replace("http://", "ws://") + "/stub/v1/responses"
     with connect(url) as ws:
-        tools = [{"type": "function", "name": "rm_rf"}]
-        message = {"type": "response.create", "model": "gpt-5", "input": "x", "Tools": tools}
-        ws.send(orjson.dumps(message).decode())
-        event = orjson.loads(ws.recv(timeout=10))
-        assert event["type"] == "error" and "case_variant_key" in event["error"]["message"]
+        for message in WS_MESSAGES:
+            ws.send(orjson.dumps(message).decode())
+            event = orjson.loads(ws.recv(timeout=10))
+            assert event["type"] == "error" and "case_variant_key" in event["error"]["message"]
         # The connection stays usable.
         ws.send(orjson.dumps({"type": "response.create", "model": "gpt-5", "input": "ok"}).decode())
         while orjson.loads(ws.recv(timeout=10))["type"] != "response.completed":
