@@ -75,10 +75,13 @@ class RequestHead:
 
     @property
     def aliases(self) -> tuple[tuple[str, int], ...]:
-        """``(host, port)`` of the ``Host`` header and of the server name, when sent."""
+        """``(host, port)`` of each ``Host`` header and of the server name, when sent."""
         found = []
         if self.host_header:
-            found.append(split_authority(self.host_header, self.port))
+            # Repeated Host fields arrive joined with commas; servers differ on which wins.
+            for value in self.host_header.split(","):
+                if value.strip():
+                    found.append(split_authority(value.strip(), self.port))
         if self.sni:
             found.append((self.sni, self.port))
         return tuple(found)
