@@ -15,7 +15,6 @@ process; the check is that the upstream received nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,12 +35,8 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture
-def proc(
-    tmp_path: Path, upstream: Upstream, processes: list[ProxyProcess]
-) -> Iterator[ProxyProcess]:
-    p = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}", "-q")
-    processes.append(p)
-    yield p
+def proc(stub_process: ProxyProcess) -> ProxyProcess:
+    return stub_process
 
 
 def rules(out: Path) -> list[str]:

@@ -26,11 +26,10 @@ HI = [{"role": "user", "content": "hi"}]
 
 
 def test_a_charset_other_than_utf8_is_refused(
-    tmp_path: Path, upstream: Upstream, processes: list[ProxyProcess]
+    tmp_path: Path, upstream: Upstream, stub_process: ProxyProcess
 ) -> None:
     """Before: all 4 were audited and forwarded."""
-    proc = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}", "-q")
-    processes.append(proc)
+    proc = stub_process
     oai = openai.OpenAI(base_url=proc.url + "/stub/v1", api_key="sk-test", max_retries=0)
     ant = anthropic.Anthropic(base_url=proc.url + "/stub", api_key="sk-test", max_retries=0)
     with pytest.raises(openai.BadRequestError, match="unsupported_charset"):

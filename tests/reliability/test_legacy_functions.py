@@ -15,17 +15,14 @@ from pathlib import Path
 import openai
 
 from tests.conftest import read_jsonl
-from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Upstream
 
 
 def test_deprecated_functions_are_in_the_record(
-    tmp_path: Path, upstream: Upstream, processes: list[ProxyProcess]
+    tmp_path: Path, upstream: Upstream, stub_openai: openai.OpenAI
 ) -> None:
     """Before: `tool_names` [] and `tool_results` [] for this request."""
-    proc = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}", "-q")
-    processes.append(proc)
-    client = openai.OpenAI(base_url=proc.url + "/stub/v1", api_key="sk-test", max_retries=0)
+    client = stub_openai
     messages = [
         {"role": "user", "content": "clean up"},
         {"role": "assistant", "content": None, "function_call": {"name": "ls", "arguments": "{}"}},

@@ -15,6 +15,7 @@ are a whole model request, which must never arrive.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import socket
 import threading
@@ -30,6 +31,7 @@ from tests.reliability.faults import (
     figure,
     read_request,
     read_response,
+    read_until_closed,
     wait_until,
     ws_frame,
 )
@@ -72,12 +74,7 @@ class Switcher:
             b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: " + upgrade
             + b"\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
         )  # fmt: skip
-        rest = b""
-        try:
-            while chunk := conn.recv(65536):
-                rest += chunk
-        except OSError:
-            pass
+        rest = read_until_closed(conn)
         with self.lock:
             self.after.append(rest)
 
@@ -94,24 +91,15 @@ def switching(
 
 
 def exchange(port: int, request: bytes) -> bytes:
-    """Send ``request``; once the answer's head is in, send :data:`SMUGGLED`
-    (through a tunnel, if one opened); return everything the proxy sent until
-    it closed the connection."""
+    """Send ``request``; once its answer is in, send :data:`SMUGGLED` (through a
+    tunnel, if one opened); return everything the proxy sent until it closed
+    the connection."""
     with socket.create_connection(("127.0.0.1", port), timeout=20) as sock:
         sock.sendall(request)
-        answer = b""
-        while b"\r\n\r\n" not in answer:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return answer
-            answer += chunk
-        try:
+        answer = read_request(sock)  # an answer's head (and body) reads like a request's
+        with contextlib.suppress(OSError):
             sock.sendall(SMUGGLED)
-            while chunk := sock.recv(65536):
-                answer += chunk
-        except OSError:
-            pass
-        return answer
+        return answer + read_until_closed(sock)
 
 
 def refused_at_once(port: int, request: bytes) -> tuple[int | None, bytes]:

@@ -26,12 +26,10 @@ from tests.upstream import Upstream
 # Agents still on the Assistants API call it as it is: deprecated, not gone from the SDK.
 @pytest.mark.filterwarnings("ignore:The Assistants API is deprecated:DeprecationWarning")
 def test_runs_of_stored_settings_are_refused(
-    tmp_path: Path, upstream: Upstream, processes: list[ProxyProcess]
+    tmp_path: Path, upstream: Upstream, stub_process: ProxyProcess, stub_openai: openai.OpenAI
 ) -> None:
     """Before: all 5 reached the upstream, logged `unaudited`."""
-    proc = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}", "-q")
-    processes.append(proc)
-    client = openai.OpenAI(base_url=proc.url + "/stub/v1", api_key="sk-test", max_retries=0)
+    proc, client = stub_process, stub_openai
     calls = [
         lambda: client.beta.threads.runs.create(thread_id="thread_1", assistant_id="asst_1"),
         lambda: client.beta.threads.create_and_run(assistant_id="asst_1"),
