@@ -107,7 +107,11 @@ class Exchange:
         s = run.settings
         headers = head.headers
         fields = tuple(head.fields)
-        upgrades = (value.decode("latin-1") for name, value in fields if name.lower() == b"upgrade")
+        upgrades = (
+            [value.decode("latin-1") for name, value in fields if name.lower() == b"upgrade"]
+            if fields
+            else [value for value in (headers.get("upgrade"),) if value is not None]
+        )
         declared = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
         switch = websocket_handshake(
             head.method, upgrades, headers.get("sec-websocket-version"), declared
