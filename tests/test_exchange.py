@@ -84,7 +84,13 @@ def test_ids_come_from_the_headers_else_the_session_option_else_the_run(core: Co
     ex = Exchange.open(core.run, head(session=None, **{"x-client-request-id": "c1"}), 0)
     assert (ex.session_id, ex.request_id) == ("named", "c1")
     # A WebSocket handshake is a session of its own, named by x-client-request-id only.
-    ws = head("/openai/v1/responses", "GET", None, upgrade="websocket", **{"x-request-id": "r"})
+    ws = head(
+        "/openai/v1/responses",
+        "GET",
+        None,
+        upgrade="websocket",
+        **{"sec-websocket-version": "13", "x-request-id": "r"},
+    )
     ex = Exchange.open(core.run, ws, 0)
     assert (ex.websocket, ex.api, ex.session_id, ex.request_id) == (True, None, "flow-1", "flow-1")
 

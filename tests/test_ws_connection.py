@@ -19,7 +19,7 @@ CREATE = {"type": "response.create", "model": "gpt-5", "instructions": "Be brief
 
 
 def handshake(core: Core, client_id: str | None = "thread-1") -> ExchangeView:
-    headers = {"upgrade": "websocket"}
+    headers = {"upgrade": "websocket", "sec-websocket-version": "13"}
     if client_id:
         headers["x-client-request-id"] = client_id
     head = RequestHead(

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Final
 
 from modeltap.capture import Capture, Session
+from modeltap.terminal import printable
 
 
 def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[str]]:
@@ -129,9 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     failed = {sid: reasons for sid, reasons in found.items() if reasons}
     for sid, reasons in found.items():
-        print(f"{'FAIL' if reasons else 'ok  '} session {sid}")
+        print(f"{'FAIL' if reasons else 'ok  '} session {printable(sid)}")
         for reason in reasons:
-            print(f"       {reason}")
+            print(f"       {printable(reason)}")
     noun = "session" if len(found) == 1 else "sessions"
     if failed:
         print(f"{len(failed)} of {len(found)} {noun} failed the check.")

@@ -49,6 +49,7 @@ class Rule(StrEnum):
     UNDECODABLE_CONTENT_ENCODING = "undecodable_content_encoding"
     BODY_TOO_LARGE = "body_too_large"
     DUPLICATE_KEY = "duplicate_key"
+    CASE_VARIANT_KEY = "case_variant_key"
     REQUEST_TRAILERS = "request_trailers"
     NONCANONICAL_PATH = "noncanonical_path"
     SIGNED_REQUEST = "signed_request"
@@ -56,6 +57,8 @@ class Rule(StrEnum):
     METHOD_OVERRIDE = "method_override"
     WS_UNSUPPORTED_ENDPOINT = "ws_unsupported_endpoint"
     UNSUPPORTED_ENDPOINT = "unsupported_endpoint"
+    UNSUPPORTED_UPGRADE = "unsupported_upgrade"
+    UNSUPPORTED_CHARSET = "unsupported_charset"
     MODEL_MISMATCH = "model_mismatch"
     FAIL_CLOSED = "fail_closed"
     STRICT_UNAUDITED = "strict_unaudited"
@@ -106,6 +109,12 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
         400,
         "the request body has a duplicate key in an object (parsers disagree on which one wins)",
     ),
+    Rule.CASE_VARIANT_KEY: (
+        400,
+        "the request body has two keys in an object that differ only in case, or a top-level "
+        "key spelled like a field the audit reads in another case ('Model', 'Instructions'): "
+        "case-insensitive parsers (Go's encoding/json) read them as that field",
+    ),
     Rule.REQUEST_TRAILERS: (
         400,
         "the request carries HTTP trailer fields after its body, which modeltap does not "
@@ -131,7 +140,9 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     ),
     Rule.METHOD_OVERRIDE: (
         400,
-        "a method override (header or _method parameter) on a model endpoint is not forwarded",
+        "a model endpoint takes a body only by POST: another method with a body, a method "
+        "spelt otherwise than 'POST', or a method override (header or _method parameter) "
+        "is not forwarded",
     ),
     Rule.WS_UNSUPPORTED_ENDPOINT: (
         400,
@@ -142,6 +153,18 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
         "this endpoint runs a model on input modeltap cannot audit (a batch, a live or "
         "realtime session, a raw prediction, gRPC, a legacy completion), so it is not "
         "forwarded; send the requests one by one to an endpoint modeltap audits",
+    ),
+    Rule.UNSUPPORTED_UPGRADE: (
+        400,
+        "the request (or the upstream's 101 answer) switches protocols in a way modeltap "
+        "cannot follow: only a WebSocket handshake (GET, one 'Upgrade: websocket', "
+        "Sec-WebSocket-Version 13) answered as a WebSocket is audited message by message; "
+        "any other switch would become a tunnel nobody audits",
+    ),
+    Rule.UNSUPPORTED_CHARSET: (
+        400,
+        "the request's Content-Type declares a charset other than UTF-8: the audit reads the "
+        "JSON body as UTF-8, and a server honouring the charset would read other text",
     ),
     Rule.MODEL_MISMATCH: (
         400,

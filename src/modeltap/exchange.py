@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from modeltap import answers, apis
@@ -34,6 +35,7 @@ from modeltap.gate import (
     overlong_id_header,
     provider_route,
     sha256_hex,
+    websocket_handshake,
 )
 from modeltap.notices import ExchangeView, Forward, Outcome, Reply
 from modeltap.observe import StreamTap, observe_body, stream_framing, with_header_facts
@@ -70,6 +72,10 @@ class Exchange:
         self.upstream = ""
         self.api: str | None = None
         self.websocket = False
+        #: The request was the WebSocket handshake modeltap follows (any endpoint).
+        self.handshake = False
+        #: The model endpoint a request by another method than POST names.
+        self.endpoint: str | None = None
         self.signed = False  # AWS SigV4: forwarded byte-for-byte, or refused
         self.traceparent: str | None = None
         self.conversation_id: str | None = None
@@ -100,7 +106,17 @@ class Exchange:
         """
         s = run.settings
         headers = head.headers
-        websocket = head.method == "GET" and headers.get("upgrade", "").lower() == "websocket"
+        fields = tuple(head.fields)
+        upgrades = (
+            [value.decode("latin-1") for name, value in fields if name.lower() == b"upgrade"]
+            if fields
+            else [value for value in (headers.get("upgrade"),) if value is not None]
+        )
+        declared = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+        switch = websocket_handshake(
+            head.method, upgrades, headers.get("sec-websocket-version"), declared
+        )
+        websocket = switch is True
         session_id, request_id = identify(
             session_header=head.session,
             client_request_id=headers.get("x-client-request-id"),
@@ -111,6 +127,7 @@ class Exchange:
         )
         ex = cls(run, head.id, session_id, request_id, head.method, "")
         ex.signed = head.signed
+        ex.handshake = websocket
         if run.stopped:
             ex.reply_after_stop(now)
             return ex
@@ -149,7 +166,11 @@ class Exchange:
         ex.traceparent = headers.get("traceparent")
         ex.conversation_id = head.session or (s.session if not websocket else None)
         if ex.route is not None:
-            names = (name.decode("latin-1") for name, _ in head.fields)
+            if switch is None:
+                # An upstream could switch it into a raw tunnel: nothing in it audited.
+                ex.refuse(Rejected(Rule.UNSUPPORTED_UPGRADE), now)
+                return ex
+            names = (name.decode("latin-1") for name, _ in fields)
             try:
                 kind = headers.get("content-type")
                 endpoint = fail_closed(
@@ -160,8 +181,10 @@ class Exchange:
                 return ex
             if websocket and endpoint == API_RESPONSES:
                 ex.websocket = True  # audited message by message once it is open
-            elif head.method.upper() == "POST":
+            elif head.method == "POST":
                 ex.api = endpoint
+            else:
+                ex.endpoint = endpoint  # passes only without a body (pass_through)
             if head.signed and not regular and s.upstreams_check_signatures:
                 # Sent to another host and path, its signature would fail: say so instead.
                 ex.refuse(Rejected(Rule.SIGNED_REQUEST), now)
@@ -243,16 +266,24 @@ class Exchange:
     # ------------------------------------------------------------------ request
 
     def pass_through(
-        self, body: Callable[[], bytes], headers: Mapping[str, str]
+        self, body: Callable[[], bytes], headers: Mapping[str, str], body_bytes: int = 0
     ) -> Forward | Reply:
         """Let a request that is not audited go (a WebSocket handshake is audited
         message by message once open), unless ``--strict`` refuses it.
 
+        A request to a model endpoint by another method than POST passes only
+        without a body (``GET`` lists stored completions, ``HEAD`` and
+        ``OPTIONS`` probe): with one, a server that routes on the path alone
+        would run it as a model request (``method_override``).
+
         Args:
             body: its decoded body, read only if a listener asks for bodies.
             headers: its headers.
+            body_bytes: the size of its body as received.
         """
         now = time.perf_counter_ns()
+        if self.endpoint is not None and body_bytes:
+            return self.refuse(Rejected(Rule.METHOD_OVERRIDE), now)
         if (
             not self.websocket
             and self.run.settings.strict
@@ -351,6 +382,38 @@ class Exchange:
 
     def _chunk(self, data: bytes, t_ns: int) -> None:
         self.run.publish("chunk", self.view, data, t_ns)
+
+    def switched(self, websocket_opened: bool, now: int) -> Reply | None:
+        """The upstream answered ``101 Switching Protocols``.
+
+        Whatever modeltap judged the request to be, the upstream's answer
+        decides what the connection becomes: mitmproxy opens a WebSocket only
+        for a version 13 handshake answered ``Upgrade: websocket``, and turns
+        any other switch into a raw tunnel no hook sees. On a route, a switch
+        to anything but the WebSocket modeltap follows is refused instead.
+
+        Args:
+            websocket_opened: mitmproxy will open the connection as a WebSocket.
+            now: when.
+
+        Returns:
+            The refusal that replaces the 101 (the connection is then closed),
+            or None when the switch is the WebSocket modeltap follows, or the
+            exchange is not on a route.
+        """
+        if self.route is None or self.reply is not None or (self.handshake and websocket_opened):
+            return None
+        rejected = Rejected(Rule.UNSUPPORTED_UPGRADE)
+        if self.audited:
+            # A model request answered by a switch: the upstream broke HTTP; its
+            # response event says the evidence is incomplete.
+            self._fail("upstream_protocol_error", None, now, request_complete=True)
+            self.reply = answers.refusal(rejected, self.api, self.route)
+        else:
+            self.refuse(rejected, now)
+        assert self.reply is not None
+        self.reply = replace(self.reply, close=True)
+        return self.reply
 
     def ended(
         self,

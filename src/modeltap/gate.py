@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Final
@@ -74,10 +75,13 @@ class RequestHead:
 
     @property
     def aliases(self) -> tuple[tuple[str, int], ...]:
-        """``(host, port)`` of the ``Host`` header and of the server name, when sent."""
+        """``(host, port)`` of each ``Host`` header and of the server name, when sent."""
         found = []
         if self.host_header:
-            found.append(split_authority(self.host_header, self.port))
+            # Repeated Host fields arrive joined with commas; servers differ on which wins.
+            for value in self.host_header.split(","):
+                if value.strip():
+                    found.append(split_authority(value.strip(), self.port))
         if self.sni:
             found.append((self.sni, self.port))
         return tuple(found)
@@ -234,6 +238,54 @@ def is_control_address(host: str, port: int, control: tuple[str, int] | None) ->
     return address.is_loopback or address.is_unspecified
 
 
+#: The one WebSocket version mitmproxy opens as a WebSocket (RFC 6455).
+WEBSOCKET_VERSION: Final = "13"
+
+
+def websocket_handshake(
+    method: str, upgrades: Iterable[str], version: str | None, body_declared: bool = False
+) -> bool | None:
+    """Whether a request is the WebSocket handshake modeltap follows (SPEC 2, 3).
+
+    After a ``101 Switching Protocols``, mitmproxy opens a WebSocket only when
+    the request said ``Sec-WebSocket-Version: 13`` (and the answer ``Upgrade:
+    websocket``); any other switch becomes a raw TCP tunnel that no hook sees.
+    Servers read an upgrade more loosely than that (a token list such as
+    ``foo, websocket``, the last of two ``Upgrade`` headers, version 8, a
+    handshake by POST), so anything but the one shape modeltap follows is a
+    switch it cannot follow: on a route it is refused (``unsupported_upgrade``,
+    :class:`~modeltap.exchange.Exchange`), since an upstream could turn it into
+    a tunnel of model requests nobody audits. ``Upgrade: h2c`` alone asks for
+    nothing: mitmproxy removes it before forwarding. A handshake carries no
+    body: WebSocket servers (Python's websockets, Node's ws) read the bytes
+    after its head as the first frames, so a body would smuggle messages in
+    that modeltap never sees as such.
+
+    Args:
+        method: the request method.
+        upgrades: the value of each ``Upgrade`` header field, as sent.
+        version: ``Sec-WebSocket-Version`` (repeated fields joined), if sent.
+        body_declared: its head announces a body (``Content-Length`` other
+            than 0, or ``Transfer-Encoding``).
+
+    Returns:
+        True for the WebSocket handshake audited message by message, False for
+        a request that asks for no switch, None for any other switch.
+    """
+    values = [value.strip() for value in upgrades]
+    if not values or values == ["h2c"]:
+        return False
+    if (
+        method == "GET"
+        and len(values) == 1
+        and values[0].lower() == "websocket"
+        and version == WEBSOCKET_VERSION
+        and not body_declared
+    ):
+        return True
+    return None
+
+
 def judge_request_line(
     method: str,
     sent_path: str,
@@ -287,9 +339,33 @@ def judge_request_line(
         if found is not None and found.operation != OPERATION_CREATE:
             # The socket speaks response.create; a compaction has no WebSocket mode.
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, "Responses compaction")
-    elif method.upper() != "POST" and posted:
+    elif method == "POST" and not _utf8(content_type):
+        raise Rejected(Rule.UNSUPPORTED_CHARSET)
+    elif method != "POST" and posted:
+        # Another method that could be read as POST (an override, or "post": some
+        # servers fold a method's case, others refuse it) is not forwarded.
         raise Rejected(Rule.METHOD_OVERRIDE)
     return endpoint
+
+
+#: A ``charset`` parameter of a ``Content-Type`` (repeated fields are joined with commas).
+_CHARSET = re.compile(r'charset\s*=\s*"?\s*([^";,\s]*)', re.IGNORECASE)
+
+
+def _utf8(content_type: str | None) -> bool:
+    """Whether a model request's ``Content-Type`` leaves its body UTF-8.
+
+    JSON is UTF-8 (RFC 8259) and the audit reads it so, but some servers
+    decode a body by the ``charset`` it declares (aiohttp's ``request.json()``):
+    with ``charset=latin-1`` the same bytes are other text there (a tool
+    named ``café`` is ``cafÃ©``, instructions hash to another value), and with
+    ``charset=utf-16`` nothing the audit read. A charset other than UTF-8 is
+    refused (``unsupported_charset``); none at all is UTF-8.
+    """
+    if content_type is None or "charset" not in content_type.lower():
+        return True
+    found = _CHARSET.findall(content_type)
+    return bool(found) and all(name.lower() in ("utf-8", "utf8") for name in found)
 
 
 def _bundles_requests(content_type: str | None) -> bool:

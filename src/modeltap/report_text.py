@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from modeltap.coverage import CHANNELS, refusal_text
+from modeltap.terminal import printable
 
 Json = dict[str, Any]
 
@@ -284,7 +285,8 @@ def render_text(report: Json) -> str:
             f"{SUMMED} = total summed by modeltap from the counts the provider reported "
             "(input, cache read, cache write, output): its API reports no total"
         )
-    return "\n".join(lines) + "\n"
+    # Models, tool names, session ids and paths come from the wire.
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def _any_summed(report: Json) -> bool:

@@ -24,6 +24,7 @@ from modeltap.addons.base import Addon
 from modeltap.failures import describe_failure
 from modeltap.notices import Listener, Outcome
 from modeltap.records import Usage
+from modeltap.terminal import printable
 
 
 class Console(Addon, Listener):
@@ -67,7 +68,8 @@ def lines(outcome: Outcome, clock: str | None = None) -> list[str]:
             f"{now} {view.session_id} {view.api or '-'} {model or '-'} "
             f"{status if status is not None else '-'} {tokens} {dur}"
         )
-        return f"{text} {note}" if note else text
+        # Session, model and path come from the wire: no escape sequence reaches the terminal.
+        return printable(f"{text} {note}" if note else text)
 
     error = outcome.error
     if outcome.rejected is not None:

@@ -179,6 +179,13 @@ class Http(Addon):
             # mid-exchange); they carry nothing modeltap observes.
             resp.trailers = None
         ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if ex is not None and resp.status_code == 101:
+            reply = ex.switched(flow.websocket is not None, time.perf_counter_ns())
+            if reply is not None:
+                # Not the WebSocket modeltap follows: no tunnel, the upstream is let go.
+                flow.websocket = None
+                _answer(flow, reply)
+                return
         if ex is not None:
             encoding = resp.headers.get("content-encoding")
             ex.ended(resp.status_code, resp.raw_content, encoding, expired, time.perf_counter_ns())
@@ -199,7 +206,9 @@ class Http(Addon):
 
     def _pass_through(self, flow: http.HTTPFlow, ex: Exchange) -> None:
         req = flow.request
-        decision = ex.pass_through(lambda: req.get_content(strict=False) or b"", req.headers)
+        decision = ex.pass_through(
+            lambda: req.get_content(strict=False) or b"", req.headers, len(req.raw_content or b"")
+        )
         _apply(flow, decision)
         if ex.websocket and isinstance(decision, Forward):
             flow.metadata[VIEW_KEY] = ex.view  # the WebSocket addon opens its connection
@@ -328,7 +337,8 @@ def _head(flow: http.HTTPFlow, session: str | None, signed: bool = False) -> Req
     req = flow.request
     return RequestHead(
         id=flow.id,
-        method=req.method,
+        # As sent: mitmproxy's req.method is upper-cased, but "post" goes upstream as "post".
+        method=req.data.method.decode("utf-8", "surrogateescape"),
         target=req.path,
         scheme=req.scheme,
         host=req.host,

@@ -12,7 +12,7 @@ included. Refusals name a rule, never body content.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -44,6 +44,7 @@ def parse_json_object(
     if not isinstance(value, dict):
         raise Rejected(not_object)
     reject_duplicate_keys(raw, value)
+    reject_case_variants(value)
     return value
 
 
@@ -95,6 +96,64 @@ def reject_duplicate_keys(raw: bytes, value: Any) -> None:
     # of the text itself, outside its strings.
     if colons(_JSON_STRING.sub(b"", raw)) != _member_count(value):
         raise Rejected(Rule.DUPLICATE_KEY)
+
+
+# --------------------------------------------------------------------------
+# Keys that differ only in case
+#
+# Go's encoding/json (Ollama, LocalAI, Go gateways such as one-api) fills a
+# struct field from a key that matches its name "preferring an exact match but
+# also accepting a case-insensitive match", with Unicode simple folding (the
+# long s U+017F is "s", the Kelvin sign U+212A is "k"): {"model": "a", "Model": "b"} runs "b" there,
+# and a lone {"Instructions": ...} is read as the instructions the audit found
+# absent. Two keys of one object equal once folded are refused anywhere (no
+# API spells two fields that way); at the top level, so is a key that folds to
+# a field the audit reads without being spelled as it.
+
+#: Top-level request fields the audits read, as each API spells them.
+READ_FIELDS: Final = frozenset(
+    {
+        "model", "modelId", "messages", "input", "instructions", "system", "tools",
+        "tool_choice", "toolConfig", "tool_config", "contents", "systemInstruction",
+        "system_instruction", "generationConfig", "generation_config", "cachedContent",
+        "cached_content", "request", "previous_response_id", "conversation", "thread",
+        "prompt", "reasoning", "reasoning_effort", "thinking", "output_config",
+        "outputConfig", "additionalModelRequestFields", "inferenceConfig", "stream",
+        "generate", "mcp_servers", "anthropic_version", "type", "response",
+    }
+)  # fmt: skip
+_FOLDED_FIELDS: Final = {name.casefold(): name for name in READ_FIELDS}
+
+
+def reject_case_variants(value: Json) -> None:
+    """Refuse keys a case-insensitive reader takes for one another (see above).
+
+    Args:
+        value: a parsed request body (or WebSocket message).
+
+    Raises:
+        Rejected: ``case_variant_key``.
+    """
+    for key in value:
+        if _FOLDED_FIELDS.get(key.casefold(), key) != key:
+            raise Rejected(Rule.CASE_VARIANT_KEY)
+    stack: list[Any] = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        item = pop()
+        if type(item) is dict:
+            if len(item) > 1:
+                keys = "\x00".join(item)
+                # Lower-case ASCII keys fold to themselves (the usual case, C speed).
+                lower = keys.isascii() and keys == keys.lower()
+                if not lower and len({key.casefold() for key in item}) != len(item):
+                    raise Rejected(Rule.CASE_VARIANT_KEY)
+            children = item.values()
+        else:
+            children = item
+        for child in children:
+            if type(child) is dict or type(child) is list:
+                push(child)
 
 
 #: Slice size of :func:`colons`: a large body is never copied whole.

@@ -137,6 +137,8 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
     reject_messages_and_input(body)
     messages = _messages(body)
     tool_names, hosted_tools = _tools(body.get("tools"))
+    # The deprecated `functions` still advertises tools the upstream offers the model.
+    tool_names += _functions(body.get("functions"))
     reasoning_effort = optional_str(body.get("reasoning_effort"), "reasoning_effort")
 
     instructions: list[str] = []
@@ -156,6 +158,9 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
                     0 if content is None else utf8_len(content),
                 )
             )
+        elif role == "function":
+            # The deprecated function result: no call id to pair it by.
+            tool_results.append(ToolResult(None, 0 if content is None else utf8_len(content)))
         if isinstance(content, list):
             images.extend(_image_details(content, i))
 
@@ -221,6 +226,21 @@ def _tools(tools: Any) -> tuple[tuple[str, ...], tuple[HostedTool, ...]]:
                 )
             )
     return tuple(names), tuple(hosted)
+
+
+def _functions(functions: Any) -> tuple[str, ...]:
+    """The names of the deprecated ``functions`` list (chat's tools before ``tools``)."""
+    if functions is None:
+        return ()
+    if not isinstance(functions, list):
+        raise Rejected(Rule.MALFORMED_TOOLS, "functions")
+    names: list[str] = []
+    for i, function in enumerate(functions):
+        name = function.get("name") if isinstance(function, dict) else None
+        if not isinstance(name, str) or not name:
+            raise Rejected(Rule.TOOL_WITHOUT_NAME, f"functions[{i}]")
+        names.append(bounded(name, f"functions[{i}]"))
+    return tuple(names)
 
 
 def _image_details(content: list[Any], index: int) -> list[str | None]:

@@ -24,7 +24,12 @@ input the request carries, but in a form the audit cannot read:
   method (the Vertex AI SDK's default transport), whose body is protobuf;
 - **legacy completions**: ``/completions`` that is not ``/chat/completions``
   (OpenAI's and Azure's Completions API, fill-in-the-middle), Anthropic's
-  ``/complete``.
+  ``/complete``;
+- **runs of stored settings**: the Assistants API's runs (``/threads/runs``,
+  ``/threads/{id}/runs``, ``…/submit_tool_outputs``), which run a model with
+  an assistant's stored instructions and tools, OpenAI's eval runs
+  (``/evals/{id}/runs``, a model over a dataset), and Bedrock's
+  ``/async-invoke`` (a model input run in the background).
 
 Embeddings, token counting, file uploads, listings and other requests that
 run no generation turn are not named here: they pass as ``unaudited`` (SPEC
@@ -106,6 +111,12 @@ def unsupported_endpoint(routed: str) -> str | None:
         return "Interactions API (live)"
     if last == "invoke-with-bidirectional-stream" and "model" in segments:
         return "InvokeModelWithBidirectionalStream"
+    if "threads" in segments and (last == "runs" or last == "submit_tool_outputs"):
+        return "Assistants run"
+    if last == "runs" and len(segments) > 2 and segments[-3] == "evals":
+        return "eval run"
+    if last == "async-invoke":
+        return "StartAsyncInvoke"
     if last == "completions" and before != "chat":
         return "legacy completions"
     if last == "complete" and _VERSION.fullmatch(before):
