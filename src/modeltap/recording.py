@@ -40,6 +40,9 @@ query values only for ``api-version``, ``beta`` and ``alt``
 (:func:`~modeltap.records.redact_path`).
 
 A replayed run is matched against a recording by :mod:`modeltap.matching`.
+
+A few lines over 500: the format above is the module's documentation, and
+writing a recording and reading it back stay beside it so they cannot drift.
 """
 
 from __future__ import annotations

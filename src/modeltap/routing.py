@@ -9,6 +9,10 @@ Each route has a provider, the ``gen_ai.provider.name`` records and spans
 carry: said with ``--route NAME=URL,provider=P``, else found from the upstream
 host (:data:`PROVIDER_HOSTS`, :func:`provider_of_host`), else unknown here
 (``None``: the wire's own provider is used, :func:`modeltap.apis.provider_for`).
+
+A few lines over 500: routes, the provider hosts, and the path checks every
+route relies on (decoded, canonical, no override headers) stay together, since a
+route is chosen on the very path those checks approve.
 """
 
 from __future__ import annotations

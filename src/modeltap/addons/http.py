@@ -9,6 +9,9 @@ It also puts modeltap's answers in place of mitmproxy's HTML error page
 (agents' SDKs want JSON in their provider's shape), installs the HTTP/1 body
 reader fix (:mod:`modeltap.addons.mitm_http1`) and the bound on request
 bodies as they arrive (:mod:`modeltap.addons.request_limit`).
+
+A little over 500 lines: one addon's hooks and the options they read, kept
+together as mitmproxy's own addons keep theirs; the decisions are in the core.
 """
 
 from __future__ import annotations
