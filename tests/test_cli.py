@@ -81,6 +81,32 @@ def test_session_end_command(
     assert "no running modeltap proxy writes to" in capsys.readouterr().err
 
 
+def test_session_end_after_kill_9_says_what_is_left_to_do(
+    upstream: Upstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A proxy killed with -9 leaves its control file; ending a session then says
+    why it cannot be done, what check will say, and how to clear the files."""
+    from modeltap import cli
+
+    p = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}")
+    try:
+        client = openai.OpenAI(base_url=f"{p.url}/stub/v1", api_key="k", max_retries=0)
+        client.chat.completions.create(
+            model="gpt-5", messages=[], extra_headers={"x-modeltap-session": "job-9"}
+        )
+    finally:
+        p.kill()
+    assert len(list(tmp_path.glob("control-*.json"))) == 1  # left behind by the kill
+    assert cli.main(["session", "end", "job-9", "--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"no running modeltap proxy writes to {tmp_path}" in err
+    assert "killed" in err
+    assert "cannot be ended now" in err
+    assert "modeltap check" in err
+    assert f"Delete {tmp_path / 'control-*.json'}" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_run_options_for_timeouts_reach_the_proxy_and_the_screen(
     upstream: Upstream, tmp_path: Path
 ) -> None:

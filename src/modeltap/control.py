@@ -459,7 +459,12 @@ def end_session(out_dir: Path, session_id: str, *, timeout: float = 10.0) -> lis
         if code != "unknown_session":
             raise ControlError(f"the proxy answered HTTP {status}: {message}")
     if not reachable:
-        raise ControlError(f"no running modeltap proxy writes to {out_dir} (stale control files)")
+        raise ControlError(
+            f"no running modeltap proxy writes to {out_dir}: its control files were left by "
+            "a proxy that stopped without removing them (killed, or its machine stopped). "
+            "A session it left open cannot be ended now; `modeltap check` reports it as "
+            f"not ended. Delete {out_dir / control_file_name('*')} to clear them."
+        )
     if not ended:
         raise ControlError(f"unknown session {session_id!r}: no running proxy has seen it")
     return ended
