@@ -53,6 +53,7 @@ from bench.run import (  # noqa: E402
     Processes,
     cpu_seconds,
     free_port,
+    modeltap_cmd,
     small_chat_body,
 )
 from tests.otlp_receiver import HttpReceiver, ReceivedLog, closed_endpoint  # noqa: E402
@@ -154,19 +155,7 @@ def one_run(
         port = free_port()
         target = procs.proxy(
             "modeltap",
-            [
-                sys.executable,
-                "-m",
-                "modeltap.cli",
-                "run",
-                "--listen",
-                f"127.0.0.1:{port}",
-                "--upstream",
-                f"http://127.0.0.1:{up}",
-                "--out",
-                str(out),
-                "-q",
-            ],
+            modeltap_cmd(port, up, out),
             port,
         )
         assert target.pid is not None
