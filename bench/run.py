@@ -214,11 +214,21 @@ class Processes:
                 proc.wait(5)
 
 
+#: ``modeltap`` as a command of this interpreter, for any tree ``--modeltap-src``
+#: names: the command line moved to ``modeltap.app.cli``, from ``modeltap.cli``.
+MODELTAP_MAIN = (
+    "-c",
+    "import sys\n"
+    "try:\n    from modeltap.app.cli import main\n"
+    "except ModuleNotFoundError:\n    from modeltap.cli import main\n"
+    "sys.exit(main())",
+)
+
+
 def modeltap_cmd(port: int, up: int, out: Path) -> list[str]:
     return [
         sys.executable,
-        "-m",
-        "modeltap.cli",
+        *MODELTAP_MAIN,
         "run",
         "--listen",
         f"127.0.0.1:{port}",
@@ -480,10 +490,10 @@ def sink_micro(work: Path, lines: int = 20_000, rounds: int = 5) -> dict[str, fl
 
     In this process, on the bench's temp dir: ``lines`` appends of a 600-byte
     line with one bare ``os.write`` on an ``O_APPEND`` descriptor, against
-    :class:`modeltap.sink.JsonlFile`. Medians over ``rounds`` of the per-line
+    :class:`modeltap.evidence.sink.JsonlFile`. Medians over ``rounds`` of the per-line
     mean, in microseconds.
     """
-    from modeltap.sink import JsonlFile
+    from modeltap.evidence.sink import JsonlFile
 
     line = orjson.dumps({"pad": "x" * 580}) + b"\n"
     bare: list[float] = []
@@ -592,7 +602,10 @@ def _area(frames: list[str]) -> str:
             return "telemetry: spans, log records, metrics (built, encoded, sent)"
         if "cost.py" in module:
             return "modeltap: cost estimate"
-        if module.startswith(("modeltap/sink.py", "modeltap/records.py")) or "write_" in function:
+        if (
+            module.startswith(("modeltap/evidence/sink.py", "modeltap/evidence/records.py"))
+            or "write_" in function
+        ):
             return "modeltap: audit and event lines (build, write)"
         if (
             any(

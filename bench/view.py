@@ -40,7 +40,7 @@ from playwright.sync_api import sync_playwright
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch
 from tests.view_captures import make_long_capture
 
-from modeltap.view import build_page
+from modeltap.report.view import build_page
 
 SCROLL = """
 async (steps) => {

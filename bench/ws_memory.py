@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+from bench.run import MODELTAP_MAIN
 from tests.upstream import Upstream
 from websockets.sync.client import connect
 
@@ -123,8 +124,7 @@ def measure_modeltap(upstream: Upstream, messages: int) -> list[tuple[int, int]]
     with tempfile.TemporaryDirectory(prefix="modeltap-ws-bench-") as out:
         cmd = [
             sys.executable,
-            "-m",
-            "modeltap.cli",
+            *MODELTAP_MAIN,
             "run",
             "--listen",
             f"127.0.0.1:{port}",

@@ -1,6 +1,6 @@
 """Make the recording that ``modeltap demo`` replays.
 
-Runs the demo agent (``modeltap.demo.agent``, the openai SDK) through
+Runs the demo agent (``modeltap.app.demo.agent``, the openai SDK) through
 ``modeltap run --record`` against the local test stub upstream
 (``tests/upstream.py``), scripted to answer like a model would: stream a
 ``get_weather`` call, then a ``get_time`` call, then the final text. Nothing
@@ -8,7 +8,7 @@ leaves the machine and no key is needed.
 
     python scripts/make_demo_recording.py   # from the repository root
 
-writes ``src/modeltap/demo/recording/`` (replacing it).
+writes ``src/modeltap/app/demo/recording/`` (replacing it).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT))
 import openai  # noqa: E402
 from tests.upstream import Reply, Upstream  # noqa: E402
 
-from modeltap.demo import agent  # noqa: E402
-from modeltap.proxy import Proxy, ProxyConfig  # noqa: E402
+from modeltap.app.demo import agent  # noqa: E402
+from modeltap.app.proxy import Proxy, ProxyConfig  # noqa: E402
 
-TARGET = ROOT / "src" / "modeltap" / "demo" / "recording"
+TARGET = ROOT / "src" / "modeltap" / "app" / "demo" / "recording"
 CREATED = 1760000000
 
 

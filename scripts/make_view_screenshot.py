@@ -29,7 +29,7 @@ from tests.upstream import Reply, anthropic_text_sse, anthropic_tool_sse, chat_d
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch
 from tests.view_captures import running_proxy
 
-from modeltap.view import build_page
+from modeltap.report.view import build_page
 
 MODEL, SMALL = "gpt-5-stub", "gpt-5-mini-stub"
 

@@ -17,10 +17,10 @@ _END_OF_SCREEN = "Ctrl-C stops and flushes."
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m modeltap.cli ARGS`` run until it exits (a minute at most),
+    """``python -m modeltap.app.cli ARGS`` run until it exits (a minute at most),
     its output read as text."""
     return subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", *args],
+        [sys.executable, "-m", "modeltap.app.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -29,11 +29,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 class CliProcess:
-    """``python -m modeltap.cli COMMAND ... --listen 127.0.0.1:0``, started and
+    """``python -m modeltap.app.cli COMMAND ... --listen 127.0.0.1:0``, started and
     read until its start-up screen is whole (the port is read off it)."""
 
     def __init__(self, command: str, *args: str, env: dict[str, str] | None = None) -> None:
-        cmd = [sys.executable, "-m", "modeltap.cli", command, "--listen", "127.0.0.1:0", *args]
+        cmd = [sys.executable, "-m", "modeltap.app.cli", command, "--listen", "127.0.0.1:0", *args]
         environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         environ.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
         self.proc = subprocess.Popen(

@@ -10,10 +10,10 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.notices import NOTICES, ExchangeView, Listener
-from modeltap.proxy import Proxy, ProxyConfig
-from modeltap.run import Run
-from modeltap.sink import Sink
+from modeltap.app.proxy import Proxy, ProxyConfig
+from modeltap.core.notices import NOTICES, ExchangeView, Listener
+from modeltap.core.run import Run
+from modeltap.evidence.sink import Sink
 from tests.upstream import Upstream
 
 

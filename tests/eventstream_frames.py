@@ -3,7 +3,7 @@
 The core only decodes; tests (and the stub upstream) need to write frames.
 Adapted from the research capture server's encoder, whose frames boto3,
 AnthropicBedrock and Claude Code accepted. Headers are the core's own
-:class:`~modeltap.eventstream.Header` objects, so only valid headers can be
+:class:`~modeltap.wire.eventstream.Header` objects, so only valid headers can be
 written; corrupt frames are made by changing bytes afterwards.
 
 Bedrock's conventions: an event carries ``:event-type``, ``:content-type:
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from modeltap.errors import UpstreamProtocolError
-from modeltap.eventstream import EventStreamDecoder, EventStreamMessage, Header, HeaderType
+from modeltap.rules.errors import UpstreamProtocolError
+from modeltap.wire.eventstream import EventStreamDecoder, EventStreamMessage, Header, HeaderType
 
 if TYPE_CHECKING:
     from hypothesis.strategies import DrawFn

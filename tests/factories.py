@@ -1,6 +1,6 @@
 """Builders for the records and events tests write or feed, and the files they go in.
 
-One place that spells out every field of :mod:`modeltap.records`' types, so a
+One place that spells out every field of :mod:`modeltap.evidence.records`' types, so a
 new field is added here once, not in every test file. Each builder takes any
 field as a keyword and fills the rest with plausible values (a chat exchange
 of run ``run-1``, session ``s-1``); a test passes what its assertions are
@@ -20,8 +20,9 @@ from typing import Any
 import jsonschema
 import orjson
 
-from modeltap import apis, records
-from modeltap.records import (
+from modeltap import apis
+from modeltap.evidence import records
+from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
     Event,

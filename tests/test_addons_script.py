@@ -16,7 +16,7 @@ import httpx2 as httpx
 import openai
 import pytest
 
-from modeltap import control
+from modeltap.app import control
 from tests.conftest import read_jsonl
 from tests.upstream import Upstream
 
@@ -75,7 +75,7 @@ def test_mitmdump_script_audits(upstream: Upstream, tmp_path: Path) -> None:
 
 def test_the_addons_share_one_run_under_names_of_their_own() -> None:
     from modeltap.addons import default_addons
-    from modeltap.run import Run
+    from modeltap.core.run import Run
 
     run = Run()
     addons = default_addons(run)
@@ -144,7 +144,7 @@ def test_the_readme_options_listing_shows_every_option_with_its_help(tmp_path: P
     """Run as written (our mitmdump first on PATH), it lists each option under its
     help. Without ``--listen-host`` it printed a traceback (mitmproxy's default is
     an open proxy) and ``grep -A3`` showed each option with the *next* one's help."""
-    from modeltap import options
+    from modeltap.app import options
 
     section = (ROOT / "README.md").read_text().split("## With mitmproxy directly", 1)[1]
     (line,) = [x for x in section.split("```", 2)[1].splitlines() if "--options" in x]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import orjson
 
-from modeltap import answers
-from modeltap.errors import Rejected, Rule
-from modeltap.records import API_ANTHROPIC, API_CHAT
-from modeltap.routing import RouteTable
+from modeltap.core import answers
+from modeltap.evidence.records import API_ANTHROPIC, API_CHAT
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.rules.routing import RouteTable
 
 ANTHROPIC_ROUTE = next(r for r in RouteTable.build([], None).routes if r.name == "anthropic")
 

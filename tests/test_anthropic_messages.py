@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from modeltap.apis import anthropic_messages
-from modeltap.errors import Rejected
-from modeltap.records import ToolCall, Usage
-from modeltap.sse import SSEEvent
+from modeltap.evidence.records import ToolCall, Usage
+from modeltap.rules.errors import Rejected
+from modeltap.wire.sse import SSEEvent
 
 SAMPLES = sorted((pathlib.Path(__file__).parent / "data" / "anthropic_messages").glob("*.json"))
 

@@ -1,6 +1,7 @@
 """Bedrock's answers as the observers read them: event streams in their binary
-framing (``tests/data/bedrock/``) through :class:`~modeltap.bedrock.BedrockStreamDecoder`
-into the API's stream observer, and the facts Bedrock puts in headers."""
+framing (``tests/data/bedrock/``) through
+:class:`~modeltap.apis.bedrock_stream.BedrockStreamDecoder` into the API's stream
+observer, and the facts Bedrock puts in headers."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import orjson
 import pytest
 
 from modeltap import apis
-from modeltap.bedrock import BedrockStreamDecoder, is_eventstream, with_response_headers
-from modeltap.errors import UpstreamProtocolError
-from modeltap.records import InvocationMetrics, ResponseFacts
-from modeltap.sse import SSEEvent
+from modeltap.apis.bedrock_stream import BedrockStreamDecoder, is_eventstream, with_response_headers
+from modeltap.evidence.records import InvocationMetrics, ResponseFacts
+from modeltap.rules.errors import UpstreamProtocolError
+from modeltap.wire.sse import SSEEvent
 from tests.eventstream_frames import SAMPLES, chunk, encode_message, event, exception, strings
 from tests.test_samples import facts_json
 

@@ -1,6 +1,6 @@
-"""Tests for modeltap.capture: reading a capture directory back.
+"""Tests for modeltap.evidence.capture: reading a capture directory back.
 
-Fixtures are built from the dataclasses of modeltap.records and written with
+Fixtures are built from the dataclasses of modeltap.evidence.records and written with
 records.to_json_line, so the schema stays in one place; every line written is
 also validated against the shipped JSON schemas.
 """
@@ -14,8 +14,8 @@ import jsonschema
 import orjson
 import pytest
 
-from modeltap import records
-from modeltap.capture import (
+from modeltap.evidence import records
+from modeltap.evidence.capture import (
     MESSAGES_NOT_RECORDED,
     NO_REQUESTS,
     NO_RESPONSE,
@@ -24,7 +24,7 @@ from modeltap.capture import (
     decode_event,
     sum_usage,
 )
-from modeltap.records import (
+from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
     Event,
@@ -38,7 +38,7 @@ from modeltap.records import (
     WsControlEvent,
     WsOpenEvent,
 )
-from modeltap.sink import TORN_MARK
+from modeltap.evidence.sink import TORN_MARK
 from tests.factories import (
     AUDIT_SCHEMA,
     EVENT_SCHEMA,

@@ -59,7 +59,7 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
 def test_session_end_command(
     upstream: Upstream, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from modeltap import cli
+    from modeltap.app import cli
 
     p = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}")
     try:
@@ -86,7 +86,7 @@ def test_session_end_after_kill_9_says_what_is_left_to_do(
 ) -> None:
     """A proxy killed with -9 leaves its control file; ending a session then says
     why it cannot be done, what check will say, and how to clear the files."""
-    from modeltap import cli
+    from modeltap.app import cli
 
     p = ProxyProcess("--out", str(tmp_path), "--route", f"stub={upstream.url}")
     try:
@@ -130,14 +130,14 @@ def test_run_options_for_timeouts_reach_the_proxy_and_the_screen(
 )
 def test_run_refuses_bad_timeouts(args: list[str]) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "run", *args], capture_output=True, timeout=60
+        [sys.executable, "-m", "modeltap.app.cli", "run", *args], capture_output=True, timeout=60
     )
     assert done.returncode == 2
     assert b"timeout" in done.stderr.splitlines()[-1]
 
 
 def test_otlp_logs_is_on_unless_switched_off() -> None:
-    from modeltap.cli import build_parser, config_from_args
+    from modeltap.app.cli import build_parser, config_from_args
 
     def config(*argv: str) -> bool:
         return config_from_args(build_parser().parse_args(["run", *argv])).otlp_logs

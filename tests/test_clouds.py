@@ -26,10 +26,10 @@ from modeltap.apis.contract import (
     FORM_VERTEX_RAW_PREDICT,
     EndpointMatch,
 )
-from modeltap.errors import RULES, Rejected, provider_error_body, provider_error_headers
-from modeltap.records import MAX_ID_CHARS
-from modeltap.routing import RouteTable, error_shape_for, parse_route_spec
-from modeltap.sigv4 import Signature, find_signature
+from modeltap.evidence.records import MAX_ID_CHARS
+from modeltap.rules.errors import RULES, Rejected, provider_error_body, provider_error_headers
+from modeltap.rules.routing import RouteTable, error_shape_for, parse_route_spec
+from modeltap.wire.sigv4 import Signature, find_signature
 
 CHAT, MESSAGES, CONVERSE = openai_chat.NAME, anthropic_messages.NAME, bedrock_converse.NAME
 PROFILE = (

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modeltap import control
+from modeltap.app import control
 
 
 def test_the_control_file_appears_whole_and_private(tmp_path: Path) -> None:

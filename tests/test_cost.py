@@ -1,4 +1,4 @@
-"""Tests for modeltap.cost: estimates from the genai-prices table, offline.
+"""Tests for modeltap.evidence.cost: estimates from the genai-prices table, offline.
 
 Expected prices are worked out by hand from the table's per-million-token
 prices (shown beside each case), so a test fails if the table or the counting
@@ -13,8 +13,8 @@ from typing import Any
 import genai_prices
 import pytest
 
-from modeltap.cost import SOURCE, estimate_cost, request_time
-from modeltap.records import API_ANTHROPIC, API_CHAT, API_RESPONSES, Usage
+from modeltap.evidence.cost import SOURCE, estimate_cost, request_time
+from modeltap.evidence.records import API_ANTHROPIC, API_CHAT, API_RESPONSES, Usage
 
 AT = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 LOCAL = "http://127.0.0.1:9000"
@@ -121,7 +121,7 @@ def test_request_time() -> None:
 
 
 def test_new_model_names_do_not_grow_the_tables_memos() -> None:
-    from modeltap import cost
+    from modeltap.evidence import cost
 
     for index in range(3 * cost._MAX_MEMOS):
         estimate(model=f"made-up-{index}", usage=Usage(1, 1, 2, cache_read_tokens=0))

@@ -1,4 +1,4 @@
-"""Tests for modeltap.decoding: streamed and whole-body content decoding."""
+"""Tests for modeltap.wire.decoding: streamed and whole-body content decoding."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mitmproxy.net import encoding as mitmproxy_encoding
 
-from modeltap.decoding import (
+from modeltap.rules.errors import Rejected, UpstreamProtocolError
+from modeltap.wire.decoding import (
     PIECE_BYTES,
     StreamDecompressor,
     check_transfer_coding,
@@ -23,7 +24,6 @@ from modeltap.decoding import (
     decode_request_body,
     request_codings,
 )
-from modeltap.errors import Rejected, UpstreamProtocolError
 
 if sys.version_info >= (3, 14):
     from compression import zstd

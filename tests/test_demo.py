@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modeltap.demo import record_lines
+from modeltap.app.demo import record_lines
 from tests.conftest import read_jsonl
 from tests.factories import audit_record
 
 
 def test_the_demo_shows_records_as_a_table(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "demo", "--fast", "--out", str(tmp_path)],
+        [sys.executable, "-m", "modeltap.app.cli", "demo", "--fast", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -45,7 +45,7 @@ def test_the_demo_shows_records_as_a_table(tmp_path: Path) -> None:
 def test_an_out_dir_it_cannot_use_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("x")
     done = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "demo", "--out", str(tmp_path / "notes.txt")],
+        [sys.executable, "-m", "modeltap.app.cli", "demo", "--out", str(tmp_path / "notes.txt")],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert (done.returncode, done.stdout) == (1, "")

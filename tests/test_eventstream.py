@@ -1,4 +1,4 @@
-"""Tests for modeltap.eventstream: the AWS event stream decoder and Bedrock's meaning.
+"""Tests for modeltap.wire.eventstream: the AWS event stream decoder and Bedrock's meaning.
 
 Frames come from three writers: our test encoder (``tests/eventstream_frames``),
 AWS's own smithy-aws-event-stream encoder, and the binary wire samples in
@@ -25,8 +25,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from smithy_aws_event_stream.events import Byte, EventMessage, Long, Short
 
-from modeltap.errors import UpstreamProtocolError
-from modeltap.eventstream import (
+from modeltap.rules.errors import UpstreamProtocolError
+from modeltap.wire.eventstream import (
     MAX_HEADERS_BYTES,
     MAX_JSON_BYTES,
     MAX_MESSAGE_BYTES,

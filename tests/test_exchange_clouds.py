@@ -10,15 +10,15 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.bedrock import BedrockStreamDecoder
-from modeltap.errors import Rejected
-from modeltap.exchange import Exchange
-from modeltap.gate import SESSION_HEADER, RequestHead, audit_body, take_session
-from modeltap.notices import Forward
-from modeltap.observe import StreamTap, stream_framing, with_header_facts
-from modeltap.records import API_ANTHROPIC, API_BEDROCK_CONVERSE, API_CHAT, ResponseFacts
-from modeltap.routing import RouteTable
-from modeltap.sse import SSEDecoder
+from modeltap.apis.bedrock_stream import BedrockStreamDecoder
+from modeltap.core.exchange import Exchange
+from modeltap.core.gate import SESSION_HEADER, RequestHead, audit_body, take_session
+from modeltap.core.notices import Forward
+from modeltap.core.observe import StreamTap, stream_framing, with_header_facts
+from modeltap.evidence.records import API_ANTHROPIC, API_BEDROCK_CONVERSE, API_CHAT, ResponseFacts
+from modeltap.rules.errors import Rejected
+from modeltap.rules.routing import RouteTable
+from modeltap.wire.sse import SSEDecoder
 from tests.conftest import Core
 from tests.eventstream_frames import chunk, event
 

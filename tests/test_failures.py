@@ -1,4 +1,4 @@
-"""Timeouts and blame (modeltap.failures), alone: parsing, deadlines, classification."""
+"""Timeouts and blame (modeltap.rules.failures), alone: parsing, deadlines, classification."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Literal
 
 import pytest
 
-from modeltap.failures import (
+from modeltap.evidence.records import STOP_REASONS
+from modeltap.rules.failures import (
     FAILURE_KINDS,
     Expired,
     FailureFacts,
@@ -18,7 +19,6 @@ from modeltap.failures import (
     parse_upstream_timeout,
     stop_reason_for,
 )
-from modeltap.records import STOP_REASONS
 
 
 def test_defaults_suit_long_reasoning_but_stay_under_the_sdks_read_timeout() -> None:
@@ -158,7 +158,7 @@ def test_every_kind_has_a_stop_reason_and_timeouts_are_the_upstreams_fault() -> 
 
 
 def test_spec_round_trips_and_the_watchdog_stays_above_every_limit() -> None:
-    from modeltap.failures import DEFAULT_UPSTREAM_TIMEOUT
+    from modeltap.rules.failures import DEFAULT_UPSTREAM_TIMEOUT
 
     assert DEFAULT_UPSTREAM_TIMEOUT == "connect=10,first-byte=540,idle=540"
     assert parse_upstream_timeout(DEFAULT_UPSTREAM_TIMEOUT) == Timeouts()

@@ -6,8 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from modeltap.errors import Rejected
-from modeltap.gate import (
+from modeltap.core.gate import (
     audit_body,
     body_codings,
     fail_closed,
@@ -19,7 +18,8 @@ from modeltap.gate import (
     parse_body,
     sha256_hex,
 )
-from modeltap.records import API_CHAT, API_RESPONSES
+from modeltap.evidence.records import API_CHAT, API_RESPONSES
+from modeltap.rules.errors import Rejected
 
 
 def test_identify() -> None:

@@ -17,10 +17,10 @@ import pytest
 from modeltap import apis
 from modeltap.apis import gemini
 from modeltap.apis.contract import EndpointMatch
-from modeltap.client_env import export_lines
-from modeltap.errors import Rejected, provider_error_body
-from modeltap.records import RequestFacts, RequestSettings, Usage
-from modeltap.routing import RouteTable, error_shape_for, parse_upstream_url
+from modeltap.app.client_env import export_lines
+from modeltap.evidence.records import RequestFacts, RequestSettings, Usage
+from modeltap.rules.errors import Rejected, provider_error_body
+from modeltap.rules.routing import RouteTable, error_shape_for, parse_upstream_url
 
 API = "gemini.generate_content"
 VERTEX = "gcp.vertex_ai"

@@ -23,8 +23,8 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.capture import Capture
-from modeltap.proxy import ProxyConfig, replay_proxy
+from modeltap.app.proxy import ProxyConfig, replay_proxy
+from modeltap.evidence.capture import Capture
 from tests.conftest import Running, read_jsonl
 from tests.upstream import (
     GEMINI_METHOD,

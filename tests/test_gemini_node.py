@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modeltap.capture import Capture
+from modeltap.evidence.capture import Capture
 from tests.conftest import Running
 from tests.upstream import gemini_function_call_chunks, gemini_reply
 

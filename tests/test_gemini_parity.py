@@ -6,7 +6,7 @@ The same loop — the model asks for ``lookup``, the client runs it and sends a
 the call has none), each in its own session of one proxy exporting OTLP.
 What ``modeltap report`` and the ``execute_tool`` spans say about the tool
 must not depend on the wire: Gemini's call is paired by position
-(:mod:`modeltap.pairing`) where the chat call is paired by id.
+(:mod:`modeltap.evidence.pairing`) where the chat call is paired by id.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import orjson
 from google import genai
 from google.genai import types
 
-from modeltap.capture import Capture
-from modeltap.report import build_report, render_text
+from modeltap.evidence.capture import Capture
+from modeltap.report.report import build_report, render_text
 from tests.conftest import Running
 from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (

@@ -1,6 +1,6 @@
-"""The shape of the package, read from its source: no import cycle anywhere, and
-a core that never reaches mitmproxy or OpenTelemetry, even through another
-modeltap module.
+"""The shape of the package, read from its source: no import cycle anywhere, a
+core that never reaches mitmproxy or OpenTelemetry, even through another
+modeltap module, and packages that import only the layers below them.
 
 Every ``import`` counts, at module level or inside a function (a lazy import
 still ties two modules together: ``cli`` and ``replay`` once imported each
@@ -21,11 +21,37 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 PACKAGE = "modeltap"
 
 #: The glue: what may import mitmproxy (and what the core must not import).
-GLUE_PREFIXES = (f"{PACKAGE}.addons", f"{PACKAGE}.cli", f"{PACKAGE}.proxy")
-#: Neither core nor mitmproxy glue: the pytest plugin (it starts a proxy, lazily).
-PLUGIN = f"{PACKAGE}.pytest_plugin"
+GLUE_PREFIXES = (
+    f"{PACKAGE}.addons",
+    f"{PACKAGE}.app.cli",
+    f"{PACKAGE}.app.proxy",
+    f"{PACKAGE}.__main__",
+)
+#: Neither core nor mitmproxy glue: the pytest plugin (it starts a proxy, lazily),
+#: and the module that re-exports its names where users import them.
+PLUGIN = (f"{PACKAGE}.app.pytest_plugin", f"{PACKAGE}.pytest_plugin")
 #: The only importers of OpenTelemetry.
 TELEMETRY = f"{PACKAGE}.telemetry"
+
+#: The layers, lowest first (docs/ARCHITECTURE.md draws them). A module imports
+#: its own layer and the layers below it, never one above: the schema
+#: knows nothing, the rules know the schema, the framings know the rules, each
+#: wire API knows the framings, what is derived from the lines knows the wire
+#: APIs, the exchange core knows all of those, and so on up to the glue.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    (f"{PACKAGE}.evidence.records", f"{PACKAGE}.evidence.redaction"),
+    (f"{PACKAGE}.rules",),
+    (f"{PACKAGE}.wire",),
+    (f"{PACKAGE}.apis",),
+    (f"{PACKAGE}.evidence",),
+    (f"{PACKAGE}.core",),
+    (f"{PACKAGE}.replay",),
+    (f"{PACKAGE}.report",),
+    (f"{PACKAGE}.app",),
+    (TELEMETRY,),
+    (f"{PACKAGE}.addons",),
+    (*PLUGIN, f"{PACKAGE}.app.cli", f"{PACKAGE}.app.proxy", f"{PACKAGE}.__main__"),
+)
 
 
 def module_name(path: Path) -> str:
@@ -103,7 +129,22 @@ def reach(edges: Mapping[str, set[str]], start: str) -> set[str]:
 
 
 def is_glue(name: str) -> bool:
-    return name.startswith(GLUE_PREFIXES) or name == PLUGIN or name.startswith(TELEMETRY)
+    return name.startswith(GLUE_PREFIXES) or name in PLUGIN or name.startswith(TELEMETRY)
+
+
+def layer_of(name: str) -> tuple[int, str]:
+    """The layer of module ``name`` and the package it counts in: the longest
+    prefix named in :data:`LAYERS` (``modeltap.app.cli`` is glue, the rest of
+    ``modeltap.app`` is not)."""
+    best: tuple[int, str] | None = None
+    for rank, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and (
+                best is None or len(prefix) > len(best[1])
+            ):
+                best = (rank, prefix)
+    assert best is not None, f"{name} is in no layer: add its package to LAYERS"
+    return best
 
 
 def test_the_cycle_finder_finds_cycles() -> None:
@@ -136,7 +177,7 @@ def test_no_import_cycle_anywhere() -> None:
 def test_the_core_never_reaches_mitmproxy_or_opentelemetry() -> None:
     edges = graph()
     core = [name for name in edges if not is_glue(name)]
-    assert f"{PACKAGE}.exchange" in core and f"{PACKAGE}.run" in core
+    assert f"{PACKAGE}.core.exchange" in core and f"{PACKAGE}.core.run" in core
     for name in core:
         reached = reach(edges, name)
         assert not reached & {"mitmproxy", "opentelemetry"}, name
@@ -148,5 +189,25 @@ def test_only_the_telemetry_package_imports_opentelemetry(name: str) -> None:
     direct = graph()[name]
     if not name.startswith(TELEMETRY):
         assert "opentelemetry" not in direct
-    if name.startswith(TELEMETRY) or name == PLUGIN:
+    if name.startswith(TELEMETRY) or name in PLUGIN:
         assert "mitmproxy" not in direct
+
+
+def test_the_layer_finder_knows_sub_packages() -> None:
+    assert layer_of(f"{PACKAGE}.app.cli")[0] == len(LAYERS) - 1
+    assert layer_of(f"{PACKAGE}.app.options") == (8, f"{PACKAGE}.app")
+    assert layer_of(f"{PACKAGE}.evidence.records") == (0, f"{PACKAGE}.evidence.records")
+    assert layer_of(f"{PACKAGE}.evidence.capture.lines") == (4, f"{PACKAGE}.evidence")
+
+
+@pytest.mark.parametrize("name", sorted(n for n in graph() if n != PACKAGE))
+def test_each_package_imports_only_the_layers_below(name: str) -> None:
+    rank, package = layer_of(name)
+    upward = []
+    for target in sorted(graph()[name]):
+        # The package root holds __version__ and lazy re-exports only.
+        if not target.startswith(PACKAGE + ".") or target == PACKAGE:
+            continue
+        if layer_of(target)[0] > rank:
+            upward.append(target)
+    assert not upward, f"{name} ({package}) imports a layer above its own: {upward}"

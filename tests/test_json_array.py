@@ -1,4 +1,4 @@
-"""Tests for modeltap.json_array: the incremental decoder of a streamed JSON array."""
+"""Tests for modeltap.wire.json_array: the incremental decoder of a streamed JSON array."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeltap.errors import UpstreamProtocolError
-from modeltap.json_array import JsonArrayDecoder
+from modeltap.rules.errors import UpstreamProtocolError
+from modeltap.wire.json_array import JsonArrayDecoder
 
 #: Elements that test every way a scanner can lose its place: brackets and
 #: braces inside strings, escaped quotes and backslashes, a multi-byte

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modeltap.apis import json_body
-from modeltap.errors import Rejected
+from modeltap.rules.errors import Rejected
 
 
 def has_duplicates(text: bytes) -> bool:

@@ -1,10 +1,10 @@
-"""Open-proxy detection (modeltap.listening), alone."""
+"""Open-proxy detection (modeltap.rules.listening), alone."""
 
 from __future__ import annotations
 
 import pytest
 
-from modeltap.listening import is_loopback, open_proxy_listeners, open_proxy_message
+from modeltap.rules.listening import is_loopback, open_proxy_listeners, open_proxy_message
 
 
 @pytest.mark.parametrize(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from modeltap.matching import EXHAUSTED, MISMATCH, Player, describe_changes
-from modeltap.recording import Entry, Recording, TurnKey
-from modeltap.records import API_CHAT
+from modeltap.evidence.records import API_CHAT
+from modeltap.replay.matching import EXHAUSTED, MISMATCH, Player, describe_changes
+from modeltap.replay.recording import Entry, Recording, TurnKey
 
 KEY = TurnKey(
     model="gpt-5",

@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from modeltap.apis import openai_chat
-from modeltap.errors import Rejected
-from modeltap.records import RequestFacts, ToolCall, Usage
-from modeltap.sse import SSEEvent
+from modeltap.evidence.records import RequestFacts, ToolCall, Usage
+from modeltap.rules.errors import Rejected
+from modeltap.wire.sse import SSEEvent
 
 SAMPLES = sorted((pathlib.Path(__file__).parent / "data" / "openai_chat").glob("*.json"))
 

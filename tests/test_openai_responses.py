@@ -17,8 +17,7 @@ from modeltap.apis.openai_responses import (
     set_image_detail,
     unstated_settings,
 )
-from modeltap.errors import Rejected
-from modeltap.records import (
+from modeltap.evidence.records import (
     HostedTool,
     InstructionPart,
     RequestFacts,
@@ -26,7 +25,8 @@ from modeltap.records import (
     ToolResult,
     Usage,
 )
-from modeltap.sse import SSEEvent
+from modeltap.rules.errors import Rejected
+from modeltap.wire.sse import SSEEvent
 
 DATA = Path(__file__).parent / "data" / "openai_responses"
 SAMPLES = sorted(DATA.glob("*.json"))

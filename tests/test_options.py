@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from mitmproxy.test import taddons
 
-from modeltap import cli, options
-from modeltap.proxy import ProxyConfig
+from modeltap.app import cli, options
+from modeltap.app.proxy import ProxyConfig
 
 MITM_DECLARED = [o for o in options.OPTIONS if o.mitm_name and o.mitm_name.startswith("modeltap_")]
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from modeltap.pairing import MAX_NAMED_IDS, ToolPairing
-from modeltap.records import ToolResult
+from modeltap.evidence.pairing import MAX_NAMED_IDS, ToolPairing
+from modeltap.evidence.records import ToolResult
 
 
 def test_by_id_first_result_answers_every_call_of_that_id() -> None:

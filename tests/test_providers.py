@@ -15,17 +15,17 @@ from modeltap import apis
 from modeltap.apis import anthropic_messages, openai_chat, openai_responses
 from modeltap.apis.contract import EndpointMatch, WireApi
 from modeltap.apis.fields import instructions_digest
-from modeltap.capture.lines import decode_record
-from modeltap.client_env import export_lines
-from modeltap.errors import Rejected
-from modeltap.records import (
+from modeltap.app.client_env import export_lines
+from modeltap.evidence.capture.lines import decode_record
+from modeltap.evidence.records import (
     MAX_ID_CHARS,
     AuditRecord,
     InstructionPart,
     RequestFacts,
     to_json_line,
 )
-from modeltap.routing import (
+from modeltap.rules.errors import Rejected
+from modeltap.rules.routing import (
     PROVIDER_HOSTS,
     RouteError,
     RouteTable,

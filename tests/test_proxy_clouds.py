@@ -31,7 +31,7 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 from botocore.exceptions import ClientError
 
-from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
+from modeltap.app.proxy import Proxy, ProxyConfig, replay_proxy
 from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.otlp_receiver import HttpReceiver
 from tests.upstream import (
@@ -508,7 +508,7 @@ def test_bedrock_tool_calls_pair_with_their_results_in_the_report(
     bedrock_over_tls: Callable[..., tuple[Running, Any]],
     upstream: Upstream,
 ) -> None:
-    from modeltap.capture import Capture
+    from modeltap.evidence.capture import Capture
 
     running, client = bedrock_over_tls()
     tools = {

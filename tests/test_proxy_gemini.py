@@ -20,7 +20,7 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from modeltap.capture import Capture
+from modeltap.evidence.capture import Capture
 from tests.conftest import Running, read_jsonl
 from tests.factories import AUDIT_SCHEMA, EVENT_SCHEMA
 from tests.otlp_receiver import HttpReceiver

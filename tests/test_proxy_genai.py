@@ -19,7 +19,7 @@ import openai
 import orjson
 import pytest
 
-from modeltap.cost import SOURCE as COST_SOURCE
+from modeltap.evidence.cost import SOURCE as COST_SOURCE
 from tests.conftest import Running
 from tests.otlp_receiver import GrpcReceiver, HttpReceiver, ReceivedPoint, ReceivedSpan
 from tests.upstream import Reply

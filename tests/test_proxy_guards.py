@@ -11,9 +11,10 @@ import openai
 import orjson
 import pytest
 
-from modeltap import check, control
-from modeltap.records import NO_REQUESTS_MESSAGE, to_json_line
-from modeltap.sessions import SessionTracker
+from modeltap.app import control
+from modeltap.core.sessions import SessionTracker
+from modeltap.evidence.records import NO_REQUESTS_MESSAGE, to_json_line
+from modeltap.report import check
 from tests.conftest import Running, read_jsonl
 from tests.upstream import (
     Reply,
@@ -224,7 +225,7 @@ def test_check_exit_codes_and_reasons(
 
 def test_tracker_counts_unique_calls_across_resent_history() -> None:
     """Chat agents resend the whole history: a result counts once."""
-    from modeltap.records import ToolCall, ToolResult
+    from modeltap.evidence.records import ToolCall, ToolResult
     from tests.test_capture import audit, response
 
     def results(*ids: str) -> tuple[ToolResult, ...]:

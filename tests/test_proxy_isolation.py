@@ -10,7 +10,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.app.proxy import Proxy, ProxyConfig
 from tests.conftest import read_jsonl
 from tests.upstream import Upstream
 

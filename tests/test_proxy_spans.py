@@ -9,7 +9,7 @@ from typing import Any
 import openai
 import pytest
 
-from modeltap.cost import SOURCE as COST_SOURCE
+from modeltap.evidence.cost import SOURCE as COST_SOURCE
 from tests.conftest import Running
 from tests.otlp_receiver import GrpcReceiver, HttpReceiver, ReceivedSpan
 

@@ -26,7 +26,7 @@ from websockets.extensions.permessage_deflate import PerMessageDeflate
 from websockets.sync.client import ClientConnection, connect
 from websockets.sync.server import Server, ServerConnection, serve
 
-from modeltap.cost import SOURCE as COST_SOURCE
+from modeltap.evidence.cost import SOURCE as COST_SOURCE
 from tests.conftest import Running
 from tests.factories import NO_USAGE, usage_json
 from tests.upstream import default_ws_events

@@ -25,8 +25,8 @@ import anthropic
 import openai
 import pytest
 
-from modeltap.capture import NO_REQUESTS
-from modeltap.pytest_plugin import ModelTapFixture
+from modeltap.app.pytest_plugin import ModelTapFixture
+from modeltap.evidence.capture import NO_REQUESTS
 from tests.upstream import Upstream
 
 pytest_plugins = ["pytester"]
@@ -223,7 +223,7 @@ def test_marker_and_option_are_documented(pytester: pytest.Pytester) -> None:
 
 def test_importing_the_plugin_does_not_import_mitmproxy() -> None:
     # The plugin loads in every pytest run of a project that installs modeltap.
-    code = "import sys, modeltap.pytest_plugin; sys.exit('mitmproxy' in sys.modules)"
+    code = "import sys, modeltap.app.pytest_plugin; sys.exit('mitmproxy' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
@@ -282,7 +282,7 @@ def test_marker_on_a_direct_test(modeltap: ModelTapFixture) -> None:
 
 @pytest.mark.modeltap(session="direct-end")
 def test_fixture_ends_a_session_through_the_control_api(modeltap: ModelTapFixture) -> None:
-    from modeltap.control import ControlError
+    from modeltap.app.control import ControlError
 
     oai = openai.OpenAI(base_url=modeltap.openai_base_url, api_key=KEY, max_retries=0)
     oai.chat.completions.create(model="gpt-x", messages=[])
@@ -299,7 +299,7 @@ def test_fixture_ends_a_session_through_the_control_api(modeltap: ModelTapFixtur
 
 
 def test_report_is_typed_prints_as_text_and_keeps_its_keys(modeltap: ModelTapFixture) -> None:
-    from modeltap.report import build_report, render_text
+    from modeltap.report.report import build_report, render_text
 
     oai = openai.OpenAI(base_url=modeltap.openai_base_url, api_key=KEY, max_retries=0)
     for model in ("gpt-a", "gpt-b"):

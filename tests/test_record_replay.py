@@ -32,8 +32,8 @@ from google.genai import errors as genai_errors
 from google.genai import types as genai_types
 
 from modeltap.addons.replayer import Replayer as Replay
-from modeltap.cli import demo_main
-from modeltap.proxy import Proxy, ProxyConfig, replay_proxy
+from modeltap.app.cli import demo_main
+from modeltap.app.proxy import Proxy, ProxyConfig, replay_proxy
 from tests.conftest import read_jsonl
 from tests.upstream import (
     TOOL_ARGUMENTS,
@@ -634,7 +634,7 @@ def test_no_credentials_in_the_recording(tmp_path: Path, upstream: Upstream) -> 
 def _start_cli(rec: Path, out: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "modeltap.cli", "replay", str(rec)),
+            *(sys.executable, "-m", "modeltap.app.cli", "replay", str(rec)),
             *("--listen", "127.0.0.1:0", "--out", str(out), "--fast", "-q", *extra),
         ],
         stdout=subprocess.PIPE,

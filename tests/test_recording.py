@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modeltap.recording import (
+from modeltap.replay.recording import (
     BLOBS_DIR,
     RECORDING_FILE,
     BlobStore,
@@ -19,7 +19,7 @@ from modeltap.recording import (
     is_ws_create,
     kept_headers,
 )
-from modeltap.routing import RouteTable
+from modeltap.rules.routing import RouteTable
 from tests.conftest import exchange_view
 from tests.factories import audit_record
 

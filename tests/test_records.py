@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeltap import records
-from modeltap.records import MAX_ID_CHARS, MAX_PATH_CHARS, ResponseFacts, ToolCall, redact_path
+from modeltap.evidence import redaction
+from modeltap.evidence.records import MAX_ID_CHARS, ResponseFacts, ToolCall
+from modeltap.evidence.redaction import MAX_PATH_CHARS, redact_path
 
 SECRET = "s3cr3t-VALUE-9f8e"
 
@@ -151,7 +152,7 @@ LOOKALIKES = {char: lookalikes(char) for char in SEPARATORS}
 
 
 def test_the_lookalike_lists_are_complete() -> None:
-    assert {c: sorted(v) for c, v in records._LOOKALIKES.items()} == LOOKALIKES
+    assert {c: sorted(v) for c, v in redaction._LOOKALIKES.items()} == LOOKALIKES
 
 
 @st.composite

@@ -35,7 +35,7 @@ class ReplayProcess:
     listening URL read off the start-up screen."""
 
     def __init__(self, rec: Path, cwd: Path, *args: str) -> None:
-        cmd = [sys.executable, "-m", "modeltap.cli", "replay", str(rec)]
+        cmd = [sys.executable, "-m", "modeltap.app.cli", "replay", str(rec)]
         cmd += ["--listen", "127.0.0.1:0", "--fast", *args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
@@ -159,7 +159,7 @@ def _control_port(screen: str) -> int:
 
 def test_replay_help_names_its_default_out_dir() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "replay", "--help"],
+        [sys.executable, "-m", "modeltap.app.cli", "replay", "--help"],
         capture_output=True,
         text=True,
         check=True,

@@ -1,6 +1,6 @@
-"""Tests for modeltap.report: the JSON report, its text rendering and the command.
+"""Tests for modeltap.report.report: the JSON report, its text rendering and the command.
 
-Fixtures are built from the dataclasses of modeltap.records and written with
+Fixtures are built from the dataclasses of modeltap.evidence.records and written with
 records.to_json_line; every report is validated against report.schema.json.
 """
 
@@ -14,9 +14,9 @@ import jsonschema
 import orjson
 import pytest
 
-from modeltap import records
-from modeltap.capture import MESSAGES_NOT_RECORDED, Capture
-from modeltap.records import (
+from modeltap.evidence import records
+from modeltap.evidence.capture import MESSAGES_NOT_RECORDED, Capture
+from modeltap.evidence.records import (
     AuditRecord,
     Cost,
     Event,
@@ -25,7 +25,7 @@ from modeltap.records import (
     ToolResult,
     Usage,
 )
-from modeltap.report import build_report, main, render_text, tool_arguments
+from modeltap.report.report import build_report, main, render_text, tool_arguments
 from tests.factories import (
     audit_record,
     rejected_event,
@@ -497,7 +497,7 @@ def test_a_session_with_no_turn_names_no_price_table(tmp_path: Path) -> None:
 
 def test_check_on_a_session_still_open_says_how_to_end_it(tmp_path: Path) -> None:
     """Run while the proxy still runs, check failed with only "has not ended"."""
-    from modeltap import check
+    from modeltap.report import check
 
     write_capture(
         tmp_path, [audit_record(session_id="eval-42")], [response_event(session_id="eval-42")]

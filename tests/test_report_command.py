@@ -21,8 +21,8 @@ import openai
 import orjson
 import pytest
 
-from modeltap.capture import Capture
-from modeltap.view import build_view_data
+from modeltap.evidence.capture import Capture
+from modeltap.report.view import build_view_data
 from tests.cli_process import run_cli
 from tests.conftest import read_jsonl
 from tests.reliability.test_processes import ProxyProcess
@@ -240,7 +240,7 @@ def test_a_wrong_dir_says_what_to_give(
     directory), a file, an out dir no request reached (the files are made by
     their first line), one whose file cannot be read. One line each, exit 2
     (view: 1), never a traceback."""
-    from modeltap import check, report, view
+    from modeltap.report import check, report, view
 
     main = {"report": report.main, "check": check.main, "view": view.main}[command]
     with pytest.raises(SystemExit):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modeltap.request_diff import body_changes, summarize
+from modeltap.replay.request_diff import body_changes, summarize
 
 SECRET = "sk-PLANTED-diff-3f9a"
 

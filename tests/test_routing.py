@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeltap import routing
 from modeltap.apis import api_for_path, api_for_ws_path, endpoint_of, match_endpoint
-from modeltap.errors import Rejected
-from modeltap.routing import (
+from modeltap.rules import routing
+from modeltap.rules.errors import Rejected
+from modeltap.rules.routing import (
     check_path,
     decoded_path,
     overrides_method,

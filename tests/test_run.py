@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from modeltap.errors import Rejected
-from modeltap.notices import Listener, Outcome
-from modeltap.records import RequestFacts, ToolCall, ToolResult
-from modeltap.run import Run, new_run_id
-from modeltap.sink import Sink
+from modeltap.core.notices import Listener, Outcome
+from modeltap.core.run import Run, new_run_id
+from modeltap.evidence.records import RequestFacts, ToolCall, ToolResult
+from modeltap.evidence.sink import Sink
+from modeltap.rules.errors import Rejected
 from tests.conftest import Core, exchange_view
 from tests.factories import response_event
 

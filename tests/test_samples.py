@@ -4,13 +4,13 @@ Each API module of the registry (:data:`modeltap.apis.APIS`) has a folder
 named after it. What a sample holds says what it checks:
 
 - ``*.json``: ``request`` (a body as a client sends it) and ``expected``, the
-  exact :class:`~modeltap.records.RequestFacts` it audits to; ``path``, when
+  exact :class:`~modeltap.evidence.records.RequestFacts` it audits to; ``path``, when
   given, is the request path as sent (a cloud's path names the model, asks
   for a stream, or asks more of the body: :func:`modeltap.apis.match_endpoint`);
 - ``refused/*.json``: ``request`` (and ``path``) and ``rejected_rule``, the
   rule that refuses it (the message names the rule and nothing from the body);
 - ``responses/*.json``: ``response`` (a JSON body) and ``expected``, the exact
-  :class:`~modeltap.records.ResponseFacts` observed;
+  :class:`~modeltap.evidence.records.ResponseFacts` observed;
 - ``streams/*.json``: ``events`` (SSE events; ``data`` as JSON, or a string
   such as ``[DONE]``), optionally the ``request`` the stream answers and the
   ``error`` it was cut by (or ``"done": false`` for a stream the upstream
@@ -18,7 +18,7 @@ named after it. What a sample holds says what it checks:
   and ``expected`` facts. The events go through the real SSE decoder as
   bytes, then the API's observer; with ``"framing": "json_array"`` they are
   the elements of a streamed JSON array (Gemini without ``?alt=sse``) and go
-  through :class:`~modeltap.json_array.JsonArrayDecoder` instead. (Bedrock's
+  through :class:`~modeltap.wire.json_array.JsonArrayDecoder` instead. (Bedrock's
   event streams, in their binary framing, are in ``tests/data/bedrock/``:
   ``tests/test_bedrock.py``.)
 
@@ -43,10 +43,10 @@ import pytest
 
 from modeltap import apis
 from modeltap.apis.contract import EndpointMatch, RequestContent, WireApi
-from modeltap.errors import RULES, Rejected
-from modeltap.json_array import JsonArrayDecoder
-from modeltap.records import RequestFacts, RequestSettings, ResponseFacts, Usage
-from modeltap.sse import SSEDecoder
+from modeltap.evidence.records import RequestFacts, RequestSettings, ResponseFacts, Usage
+from modeltap.rules.errors import RULES, Rejected
+from modeltap.wire.json_array import JsonArrayDecoder
+from modeltap.wire.sse import SSEDecoder
 
 DATA = Path(__file__).parent / "data"
 #: What a request sample's ``expected`` holds: the facts, without the settings

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import modeltap.sessions
-from modeltap.sessions import Sessions
+import modeltap.core.sessions
+from modeltap.core.sessions import Sessions
 
 
 def test_a_session_opens_on_first_use_with_the_budget() -> None:
@@ -32,8 +32,8 @@ def test_a_parked_conversation_resumes_and_an_ended_session_stays_ended() -> Non
 
 
 def test_memory_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(modeltap.sessions, "ENDED_SESSIONS_KEPT", 2)
-    monkeypatch.setattr(modeltap.sessions, "CLOSED_CONVERSATIONS_KEPT", 1)
+    monkeypatch.setattr(modeltap.core.sessions, "ENDED_SESSIONS_KEPT", 2)
+    monkeypatch.setattr(modeltap.core.sessions, "CLOSED_CONVERSATIONS_KEPT", 1)
     sessions = Sessions("run")
     for n in range(3):
         tracker = sessions.get(f"s{n}")

@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from modeltap.records import ErrorEvent
-from modeltap.sink import REOPEN_MISSING, REOPEN_REPLACED, TORN_MARK, JsonlFile, Sink
+from modeltap.evidence.records import ErrorEvent
+from modeltap.evidence.sink import REOPEN_MISSING, REOPEN_REPLACED, TORN_MARK, JsonlFile, Sink
 
 A, B = b'{"a":1}\n', b'{"b":2}\n'
 
@@ -113,7 +113,7 @@ def test_the_proxy_names_the_sessions_that_lost_lines(tmp_path: Path) -> None:
 
 
 def test_the_observer_gets_each_written_line_byte_for_byte(tmp_path: Path) -> None:
-    from modeltap.records import SessionStatus
+    from modeltap.evidence.records import SessionStatus
     from tests.factories import audit_record, response_event
 
     sink = Sink(tmp_path)
@@ -158,7 +158,7 @@ def test_an_observer_that_raises_never_fails_the_write(tmp_path: Path) -> None:
 
 
 def test_the_observer_never_hears_of_a_line_that_was_not_written(tmp_path: Path) -> None:
-    from modeltap.errors import SinkError
+    from modeltap.rules.errors import SinkError
     from tests.factories import audit_record, response_event
 
     sink = Sink(tmp_path / "out")

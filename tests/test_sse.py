@@ -1,4 +1,4 @@
-"""Tests for modeltap.sse: the incremental SSE decoder."""
+"""Tests for modeltap.wire.sse: the incremental SSE decoder."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeltap.errors import UpstreamProtocolError
-from modeltap.sse import MAX_PENDING_BYTES, SSEDecoder, SSEEvent
+from modeltap.rules.errors import UpstreamProtocolError
+from modeltap.wire.sse import MAX_PENDING_BYTES, SSEDecoder, SSEEvent
 
 # A stream touching every rule at once: BOM, all three line endings, comments,
 # multi-line data, event/id/retry, fields without colon, unknown fields,

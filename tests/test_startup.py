@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from modeltap.errors import StartupError
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.app.proxy import Proxy, ProxyConfig
+from modeltap.rules.errors import StartupError
 from tests.cli_process import run_cli
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parent.parent
-RECORDING = ROOT / "src" / "modeltap" / "demo" / "recording"
+RECORDING = ROOT / "src" / "modeltap" / "app" / "demo" / "recording"
 
 
 def only_line(stderr: str) -> str:

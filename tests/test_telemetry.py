@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.records import (
+from modeltap.evidence.records import (
     API_ANTHROPIC,
     API_CHAT,
     API_RESPONSES,

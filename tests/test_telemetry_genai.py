@@ -15,7 +15,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from modeltap.apis.message_parts import CUT_MARK
-from modeltap.records import (
+from modeltap.evidence.records import (
     API_ANTHROPIC,
     API_CHAT,
     API_RESPONSES,

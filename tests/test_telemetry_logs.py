@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from modeltap.records import SessionStatus, WsOpenEvent
-from modeltap.sink import Sink
+from modeltap.evidence.records import SessionStatus, WsOpenEvent
+from modeltap.evidence.sink import Sink
 from modeltap.telemetry import Telemetry, logs, resolve_export_target
 from modeltap.telemetry.logs import LogSettings, _ts_ns, log_attributes, log_settings_from_env
 from modeltap.telemetry.targets import ExportTarget

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from modeltap import apis
-from modeltap.errors import Rejected
-from modeltap.gate import RequestHead, judge_request_line, provider_route, split_authority
-from modeltap.routing import RouteTable
+from modeltap.core.gate import RequestHead, judge_request_line, provider_route, split_authority
+from modeltap.rules.errors import Rejected
+from modeltap.rules.routing import RouteTable
 
 
 @pytest.mark.parametrize(

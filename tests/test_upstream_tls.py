@@ -19,8 +19,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from modeltap.proxy import Proxy, ProxyConfig
-from modeltap.upstream_tls import read_ca_file, trust_bundle
+from modeltap.app.proxy import Proxy, ProxyConfig
+from modeltap.app.upstream_tls import read_ca_file, trust_bundle
 from tests.cli_process import CliProcess, run_cli
 from tests.conftest import read_jsonl
 from tests.test_startup import only_line

@@ -20,11 +20,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from modeltap.capture import Capture
-from modeltap.cli import main as cli_main
-from modeltap.records import AuditRecord, HostedTool
-from modeltap.view import build_page, build_view_data, render_page, turn_changes
-from modeltap.view.page import asset, content_security_policy, json_for_script
+from modeltap.app.cli import main as cli_main
+from modeltap.evidence.capture import Capture
+from modeltap.evidence.records import AuditRecord, HostedTool
+from modeltap.report.view import build_page, build_view_data, render_page, turn_changes
+from modeltap.report.view.page import asset, content_security_policy, json_for_script
 from tests.factories import audit_record
 from tests.view_captures import (
     INJECT_ARGUMENTS,

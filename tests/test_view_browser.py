@@ -3,7 +3,7 @@
 Real captures (the proxy driven by the openai and anthropic SDKs, see
 ``view_captures``), real page files, Debian's Chromium driven by Playwright
 (see ``view_browser`` for why and how). Every test reads what the page shows
-from the DOM and compares it with what :class:`~modeltap.capture.Capture`
+from the DOM and compares it with what :class:`~modeltap.evidence.capture.Capture`
 reads from the same files, and fails on any console error, uncaught error,
 dialog or network request. Screenshots go to ``test-artifacts/view/``.
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from modeltap.capture import Capture
-from modeltap.view import build_page, build_view_data, render_page
+from modeltap.evidence.capture import Capture
+from modeltap.report.view import build_page, build_view_data, render_page
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch, require_browser, screenshot
 from tests.view_captures import (
     INJECT_ARGUMENTS,

@@ -21,8 +21,8 @@ import openai
 import orjson
 import pytest
 
-from modeltap.cli import serve_ui
-from modeltap.control import endpoints
+from modeltap.app.cli import serve_ui
+from modeltap.app.control import endpoints
 from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Upstream
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch, require_browser, screenshot

@@ -1,4 +1,4 @@
-"""Tests of modeltap.ws: client message validation and server event routing."""
+"""Tests of modeltap.apis.responses_ws: client message validation and server event routing."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import orjson
 import pytest
 
 from modeltap.apis.openai_responses import audit_request
-from modeltap.errors import Rejected
-from modeltap.records import HostedTool, InstructionPart, RequestFacts, ToolCall, ToolResult
-from modeltap.ws import (
+from modeltap.apis.responses_ws import (
     Control,
     Create,
     Finished,
@@ -22,6 +20,14 @@ from modeltap.ws import (
     classify_client_message,
     rejection_event,
 )
+from modeltap.evidence.records import (
+    HostedTool,
+    InstructionPart,
+    RequestFacts,
+    ToolCall,
+    ToolResult,
+)
+from modeltap.rules.errors import Rejected
 
 DATA = Path(__file__).parent / "data" / "ws"
 SAMPLES = sorted(DATA.glob("*.json"))

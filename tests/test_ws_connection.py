@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import orjson
 
-from modeltap.exchange import Exchange
-from modeltap.gate import RequestHead
-from modeltap.notices import ExchangeView
-from modeltap.ws_connection import Connection
+from modeltap.core.exchange import Exchange
+from modeltap.core.gate import RequestHead
+from modeltap.core.notices import ExchangeView
+from modeltap.core.ws_connection import Connection
 from tests.conftest import Core
 from tests.upstream import default_ws_events
 

@@ -18,8 +18,8 @@ import anthropic
 import openai
 import pytest
 
-from modeltap import control
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.app import control
+from modeltap.app.proxy import Proxy, ProxyConfig
 from tests.upstream import (
     TOOL_ARGUMENTS,
     Reply,

@@ -13,18 +13,18 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from modeltap.capture import Capture
-    from modeltap.report_types import Report
+    from modeltap.evidence.capture import Capture
+    from modeltap.report.types import Report
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so `import modeltap` stays cheap and the core stays importable alone.
     if name == "Capture":
-        from modeltap.capture import Capture
+        from modeltap.evidence.capture import Capture
 
         return Capture
     if name == "Report":
-        from modeltap.report_types import Report
+        from modeltap.report.types import Report
 
         return Report
     raise AttributeError(name)

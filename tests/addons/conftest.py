@@ -18,8 +18,8 @@ from mitmproxy.addons import next_layer, proxyauth, proxyserver
 from mitmproxy.test import taddons, tflow, tutils
 
 from modeltap.addons import default_addons
-from modeltap.proxy import ProxyConfig
-from modeltap.run import Run
+from modeltap.app.proxy import ProxyConfig
+from modeltap.core.run import Run
 from tests.conftest import read_jsonl
 
 CHAT = orjson.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]})

@@ -8,10 +8,10 @@ import pytest
 
 from modeltap.addons.console import Console, lines
 from modeltap.addons.http import Http
-from modeltap.errors import Rejected, Rule
-from modeltap.failures import Phase
-from modeltap.notices import ExchangeView, Outcome
-from modeltap.records import UnauditedEvent
+from modeltap.core.notices import ExchangeView, Outcome
+from modeltap.evidence.records import UnauditedEvent
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.rules.failures import Phase
 from tests.addons.conftest import chat_through, model_flow, tap
 from tests.conftest import exchange_view
 from tests.factories import error_event, response_event

@@ -13,8 +13,8 @@ from mitmproxy.test import tflow, tutils
 from modeltap.addons import http as http_addon
 from modeltap.addons.deadlines import DEADLINE_KEY, Deadline
 from modeltap.addons.http import VIEW_KEY, Http
-from modeltap.exchange import HASH_IN_THREAD_BYTES
-from modeltap.observe import StreamTap
+from modeltap.core.exchange import HASH_IN_THREAD_BYTES
+from modeltap.core.observe import StreamTap
 from tests.addons.conftest import CHAT, json_response, model_flow, tap
 from tests.upstream import chat_text_json
 

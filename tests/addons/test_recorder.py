@@ -13,7 +13,7 @@ from modeltap.addons.evidence import Evidence
 from modeltap.addons.http import Http
 from modeltap.addons.recorder import Recorder
 from modeltap.addons.websocket import WebSocket
-from modeltap.recording import BlobStore
+from modeltap.replay.recording import BlobStore
 from tests.addons.conftest import chat_through, json_response, model_flow, tap
 from tests.addons.test_websocket import CREATE, opened, send
 from tests.conftest import read_jsonl

@@ -10,11 +10,11 @@ from mitmproxy.test import tflow
 
 from modeltap.addons.http import Http
 from modeltap.addons.replayer import Replayer
-from modeltap.gate import audit_body
-from modeltap.matching import Player
-from modeltap.recording import BLOBS_DIR, RECORDING_FILE, Recording, TurnKey
-from modeltap.records import API_CHAT, AuditRecord
-from modeltap.replay_upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
+from modeltap.core.gate import audit_body
+from modeltap.evidence.records import API_CHAT, AuditRecord
+from modeltap.replay.matching import Player
+from modeltap.replay.recording import BLOBS_DIR, RECORDING_FILE, Recording, TurnKey
+from modeltap.replay.upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
 from tests.addons.conftest import CHAT, Tap, model_flow, tap
 from tests.conftest import read_jsonl
 

@@ -13,8 +13,8 @@ from wsproto.frame_protocol import Opcode
 
 from modeltap.addons.deadlines import DEADLINE_KEY
 from modeltap.addons.http import Http
+from modeltap.addons.patches.ws_limit import TOO_BIG_KEY
 from modeltap.addons.websocket import WebSocket
-from modeltap.addons.ws_limit import TOO_BIG_KEY
 from tests.addons.conftest import Tap, tap
 from tests.upstream import default_ws_events
 

@@ -16,7 +16,11 @@ import wsproto
 from wsproto.connection import Connection
 from wsproto.events import CloseConnection, Message, Ping
 
-from modeltap.addons.ws_limit import BoundedPerMessageDeflate, MessageLimit, max_message_bytes
+from modeltap.addons.patches.ws_limit import (
+    BoundedPerMessageDeflate,
+    MessageLimit,
+    max_message_bytes,
+)
 from tests.reliability.faults import ws_frame as frame
 
 LIMIT = 64 * 1024

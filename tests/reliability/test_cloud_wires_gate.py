@@ -42,7 +42,7 @@ from google.genai._interactions_errors import BadRequestError as InteractionsBad
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from modeltap.proxy import Proxy
+from modeltap.app.proxy import Proxy
 from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.reliability.faults import figure, read_until_closed
 from tests.reliability.test_request_gate import send

@@ -19,10 +19,10 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
-from modeltap import control
-from modeltap.capture import Capture
-from modeltap.coverage import PROXY_REPORTED
-from modeltap.report import build_report
+from modeltap.app import control
+from modeltap.evidence.capture import Capture
+from modeltap.evidence.coverage import PROXY_REPORTED
+from modeltap.report.report import build_report
 from tests.conftest import Running, read_jsonl
 from tests.reliability.faults import figure
 from tests.test_proxy_guards import TOOLS, tool_call_reply
@@ -139,7 +139,7 @@ CASES: dict[str, tuple[Callable[[Running], None], bool, str]] = {
 
 def check_cli(out: Path, *args: str) -> tuple[int, str]:
     result = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "check", str(out), *args],
+        [sys.executable, "-m", "modeltap.app.cli", "check", str(out), *args],
         capture_output=True,
         text=True,
         timeout=60,

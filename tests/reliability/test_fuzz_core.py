@@ -31,12 +31,22 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from modeltap import report
 from modeltap.apis import anthropic_messages, json_body, openai_chat, openai_responses
-from modeltap.capture import Capture, decode_event, decode_record, decode_session_end
-from modeltap.decoding import StreamDecompressor, decode_body
-from modeltap.errors import RULES, Rejected, UpstreamProtocolError
-from modeltap.eventstream import (
+from modeltap.apis.responses_ws import (
+    Control,
+    Create,
+    ServerEventObserver,
+    WsPolicy,
+    classify_client_message,
+)
+from modeltap.evidence.capture import Capture, decode_event, decode_record, decode_session_end
+from modeltap.evidence.records import AuditRecord, ResponseEvent, ResponseFacts, to_json_line
+from modeltap.evidence.redaction import redact_path
+from modeltap.report import report
+from modeltap.rules.errors import RULES, Rejected, UpstreamProtocolError
+from modeltap.rules.routing import Route, RouteError, parse_route_spec
+from modeltap.wire.decoding import StreamDecompressor, decode_body
+from modeltap.wire.eventstream import (
     BedrockChunk,
     BedrockError,
     BedrockEvent,
@@ -47,10 +57,7 @@ from modeltap.eventstream import (
     HeaderType,
     read_bedrock_message,
 )
-from modeltap.records import AuditRecord, ResponseEvent, ResponseFacts, redact_path, to_json_line
-from modeltap.routing import Route, RouteError, parse_route_spec
-from modeltap.sse import SSEDecoder, SSEEvent
-from modeltap.ws import Control, Create, ServerEventObserver, WsPolicy, classify_client_message
+from modeltap.wire.sse import SSEDecoder, SSEEvent
 from tests.eventstream_frames import damage, decode_frames, encode_message, encode_raw
 from tests.reliability.strategies import (
     KEYS,

@@ -22,7 +22,7 @@ import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from modeltap.proxy import Proxy
+from modeltap.app.proxy import Proxy
 from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.reliability.faults import (
     RawUpstream,

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx2 as httpx
 import pytest
 
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.app.proxy import Proxy, ProxyConfig
 from tests.reliability.test_processes import CHAT, ProxyProcess
 from tests.test_addons_script import MITMDUMP, ROOT, free_port
 from tests.upstream import Upstream
@@ -22,7 +22,7 @@ from tests.upstream import Upstream
 
 def modeltap_run(*args: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "run", *args], capture_output=True, timeout=60
+        [sys.executable, "-m", "modeltap.app.cli", "run", *args], capture_output=True, timeout=60
     )
 
 

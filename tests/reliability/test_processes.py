@@ -18,9 +18,9 @@ import httpx2 as httpx
 import orjson
 from websockets.sync.client import connect
 
-from modeltap.capture import Capture
-from modeltap.cli import build_parser, config_from_args
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.app.cli import build_parser, config_from_args
+from modeltap.app.proxy import Proxy, ProxyConfig
+from modeltap.evidence.capture import Capture
 from tests.otlp_receiver import HttpReceiver
 from tests.reliability.faults import figure
 from tests.upstream import Upstream
@@ -31,11 +31,11 @@ _LISTENING = re.compile(r"listening\s+http://\S+:(\d+)")
 
 
 class ProxyProcess:
-    """``python -m modeltap.cli run ... --listen HOST:0``; the port is read off the
+    """``python -m modeltap.app.cli run ... --listen HOST:0``; the port is read off the
     start-up screen. stderr is collected whole for the secrets scan."""
 
     def __init__(self, *args: str, host: str = "127.0.0.1") -> None:
-        cmd = [sys.executable, "-m", "modeltap.cli", "run", "--listen", f"{host}:0", *args]
+        cmd = [sys.executable, "-m", "modeltap.app.cli", "run", "--listen", f"{host}:0", *args]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, env=env)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 
-from modeltap.proxy import Proxy
+from modeltap.app.proxy import Proxy
 from tests.conftest import read_jsonl
 from tests.reliability.faults import read_until_closed
 from tests.reliability.test_cloud_wires_gate import GEMINI, MODEL, forward  # noqa: F401

@@ -21,8 +21,9 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
-from modeltap import check, control
-from modeltap.capture import Capture
+from modeltap.app import control
+from modeltap.evidence.capture import Capture
+from modeltap.report import check
 from tests.conftest import Running, read_jsonl
 from tests.reliability.faults import figure
 from tests.reliability.test_processes import ProxyProcess
@@ -107,7 +108,7 @@ def assert_refusal_stands(
 
 def assert_check_fails(out: Path, session: str) -> bool:
     result = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "check", str(out), "--session", session],
+        [sys.executable, "-m", "modeltap.app.cli", "check", str(out), "--session", session],
         capture_output=True,
         text=True,
         timeout=60,
@@ -214,7 +215,16 @@ def test_end_is_idempotent_and_an_unknown_session_writes_nothing(
 
     def session_end(session: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "modeltap.cli", "session", "end", session, "--out", str(out)],
+            [
+                sys.executable,
+                "-m",
+                "modeltap.app.cli",
+                "session",
+                "end",
+                session,
+                "--out",
+                str(out),
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -346,9 +356,9 @@ def test_ended_sessions_are_remembered_within_a_bound(
     default; 3 here). A late request in a forgotten one opens a new session, whose
     own line is written at stop; the files keep both, so nothing reads as one
     clean session."""
-    import modeltap.sessions
+    import modeltap.core.sessions
 
-    monkeypatch.setattr(modeltap.sessions, "ENDED_SESSIONS_KEPT", 3)
+    monkeypatch.setattr(modeltap.core.sessions, "ENDED_SESSIONS_KEPT", 3)
     running = start_proxy()
     client = openai.OpenAI(base_url=running.base() + "/v1", api_key="k", max_retries=0)
     for n in range(5):
@@ -373,8 +383,8 @@ def test_a_long_session_keeps_no_state_per_turn() -> None:
     next turn) holds no per-turn state: what it keeps is what is still open."""
     import tracemalloc
 
-    from modeltap.records import ToolCall, ToolResult
-    from modeltap.sessions import SessionTracker
+    from modeltap.core.sessions import SessionTracker
+    from modeltap.evidence.records import ToolCall, ToolResult
     from tests.test_capture import audit, response
 
     def held_by_the_tracker() -> int:
@@ -408,7 +418,7 @@ def test_a_long_session_keeps_no_state_per_turn() -> None:
 def test_a_control_port_in_use_stops_the_start(tmp_path: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        run = [sys.executable, "-m", "modeltap.cli", "run", "--listen", "127.0.0.1:0"]
+        run = [sys.executable, "-m", "modeltap.app.cli", "run", "--listen", "127.0.0.1:0"]
         result = subprocess.run(
             [*run, "--out", str(tmp_path), "--control", f"127.0.0.1:{port}"],
             capture_output=True,

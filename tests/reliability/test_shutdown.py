@@ -18,8 +18,8 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
-from modeltap.capture import Capture
-from modeltap.coverage import PROXY_REPORTED
+from modeltap.evidence.capture import Capture
+from modeltap.evidence.coverage import PROXY_REPORTED
 from tests.conftest import read_jsonl
 from tests.reliability.faults import figure
 from tests.reliability.test_processes import ProxyProcess

@@ -46,11 +46,11 @@ def test_wire_text_reaches_no_terminal_as_control_characters(
     )
     assert proc.stop() == 0
     report = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "report", str(tmp_path)],
+        [sys.executable, "-m", "modeltap.app.cli", "report", str(tmp_path)],
         capture_output=True, check=True,
     ).stdout  # fmt: skip
     check = subprocess.run(
-        [sys.executable, "-m", "modeltap.cli", "check", str(tmp_path)], capture_output=True
+        [sys.executable, "-m", "modeltap.app.cli", "check", str(tmp_path)], capture_output=True
     ).stdout
     for printed in (proc.stderr, report, check):
         assert b"\x1b" not in printed and b"\x07" not in printed and b"\r" not in printed

@@ -24,7 +24,7 @@ import httpx2 as httpx
 import orjson
 import pytest
 
-from modeltap.capture import Capture
+from modeltap.evidence.capture import Capture
 from tests.reliability.faults import figure, wait_until
 from tests.reliability.test_processes import ProxyProcess
 from tests.reliability.test_unwritable_audit import tmpfs

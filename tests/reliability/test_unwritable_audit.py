@@ -23,7 +23,7 @@ import orjson
 import pytest
 from websockets.sync.client import connect
 
-from modeltap.proxy import Proxy, ProxyConfig
+from modeltap.app.proxy import Proxy, ProxyConfig
 from tests.conftest import Running
 from tests.reliability.faults import wait_until
 from tests.upstream import Upstream

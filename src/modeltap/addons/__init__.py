@@ -1,15 +1,15 @@
 """modeltap's mitmproxy addons: small classes over the pure core.
 
-Each addon owns its options (declared from :mod:`modeltap.options`) and keeps
+Each addon owns its options (declared from :mod:`modeltap.app.options`) and keeps
 its hooks short; the decisions and the lines are the core's
-(:mod:`modeltap.run`, :mod:`modeltap.exchange`, :mod:`modeltap.ws_connection`).
-They share one :class:`~modeltap.run.Run`, handed to each on construction:
+(:mod:`modeltap.core.run`, :mod:`modeltap.core.exchange`, :mod:`modeltap.core.ws_connection`).
+They share one :class:`~modeltap.core.run.Run`, handed to each on construction:
 
 - :class:`~modeltap.addons.evidence.Evidence`: ``--out`` and the sessions; ends the run.
 - :class:`~modeltap.addons.deadlines.Deadlines`: the timeouts, watched by the next two.
-- :class:`~modeltap.addons.http.Http`: HTTP hooks -> :class:`~modeltap.exchange.Exchange`.
+- :class:`~modeltap.addons.http.Http`: HTTP hooks -> :class:`~modeltap.core.exchange.Exchange`.
 - :class:`~modeltap.addons.websocket.WebSocket`: WebSocket hooks -> a
-  :class:`~modeltap.ws_connection.Connection`.
+  :class:`~modeltap.core.ws_connection.Connection`.
 - :class:`~modeltap.addons.control.Control`: the harness's control API listener.
 - :class:`~modeltap.addons.console.Console`: one stderr line per exchange (a listener).
 - :class:`~modeltap.addons.spans.Spans`: OpenTelemetry spans (a listener).
@@ -18,7 +18,7 @@ They share one :class:`~modeltap.run.Run`, handed to each on construction:
 
 The replayer (:class:`~modeltap.addons.replayer.Replayer`) is added by
 ``modeltap replay``; :class:`ModelTap` loads them into mitmproxy as one.
-Listeners hear the run's notices (:class:`~modeltap.notices.Listener`), never
+Listeners hear the run's notices (:class:`~modeltap.core.notices.Listener`), never
 another addon's state, so the order of this list is not a contract.
 """
 
@@ -33,7 +33,7 @@ from modeltap.addons.recorder import Recorder
 from modeltap.addons.spans import Spans
 from modeltap.addons.upstream_tls import UpstreamTls
 from modeltap.addons.websocket import WebSocket
-from modeltap.run import Run
+from modeltap.core.run import Run
 
 
 class ModelTap:

@@ -1,5 +1,5 @@
 """What every modeltap addon shares: the run it works for, and its own rows
-of the options table (:mod:`modeltap.options`)."""
+of the options table (:mod:`modeltap.app.options`)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from typing import Any
 
 from mitmproxy import exceptions
 
-from modeltap import options
-from modeltap.run import Run
+from modeltap.app import options
+from modeltap.core.run import Run
 
 
 class Addon:
     """A modeltap addon: it declares its options in ``load`` and checks them
     in ``configure`` (:meth:`check`)."""
 
-    #: The options it owns: names of rows of :data:`modeltap.options.OPTIONS`.
+    #: The options it owns: names of rows of :data:`modeltap.app.options.OPTIONS`.
     OPTIONS: tuple[str, ...] = ()
 
     def __init__(self, run: Run) -> None:

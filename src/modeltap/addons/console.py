@@ -11,7 +11,7 @@ decided and wrote, whichever addon drove the exchange::
     14:02:15 s1 openai.chat_completions gpt-5 200 in=? out=? 95ms stream cut
     14:02:16 s1 openai.responses gpt-5 - - 540000ms timeout: first byte
 
-A failed exchange says what happened (:func:`~modeltap.failures.describe_failure`),
+A failed exchange says what happened (:func:`~modeltap.rules.failures.describe_failure`),
 HTTP and WebSocket turns alike; tokens read ``-`` when no answer came at all.
 """
 
@@ -21,10 +21,10 @@ import sys
 import time
 
 from modeltap.addons.base import Addon
-from modeltap.failures import describe_failure
-from modeltap.notices import Listener, Outcome
-from modeltap.records import Usage
-from modeltap.terminal import printable
+from modeltap.core.notices import Listener, Outcome
+from modeltap.evidence.records import Usage
+from modeltap.report.terminal import printable
+from modeltap.rules.failures import describe_failure
 
 
 class Console(Addon, Listener):

@@ -1,4 +1,4 @@
-"""The control addon: serves the control API (:mod:`modeltap.control`) on its
+"""The control addon: serves the control API (:mod:`modeltap.app.control`) on its
 own listener, for the harness only (``modeltap session end ID --out DIR``).
 
 The listener is bound in ``configure`` (a port in use fails at start-up),
@@ -15,11 +15,11 @@ from typing import Any
 
 from mitmproxy import exceptions
 
-from modeltap import control
 from modeltap.addons.base import Addon
-from modeltap.listening import listen_failure
-from modeltap.options import parse_address
-from modeltap.run import Run
+from modeltap.app import control
+from modeltap.app.options import parse_address
+from modeltap.core.run import Run
+from modeltap.rules.listening import listen_failure
 
 logger = logging.getLogger(__name__)
 

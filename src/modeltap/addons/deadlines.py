@@ -2,7 +2,7 @@
 that owns both options and the timers, watched by the HTTP and WebSocket
 addons through :meth:`Deadlines.watch` and :meth:`Deadlines.stop`.
 
-One timer per live exchange. :func:`modeltap.failures.check_deadline`
+One timer per live exchange. :func:`modeltap.rules.failures.check_deadline`
 decides; this module measures and acts, through the two handles mitmproxy's
 connection handler offers for exactly this:
 
@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 from mitmproxy import connection, exceptions, http
 
-from modeltap import options
-from modeltap.failures import (
+from modeltap.app import options
+from modeltap.rules.failures import (
     Expired,
     Phase,
     Timeouts,

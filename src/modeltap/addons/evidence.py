@@ -1,10 +1,10 @@
 """The evidence addon: the run's files and sessions.
 
-It owns ``--out`` (the :class:`~modeltap.sink.Sink`), ``--session``,
+It owns ``--out`` (the :class:`~modeltap.evidence.sink.Sink`), ``--session``,
 ``--fail-closed`` and ``--max-tool-calls``, and ends the run: at ``done``
 every exchange still in flight ends (``proxy_stopped``), then every session
 gets its ``sessions.jsonl`` line, then the listeners hear ``stopped`` and the
-files are closed (:meth:`modeltap.run.Run.stop`).
+files are closed (:meth:`modeltap.core.run.Run.stop`).
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from pathlib import Path
 from mitmproxy import exceptions
 
 from modeltap.addons.base import Addon
-from modeltap.errors import SinkError
-from modeltap.options import tool_budget
-from modeltap.sink import Sink
+from modeltap.app.options import tool_budget
+from modeltap.evidence.sink import Sink
+from modeltap.rules.errors import SinkError
 
 
 class Evidence(Addon):

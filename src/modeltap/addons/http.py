@@ -1,14 +1,14 @@
 """The HTTP addon: mitmproxy's HTTP hooks, turned into calls on the exchange core.
 
-Each hook reads what mitmproxy saw, hands it to :class:`~modeltap.exchange.Exchange`
+Each hook reads what mitmproxy saw, hands it to :class:`~modeltap.core.exchange.Exchange`
 and acts on the answer (forward, answer, stream through the observer); the
 decisions and the lines are the core's. It owns the options of the request
 gate (mode, routes, strict, image detail, max body, the open-proxy refusal).
 
 It also puts modeltap's answers in place of mitmproxy's HTML error page
 (agents' SDKs want JSON in their provider's shape), installs the HTTP/1 body
-reader fix (:mod:`modeltap.addons.mitm_http1`) and the bound on request
-bodies as they arrive (:mod:`modeltap.addons.request_limit`).
+reader fix (:mod:`modeltap.addons.patches.mitm_http1`) and the bound on request
+bodies as they arrive (:mod:`modeltap.addons.patches.request_limit`).
 
 A little over 500 lines: one addon's hooks and the options they read, kept
 together as mitmproxy's own addons keep theirs; the decisions are in the core.
@@ -31,15 +31,12 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
-from modeltap import answers
-from modeltap.addons import mitm_http1, request_limit
 from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
-from modeltap.decoding import decode_request_body
-from modeltap.errors import Rejected, Rule
-from modeltap.exchange import HASH_IN_THREAD_BYTES, Exchange
-from modeltap.failures import FailureFacts, Phase, classify_failure
-from modeltap.gate import (
+from modeltap.addons.patches import mitm_http1, request_limit
+from modeltap.core import answers
+from modeltap.core.exchange import HASH_IN_THREAD_BYTES, Exchange
+from modeltap.core.gate import (
     SESSION_HEADER,
     RequestHead,
     audit_body,
@@ -48,18 +45,26 @@ from modeltap.gate import (
     sha256_hex,
     take_session,
 )
-from modeltap.listening import is_loopback, modeltap_mode, open_proxy_listeners, open_proxy_message
-from modeltap.notices import Forward, Reply
-from modeltap.records import RequestFacts
-from modeltap.routing import RouteError, RouteTable
-from modeltap.run import Run, Settings
+from modeltap.core.notices import Forward, Reply
+from modeltap.core.run import Run, Settings
+from modeltap.evidence.records import RequestFacts
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.rules.failures import FailureFacts, Phase, classify_failure
+from modeltap.rules.listening import (
+    is_loopback,
+    modeltap_mode,
+    open_proxy_listeners,
+    open_proxy_message,
+)
+from modeltap.rules.routing import RouteError, RouteTable
+from modeltap.wire.decoding import decode_request_body
 
 logger = logging.getLogger(__name__)
 
-#: ``flow.metadata`` key of the frozen :class:`~modeltap.notices.ExchangeView`
+#: ``flow.metadata`` key of the frozen :class:`~modeltap.core.notices.ExchangeView`
 #: of a forwarded WebSocket handshake (the WebSocket addon opens its connection).
 VIEW_KEY: Final = "modeltap"
-#: ``flow.metadata`` key of this addon's own :class:`~modeltap.exchange.Exchange`.
+#: ``flow.metadata`` key of this addon's own :class:`~modeltap.core.exchange.Exchange`.
 _EXCHANGE: Final = "modeltap_exchange"
 
 #: The answer modeltap chose for the failure being reported, set by the ``error``

@@ -1,7 +1,7 @@
 """The recorder addon: ``modeltap run --record DIR`` keeps what a replay needs.
 
 It listens to the run (never to mitmproxy's hooks): what the run forwards is
-recorded, what it refused is not. The format is :mod:`modeltap.recording`'s.
+recorded, what it refused is not. The format is :mod:`modeltap.replay.recording`'s.
 Recording is a copy for later replays: when a line or blob cannot be written
 the traffic and the audit go on, and the loss is counted and reported.
 """
@@ -20,9 +20,11 @@ import orjson
 from mitmproxy import exceptions
 
 from modeltap.addons.base import Addon
-from modeltap.errors import SinkError, error_message
-from modeltap.notices import ExchangeView, Forward, Listener, Outcome, Reply
-from modeltap.recording import (
+from modeltap.core.notices import ExchangeView, Forward, Listener, Outcome, Reply
+from modeltap.core.run import Run
+from modeltap.evidence.records import Json
+from modeltap.evidence.sink import JsonlFile
+from modeltap.replay.recording import (
     BLOBS_DIR,
     INLINE_LIMIT,
     RECORDING_FILE,
@@ -32,9 +34,7 @@ from modeltap.recording import (
     index_line,
     kept_headers,
 )
-from modeltap.records import Json
-from modeltap.run import Run
-from modeltap.sink import JsonlFile
+from modeltap.rules.errors import SinkError, error_message
 
 logger = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The replayer addon: ``modeltap replay DIR`` answers an agent from a recording.
 
 It listens to the run. Each request about to go upstream is matched with the
-next recorded turn of its session (:class:`~modeltap.matching.Player`): a
-match is forwarded to the replay upstream (:mod:`modeltap.replay_upstream`)
+next recorded turn of its session (:class:`~modeltap.replay.matching.Player`): a
+match is forwarded to the replay upstream (:mod:`modeltap.replay.upstream`)
 tagged with the recorded exchange to serve; a mismatch or an exhausted
 recording is answered right there with a provider-shaped error, and noted in
 ``OUT/replay-diff.jsonl`` and on stderr. A WebSocket turn's decision is
@@ -21,14 +21,15 @@ from pathlib import Path
 
 import orjson
 
-from modeltap import answers
-from modeltap.matching import MISMATCH, UNRECORDED, Player, Problem
-from modeltap.notices import ExchangeView, Forward, Listener, Reply
-from modeltap.recording import DIFF_FILE, TurnKey
-from modeltap.records import API_RESPONSES, WsCloseEvent, redact_path
-from modeltap.replay_upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
-from modeltap.run import Run
-from modeltap.sink import JsonlFile
+from modeltap.core import answers
+from modeltap.core.notices import ExchangeView, Forward, Listener, Reply
+from modeltap.core.run import Run
+from modeltap.evidence.records import API_RESPONSES, WsCloseEvent
+from modeltap.evidence.redaction import redact_path
+from modeltap.evidence.sink import JsonlFile
+from modeltap.replay.matching import MISMATCH, UNRECORDED, Player, Problem
+from modeltap.replay.recording import DIFF_FILE, TurnKey
+from modeltap.replay.upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
 
 
 class Replayer(Listener):

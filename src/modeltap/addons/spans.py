@@ -16,9 +16,10 @@ from mitmproxy import exceptions
 
 from modeltap import apis
 from modeltap.addons.base import Addon
-from modeltap.notices import ExchangeView, Listener, Outcome
-from modeltap.records import RequestFacts, WsCloseEvent, redact_path
-from modeltap.run import Run
+from modeltap.core.notices import ExchangeView, Listener, Outcome
+from modeltap.core.run import Run
+from modeltap.evidence.records import RequestFacts, WsCloseEvent
+from modeltap.evidence.redaction import redact_path
 from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
 
 # Durations come from the monotonic clock; spans want epoch time. One fixed

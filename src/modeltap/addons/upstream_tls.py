@@ -1,6 +1,6 @@
 """The upstream TLS addon: ``--upstream-ca FILE`` and ``--upstream-insecure``.
 
-``--upstream-ca`` is checked at start (:func:`modeltap.upstream_tls.read_ca_file`)
+``--upstream-ca`` is checked at start (:func:`modeltap.app.upstream_tls.read_ca_file`)
 and added to the roots mitmproxy verifies upstreams with: a bundle of the
 public roots and the file, written to a private temporary file that
 mitmproxy's ``ssl_verify_upstream_trusted_ca`` points at, removed at ``done``.
@@ -21,8 +21,8 @@ import certifi
 from mitmproxy import exceptions
 
 from modeltap.addons.base import Addon
-from modeltap.run import Run
-from modeltap.upstream_tls import read_ca_file, trust_bundle
+from modeltap.app.upstream_tls import read_ca_file, trust_bundle
+from modeltap.core.run import Run
 
 
 class UpstreamTls(Addon):

@@ -1,11 +1,11 @@
 """The WebSocket addon: mitmproxy's WebSocket hooks, turned into calls on the
-connection core (:class:`~modeltap.ws_connection.Connection`).
+connection core (:class:`~modeltap.core.ws_connection.Connection`).
 
 A connection opens from the frozen view the HTTP addon leaves on a forwarded
 handshake (``flow.metadata[VIEW_KEY]``). Each client message is audited,
 logged as a control message, or dropped and answered with an error event in
 the client's own shape; server messages are observed. It owns the WebSocket
-options and installs the bound on message sizes (:mod:`modeltap.addons.ws_limit`).
+options and installs the bound on message sizes (:mod:`modeltap.addons.patches.ws_limit`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from typing import Any, Final
 from mitmproxy import http
 from mitmproxy.websocket import WebSocketMessage
 
-from modeltap.addons import ws_limit
 from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
 from modeltap.addons.http import VIEW_KEY
-from modeltap.notices import ExchangeView
-from modeltap.run import Run
-from modeltap.ws import WsPolicy
-from modeltap.ws_connection import Connection
+from modeltap.addons.patches import ws_limit
+from modeltap.apis.responses_ws import WsPolicy
+from modeltap.core.notices import ExchangeView
+from modeltap.core.run import Run
+from modeltap.core.ws_connection import Connection
 
 #: ``flow.metadata`` key of this addon's own :class:`Connection`.
 _CONNECTION: Final = "modeltap_connection"

@@ -31,8 +31,7 @@ from modeltap.apis.contract import (
     StreamObserver,
     WireApi,
 )
-from modeltap.errors import Rejected, Rule
-from modeltap.records import (
+from modeltap.evidence.records import (
     MAX_ID_CHARS,
     USAGE_COUNTS,
     RequestFacts,
@@ -40,7 +39,8 @@ from modeltap.records import (
     ResponseFacts,
     Usage,
 )
-from modeltap.routing import Route, decoded_path, routed_path, split_target
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.rules.routing import Route, decoded_path, routed_path, split_target
 
 #: Every wire API, in the order endpoints are matched. Adding an API is adding
 #: its module here (mypy checks it against :class:`WireApi`).
@@ -104,7 +104,7 @@ def match_endpoint(path: str) -> EndpointMatch | None:
     """Return the API whose endpoint a path names, and the model the path names.
 
     Decided on the percent-decoded path without ``;params``
-    (:func:`~modeltap.routing.routed_path`: ``/v1/chat%2Fcompletions``,
+    (:func:`~modeltap.rules.routing.routed_path`: ``/v1/chat%2Fcompletions``,
     ``/v1/respons%65s`` and ``/v1/chat;x/completions`` name endpoints), and
     on the decoded path with them kept, as a server that does not strip them
     routes: a path the second reading reads as another endpoint or model
@@ -125,7 +125,7 @@ def match_endpoint(path: str) -> EndpointMatch | None:
             kept names an endpoint, and another endpoint or model than the
             reading without them; ``missing_model`` when the path names an empty model;
             ``value_too_long`` (``model``) when it names one longer than
-            :data:`~modeltap.records.MAX_ID_CHARS`.
+            :data:`~modeltap.evidence.records.MAX_ID_CHARS`.
     """
     global _memo_for
     if len(path) > _MEMO_CHARS:
@@ -276,7 +276,7 @@ def module_for(api: str) -> WireApi:
 
 
 def reported_usage(api: str | None) -> tuple[str, ...]:
-    """The usage counts a wire can carry, in :class:`~modeltap.records.Usage` order.
+    """The usage counts a wire can carry, in :class:`~modeltap.evidence.records.Usage` order.
 
     Args:
         api: a record's ``api`` value.

@@ -5,7 +5,7 @@ InvokeModel and InvokeModelWithResponseStream (``/model/{modelId}/invoke``,
 ``/invoke-with-response-stream``) and Vertex's ``:rawPredict`` and
 ``:streamRawPredict``; the path names the model and, for the stream forms,
 the stream. Bedrock's streams arrive as binary event streams whose chunks
-are these same events (:mod:`modeltap.bedrock`); its last ``message_stop``
+are these same events (:mod:`modeltap.apis.bedrock_stream`); its last ``message_stop``
 carries Bedrock's invocation metrics, observed here.
 
 Request side (SPEC section 2): client tools are those with no ``type`` or
@@ -84,8 +84,7 @@ from modeltap.apis.stream_observer import (
     StreamObserverBase,
     error_type,
 )
-from modeltap.errors import Rejected, Rule
-from modeltap.records import (
+from modeltap.evidence.records import (
     API_ANTHROPIC,
     HostedTool,
     InvocationMetrics,
@@ -97,7 +96,8 @@ from modeltap.records import (
     ToolResult,
     Usage,
 )
-from modeltap.sse import SSEEvent
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.wire.sse import SSEEvent
 
 NAME: Final = API_ANTHROPIC
 ENDPOINT: Final = "/messages"

@@ -29,12 +29,12 @@ Response side (SPEC section 4): a JSON body (``output.message.content``,
 ``stopReason``, ``usage``, ``metrics``) or, for ``converse-stream``, an
 ``application/vnd.amazon.eventstream`` of events (``messageStart``,
 ``contentBlockStart``, ``contentBlockDelta``, ``contentBlockStop``,
-``messageStop``, ``metadata``) that :mod:`modeltap.bedrock` hands the observer
-as :class:`~modeltap.sse.SSEEvent` objects (``event`` the event type, ``data``
+``messageStop``, ``metadata``) that :mod:`modeltap.apis.bedrock_stream` hands the observer
+as :class:`~modeltap.wire.sse.SSEEvent` objects (``event`` the event type, ``data``
 its JSON); an exception ending the stream comes as an ``error`` event. The
 stream is complete at ``metadata``, its last event. The body names no model
 and no id: the request id is the ``x-amzn-RequestId`` header's
-(:func:`modeltap.bedrock.with_response_headers`). Converse's ``inputTokens``
+(:func:`modeltap.apis.bedrock_stream.with_response_headers`). Converse's ``inputTokens``
 leaves out the tokens read from and written to the cache, as Anthropic's does.
 
 Why one module of ~800 lines: it is one wire, read whole, like the other API
@@ -79,8 +79,7 @@ from modeltap.apis.stream_observer import (
     StreamObserverBase,
     error_type,
 )
-from modeltap.errors import Rejected, Rule
-from modeltap.records import (
+from modeltap.evidence.records import (
     API_BEDROCK_CONVERSE,
     HostedTool,
     InvocationMetrics,
@@ -92,7 +91,8 @@ from modeltap.records import (
     ToolResult,
     Usage,
 )
-from modeltap.sse import SSEEvent
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.wire.sse import SSEEvent
 
 NAME: Final = API_BEDROCK_CONVERSE
 PROVIDER: Final = "aws.bedrock"
@@ -552,8 +552,8 @@ class _StreamedToolUse:
 class StreamObserver(StreamObserverBase):
     """Observe a ConverseStream response, one event at a time.
 
-    Fed :class:`~modeltap.sse.SSEEvent` objects whose ``event`` is the Bedrock
-    event type and ``data`` its JSON payload (:mod:`modeltap.bedrock` decodes
+    Fed :class:`~modeltap.wire.sse.SSEEvent` objects whose ``event`` is the Bedrock
+    event type and ``data`` its JSON payload (:mod:`modeltap.apis.bedrock_stream` decodes
     the event stream into them). Only facts are kept (usage, stop reason, tool
     ids, names and input fragments), never the text the model wrote, unless
     ``capture_content`` asks for the output to be assembled for spans.

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from modeltap.records import (
+from modeltap.evidence.records import (
     OPERATION_CREATE,
     Json,
     RequestFacts,
@@ -49,7 +49,7 @@ from modeltap.records import (
     ResponseFacts,
     Usage,
 )
-from modeltap.sse import SSEEvent
+from modeltap.wire.sse import SSEEvent
 
 
 class StreamObserver(Protocol):
@@ -109,7 +109,7 @@ class EndpointMatch:
     #: one (Vertex AI's ``…/publishers/google/models/…`` paths speak Gemini's
     #: wire for ``gcp.vertex_ai``); ``None`` for the wire's own provider.
     provider: str | None = None
-    #: What the path asks the model to do (:data:`~modeltap.records.OPERATIONS`):
+    #: What the path asks the model to do (:data:`~modeltap.evidence.records.OPERATIONS`):
     #: ``compact`` for the Responses API's ``…/responses/compact``, else
     #: ``create``; it becomes the record's ``operation``.
     operation: str = OPERATION_CREATE
@@ -220,7 +220,7 @@ class WireApi(Protocol):
 
     @property
     def REPORTED_USAGE(self) -> frozenset[str]:
-        """The :class:`~modeltap.records.Usage` counts this wire reports on every
+        """The :class:`~modeltap.evidence.records.Usage` counts this wire reports on every
         response that carries usage.
 
         A response that leaves one of them out did not report it (coverage

@@ -2,7 +2,7 @@
 
 The readers every wire API module shares. Nothing here knows one API; each
 function states its contract. A reader of a request field raises
-:class:`~modeltap.errors.Rejected` with a rule name, never with body content;
+:class:`~modeltap.rules.errors.Rejected` with a rule name, never with body content;
 a reader of a response field never raises (a field of the wrong type is
 unknown, ``None``). Every identifier a record copies goes through
 :func:`bounded`, so none can carry prompt text at length (SPEC section 8).
@@ -15,8 +15,9 @@ import hashlib
 from typing import Any
 
 from modeltap.apis.contract import FORM_AZURE_DEPLOYMENT, EndpointMatch
-from modeltap.errors import Rejected, Rule
-from modeltap.records import MAX_ID_CHARS, REDACTED, InstructionPart, Json, Usage
+from modeltap.evidence.records import MAX_ID_CHARS, InstructionPart, Json, Usage
+from modeltap.evidence.redaction import REDACTED
+from modeltap.rules.errors import Rejected, Rule
 
 
 def sha256_hex(text: str) -> str:
@@ -93,7 +94,7 @@ def bounded(value: str, where: str) -> str:
 
     Raises:
         Rejected: ``value_too_long`` naming ``where`` (a fixed field name)
-            when ``value`` is longer than :data:`~modeltap.records.MAX_ID_CHARS`.
+            when ``value`` is longer than :data:`~modeltap.evidence.records.MAX_ID_CHARS`.
     """
     if len(value) > MAX_ID_CHARS:
         raise Rejected(Rule.VALUE_TOO_LONG, where)

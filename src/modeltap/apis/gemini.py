@@ -44,7 +44,7 @@ tools the request does not state are the cache's: ``None`` and listed in
 Response side: a JSON ``GenerateContentResponse`` (Code Assist wraps it as
 ``{response, traceId}``), or a stream of them, as SSE (``?alt=sse``) or as
 one JSON array whose elements arrive one by one
-(:class:`~modeltap.json_array.JsonArrayDecoder` hands each element over like
+(:class:`~modeltap.wire.json_array.JsonArrayDecoder` hands each element over like
 an SSE event, so one observer reads both). Usage is ``usageMetadata``
 (``promptTokenCount`` input, cached tokens included; ``candidatesTokenCount``
 output, thoughts excluded; ``thoughtsTokenCount`` reasoning;
@@ -91,8 +91,7 @@ from modeltap.apis.fields import (
 )
 from modeltap.apis.json_body import json_text, utf8_len
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
-from modeltap.errors import Rejected, Rule
-from modeltap.records import (
+from modeltap.evidence.records import (
     API_GEMINI,
     HostedTool,
     Json,
@@ -103,7 +102,8 @@ from modeltap.records import (
     ToolResult,
     Usage,
 )
-from modeltap.sse import SSEEvent
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.wire.sse import SSEEvent
 
 NAME: Final = API_GEMINI
 PROVIDER: Final = "gcp.gemini"

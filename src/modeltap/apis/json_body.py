@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import orjson
 
-from modeltap.errors import Rejected, Rule
-from modeltap.records import Json
+from modeltap.evidence.records import Json
+from modeltap.rules.errors import Rejected, Rule
 
 
 def parse_json_object(

@@ -31,7 +31,7 @@ from typing import Any, Final
 
 import orjson
 
-from modeltap.records import Json, ToolCall
+from modeltap.evidence.records import Json, ToolCall
 
 __all__ = [
     "CAPTURE_LIMIT",

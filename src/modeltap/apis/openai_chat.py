@@ -53,8 +53,7 @@ from modeltap.apis.stream_observer import (
     StreamObserverBase,
     error_type,
 )
-from modeltap.errors import Rejected, Rule
-from modeltap.records import (
+from modeltap.evidence.records import (
     API_CHAT,
     HostedTool,
     Json,
@@ -65,7 +64,8 @@ from modeltap.records import (
     ToolResult,
     Usage,
 )
-from modeltap.sse import SSEEvent
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.wire.sse import SSEEvent
 
 NAME: Final = API_CHAT
 ENDPOINT: Final = "/chat/completions"

@@ -1,9 +1,9 @@
 """OpenAI Responses API: ``POST .../responses`` bodies and their answers.
 
-Pure: a request body gives :class:`~modeltap.records.RequestFacts` (or a
-:class:`~modeltap.errors.Rejected`), a Response object or a stream of Responses
-events gives :class:`~modeltap.records.ResponseFacts`. The WebSocket mode
-(:mod:`modeltap.ws`) sends the same bodies and events, so it reuses all of this.
+Pure: a request body gives :class:`~modeltap.evidence.records.RequestFacts` (or a
+:class:`~modeltap.rules.errors.Rejected`), a Response object or a stream of Responses
+events gives :class:`~modeltap.evidence.records.ResponseFacts`. The WebSocket mode
+(:mod:`modeltap.apis.responses_ws`) sends the same bodies and events, so it reuses all of this.
 
 Reading rules (SPEC section 2) that need a decision beyond the SPEC's table:
 
@@ -65,8 +65,7 @@ from modeltap.apis.fields import (
 )
 from modeltap.apis.json_body import utf8_len
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
-from modeltap.errors import Rejected, Rule
-from modeltap.records import (
+from modeltap.evidence.records import (
     API_RESPONSES,
     OPERATION_COMPACT,
     HostedTool,
@@ -78,7 +77,8 @@ from modeltap.records import (
     ToolResult,
     Usage,
 )
-from modeltap.sse import SSEEvent
+from modeltap.rules.errors import Rejected, Rule
+from modeltap.wire.sse import SSEEvent
 
 NAME: Final = API_RESPONSES
 ENDPOINT: Final = "/responses"
@@ -144,7 +144,7 @@ def audit_request(body: Json, endpoint: EndpointMatch | None = None) -> RequestF
     and does not state its instructions or tools (:func:`unstated_settings`)
     is recorded as sent: ``instructions_sha256`` and/or ``tool_names`` are
     None and ``omitted_settings`` names them, over HTTP and WebSocket alike
-    (whether a WebSocket accepts it is :mod:`modeltap.ws`'s policy).
+    (whether a WebSocket accepts it is :mod:`modeltap.apis.responses_ws`'s policy).
 
     Args:
         body: the parsed request body (for WebSocket, the ``response.create``

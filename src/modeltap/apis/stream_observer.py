@@ -2,7 +2,7 @@
 
 An observer is a sans-I/O object: fed one decoded event at a time, it keeps
 facts (ids, usage, finish reasons, tool calls), never the text the model
-wrote, and hands back :class:`~modeltap.records.ResponseFacts` when the stream
+wrote, and hands back :class:`~modeltap.evidence.records.ResponseFacts` when the stream
 ends. Its contract is :class:`~modeltap.apis.contract.StreamObserver`. The
 facts every ``observe_json`` gives for a body that is no object, or is the
 wire's error body, are here too (:data:`NOT_AN_OBJECT`, :data:`ERROR_BODY`).
@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import orjson
 
-from modeltap.records import Json, ResponseFacts
+from modeltap.evidence.records import Json, ResponseFacts
 
 #: Provider error types are identifiers; anything else is not copied into errors.
 _ERROR_TYPE = re.compile(r"[A-Za-z0-9_.:-]{1,64}")

@@ -82,7 +82,7 @@ def unsupported_endpoint(routed: str) -> str | None:
     Anthropic's ``:rawPredict`` on Vertex is audited).
 
     Args:
-        routed: the routed path (:func:`modeltap.routing.routed_path`, without
+        routed: the routed path (:func:`modeltap.rules.routing.routed_path`, without
             its trailing slash).
 
     Returns:

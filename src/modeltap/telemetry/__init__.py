@@ -51,7 +51,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.util.re import parse_env_headers
 
 from modeltap import __version__
-from modeltap.sink import LineObserver
+from modeltap.evidence.sink import LineObserver
 from modeltap.telemetry.export import SessionIdGenerator, SpanExport, SpanStats, session_trace_id
 from modeltap.telemetry.logs import LogExport, LogSettings, LogStats, log_settings_from_env
 from modeltap.telemetry.metrics import DEFAULT_EXPORT_INTERVAL, MetricExport

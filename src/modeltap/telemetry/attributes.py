@@ -33,7 +33,7 @@ import orjson
 
 from modeltap import apis
 from modeltap.apis.message_parts import bound_json
-from modeltap.records import (
+from modeltap.evidence.records import (
     AuditRecord,
     Json,
     RequestSettings,
@@ -196,7 +196,7 @@ def response_attributes(
 
 
 def cost_attributes(response: ResponseEvent) -> Attributes:
-    """``modeltap.cost.*``: the estimate (absent when unknown), its source, why none."""
+    """``modeltap.evidence.cost.*``: the estimate (absent when unknown), its source, why none."""
     cost = response.cost
     if cost is None:
         return {}

@@ -37,7 +37,7 @@ from opentelemetry.semconv._incubating.attributes import log_attributes, openai_
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
 
-from modeltap.records import API_GEMINI
+from modeltap.evidence.records import API_GEMINI
 
 #: The release whose text the names follow (see the module docstring).
 CONVENTIONS_VERSION: Final = "1.41.1"

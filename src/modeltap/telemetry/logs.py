@@ -2,7 +2,7 @@
 
 SPEC section 9. The local JSONL files stay the evidence; this is a copy for a
 Collector, made from the very bytes the sink appended (the sink's observer,
-:data:`modeltap.sink.LineObserver`), so the copy cannot drift from the file:
+:data:`modeltap.evidence.sink.LineObserver`), so the copy cannot drift from the file:
 
 - **Body**: the line as a string, without its ``\\n``: ``body.encode() + b"\\n"``
   is the local line byte for byte. A string, not a structured map: a map
@@ -75,7 +75,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan, SpanContext
 
 from modeltap import __version__
-from modeltap.records import Usage
+from modeltap.evidence.records import Usage
 from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import api_identity, usage_totals
 from modeltap.telemetry.export import shutdown_aside

@@ -26,14 +26,14 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from modeltap.records import (
+from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
     RequestSettings,
     ResponseEvent,
     ResponseFacts,
-    redact_path,
 )
+from modeltap.evidence.redaction import redact_path
 from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import (
     Attributes,

@@ -19,7 +19,7 @@ for it.
 The tree also keeps each session's tool calls that await their result: a call
 the model asked for (a response's ``tool_calls``) becomes an ``execute_tool``
 span once a later request of the session carries its result (paired as the
-evidence pairs it, :mod:`modeltap.pairing`: by id, or by position for
+evidence pairs it, :mod:`modeltap.evidence.pairing`: by id, or by position for
 Gemini's calls without one), from the end of
 the response that asked to the arrival of that request (the agent's own time
 running the tool), beside the exchanges in the waterfall. A call never
@@ -43,9 +43,9 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from modeltap.apis.message_parts import json_value
-from modeltap.coverage import qualified_tool_name
-from modeltap.pairing import ToolPairing
-from modeltap.records import ToolCall, ToolResult
+from modeltap.evidence.coverage import qualified_tool_name
+from modeltap.evidence.pairing import ToolPairing
+from modeltap.evidence.records import ToolCall, ToolResult
 from modeltap.telemetry import conventions as names
 from modeltap.telemetry.attributes import Attributes, content_values, tool_attributes
 from modeltap.telemetry.export import SessionIdGenerator, session_trace_id_int

@@ -1,0 +1,5 @@
+"""``python -m modeltap``: the same as the ``modeltap`` command."""
+
+from modeltap.app.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,554 @@
+"""The life of one HTTP exchange, as data: facts in, lines and notices out.
+
+The HTTP addon reads what mitmproxy saw and hands it here as plain values::
+
+    request head   ──▶ Exchange.open()     ──▶ the exchange (or its Reply: refused, no route)
+    request body   ──▶ Exchange.forward()  ──▶ audit line, then upstream
+                       Exchange.pass_through()  (not a model request, or a WebSocket handshake)
+    response head  ──▶ Exchange.started()  ──▶ a StreamTap for a stream, observed as it passes
+    response end   ──▶ Exchange.ended()    ──▶ response (or unaudited) event
+    failure        ──▶ Exchange.failed()   ──▶ error event (+ response event if audited)
+
+The run (:class:`~modeltap.core.run.Run`) holds what exchanges share and writes
+the lines; each step publishes what happened to the run's listeners. Times
+are ``time.perf_counter_ns()`` readings handed in by the caller, so tests
+choose them. Nothing here imports mitmproxy or OpenTelemetry.
+
+A little over 500 lines, on purpose: it is one life, read in order (open,
+forward, start, end, fail, and the protocol switch a 101 may bring); split, the
+steps would hand each other the exchange's state through another module.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+from modeltap import apis
+from modeltap.core import answers
+from modeltap.core.gate import (
+    RequestHead,
+    fail_closed,
+    identify,
+    is_control_address,
+    is_control_path,
+    judge_request_line,
+    overlong_id_header,
+    provider_route,
+    sha256_hex,
+    websocket_handshake,
+)
+from modeltap.core.notices import ExchangeView, Forward, Outcome, Reply
+from modeltap.core.observe import StreamTap, observe_body, stream_framing, with_header_facts
+from modeltap.core.run import Run
+from modeltap.evidence.records import (
+    API_RESPONSES,
+    AuditRecord,
+    ErrorEvent,
+    RequestFacts,
+    ResponseFacts,
+)
+from modeltap.rules.errors import Rejected, Rule, error_message
+from modeltap.rules.failures import ANSWER_STATUS, PHASE_TEXT, Phase
+from modeltap.rules.routing import Route
+
+#: Forward as it is (no listener tagged it).
+_FORWARD: Final = Forward()
+#: Bodies at least this large are hashed on a worker thread while being audited.
+HASH_IN_THREAD_BYTES: Final = 1024 * 1024
+
+
+class Exchange:
+    """One HTTP exchange, from its request head to its end (the HTTP addon's own)."""
+
+    def __init__(
+        self, run: Run, id: str, session_id: str, request_id: str, method: str, path: str
+    ) -> None:
+        self.run = run
+        self.id = id
+        self.session_id = session_id
+        self.request_id = request_id
+        self.method = method
+        self.path = path
+        self.host = ""
+        self.route: Route | None = None
+        self.upstream = ""
+        self.api: str | None = None
+        self.websocket = False
+        #: The request was the WebSocket handshake modeltap follows (any endpoint).
+        self.handshake = False
+        #: The model endpoint a request by another method than POST names.
+        self.endpoint: str | None = None
+        self.signed = False  # AWS SigV4: forwarded byte-for-byte, or refused
+        self.traceparent: str | None = None
+        self.conversation_id: str | None = None
+        #: Answered by modeltap itself (refused, no route): never forwarded.
+        self.reply: Reply | None = None
+        self.record: AuditRecord | None = None
+        self.facts: RequestFacts | None = None
+        self.turn: int | None = None
+        self.status: int | None = None
+        self.t_forward_ns = 0
+        self.t_first_byte_ns: int | None = None
+        #: Observes an audited event stream as it passes.
+        self.tap: StreamTap | None = None
+        self.response_headers: Mapping[str, str] | None = None
+        self.streamed = False
+        self.finished = False
+        self._view: ExchangeView | None = None
+
+    @classmethod
+    def open(cls, run: Run, head: RequestHead, now: int) -> Exchange:
+        """Judge a request's head: the exchange it starts, answered already
+        (``reply``) when it is refused or matches no route.
+
+        Args:
+            run: the run it belongs to.
+            head: the request's head.
+            now: when it arrived.
+        """
+        s = run.settings
+        headers = head.headers
+        fields = tuple(head.fields)
+        upgrades = (
+            [value.decode("latin-1") for name, value in fields if name.lower() == b"upgrade"]
+            if fields
+            else [value for value in (headers.get("upgrade"),) if value is not None]
+        )
+        declared = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+        switch = websocket_handshake(
+            head.method, upgrades, headers.get("sec-websocket-version"), declared
+        )
+        websocket = switch is True
+        session_id, request_id = identify(
+            session_header=head.session,
+            client_request_id=headers.get("x-client-request-id"),
+            request_id=headers.get("x-request-id"),
+            websocket=websocket,
+            fallback_id=head.id,
+            default_session=s.session or run.run_id,
+        )
+        ex = cls(run, head.id, session_id, request_id, head.method, "")
+        ex.signed = head.signed
+        ex.handshake = websocket
+        if run.stopped:
+            ex.reply_after_stop(now)
+            return ex
+        overlong = overlong_id_header(request_id, head.session)
+        if overlong is not None:
+            # Both ids go into every line: one made of prompt text is refused by
+            # name (SPEC 8), and the refusal is filed under ids of our own.
+            ex.session_id, ex.request_id, ex.path = s.session or run.run_id, head.id, head.target
+            ex.refuse(Rejected(Rule.VALUE_TOO_LONG, overlong), now)
+            return ex
+        ex.path = head.target
+        # A session that only sends other requests still ends (and is reported).
+        if run.session(session_id) is None:
+            # The harness ended it: nothing more goes through in its name, so a
+            # refusal in it can never be followed by traffic that looks complete.
+            ex.refuse(Rejected(Rule.SESSION_ENDED), now)
+            return ex
+        regular = s.mode == "regular"
+        if is_control_path(head.target) or (
+            regular and is_control_address(head.host, head.port, run.control_address)
+        ):
+            # The control API is the harness's: never answered or forwarded here.
+            ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
+            return ex
+        if regular:
+            ex.route = provider_route(s.routes, head)
+            ex.upstream, ex.host = f"{head.scheme}://{head.host}:{head.port}", head.host
+        else:
+            ex.route = s.routes.match(head.target)
+            if ex.route is None:
+                ex.host = head.host
+                ex.answer_unrouted(now)
+                return ex
+            ex.path = ex.route.upstream_path(head.target)
+            ex.upstream, ex.host = ex.route.url, ex.route.host
+        ex.traceparent = headers.get("traceparent")
+        ex.conversation_id = head.session or (s.session if not websocket else None)
+        if ex.route is not None:
+            if switch is None:
+                # An upstream could switch it into a raw tunnel: nothing in it audited.
+                ex.refuse(Rejected(Rule.UNSUPPORTED_UPGRADE), now)
+                return ex
+            names = (name.decode("latin-1") for name, _ in fields)
+            try:
+                kind = headers.get("content-type")
+                endpoint = fail_closed(
+                    judge_request_line, head.method, head.target, ex.path, names, websocket, kind
+                )
+            except Rejected as e:
+                ex.refuse(e, now)
+                return ex
+            if websocket and endpoint == API_RESPONSES:
+                ex.websocket = True  # audited message by message once it is open
+            elif head.method == "POST":
+                ex.api = endpoint
+            else:
+                ex.endpoint = endpoint  # passes only without a body (pass_through)
+            if head.signed and not regular and s.upstreams_check_signatures:
+                # Sent to another host and path, its signature would fail: say so instead.
+                ex.refuse(Rejected(Rule.SIGNED_REQUEST), now)
+                return ex
+        if ex.api is not None:
+            if run.on["started"]:
+                run.publish("started", ex.view, now)
+            length = headers.get("content-length", "")
+            if length.isdigit() and int(length) > s.max_body:
+                # Refuse before reading a body we would refuse anyway.
+                ex.refuse(Rejected(Rule.BODY_TOO_LARGE), now)
+        return ex
+
+    @classmethod
+    def open_tunnel(cls, run: Run, head: RequestHead, now: int) -> Exchange:
+        """Judge a CONNECT (regular mode): refused after stop, or to the control listener."""
+        session_id = head.session or run.settings.session or run.run_id
+        ex = cls(run, head.id, session_id, head.id, head.method, "")
+        if run.stopped:
+            ex.reply_after_stop(now)
+        elif is_control_address(head.host, head.port, run.control_address):
+            ex.path = head.target
+            ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
+        return ex
+
+    @property
+    def view(self) -> ExchangeView:
+        """The frozen view of the exchange as it is now."""
+        if self._view is None:
+            self._view = ExchangeView(
+                id=self.id,
+                session_id=self.session_id,
+                request_id=self.request_id,
+                transport="http",
+                method=self.method,
+                path=self.path,
+                route=self.route,
+                upstream=self.upstream,
+                api=self.api,
+                traceparent=self.traceparent,
+                conversation_id=self.conversation_id,
+                websocket=self.websocket,
+                record=self.record,
+                turn=self.turn,
+            )
+        return self._view
+
+    @property
+    def audited(self) -> bool:
+        """Whether its audit line was written (it went, or goes, upstream)."""
+        return self.record is not None
+
+    @property
+    def rerouted(self) -> bool:
+        """Whether the request must be re-pointed at its route's upstream (reverse mode)."""
+        return self.reply is None and self.route is not None and self.run.settings.mode != "regular"
+
+    # ------------------------------------------------------------------ answers
+
+    def refuse(self, rejected: Rejected, now: int) -> Reply:
+        """Refuse the request: the provider-shaped answer, its event, its notice."""
+        self.reply = answers.refusal(rejected, self.api, self.route)
+        self.run.refused(self.view, rejected, rejected.status, now)
+        return self.reply
+
+    def reply_after_stop(self, now: int) -> None:
+        """After stop the files are final: refuse, write nothing, only the notice."""
+        rejected = Rejected(Rule.PROXY_STOPPED)
+        self.reply = answers.stopping()
+        self.run.publish(
+            "finished", Outcome(self.view, now, status=rejected.status, rejected=rejected)
+        )
+
+    def answer_unrouted(self, now: int) -> None:
+        """No route matches the path: a 404, logged as an unaudited request."""
+        self.reply = answers.no_route()
+        self._unaudited(404, now)
+
+    # ------------------------------------------------------------------ request
+
+    def pass_through(
+        self, body: Callable[[], bytes], headers: Mapping[str, str], body_bytes: int = 0
+    ) -> Forward | Reply:
+        """Let a request that is not audited go (a WebSocket handshake is audited
+        message by message once open), unless ``--strict`` refuses it.
+
+        A request to a model endpoint by another method than POST passes only
+        without a body (``GET`` lists stored completions, ``HEAD`` and
+        ``OPTIONS`` probe): with one, a server that routes on the path alone
+        would run it as a model request (``method_override``).
+
+        Args:
+            body: its decoded body, read only if a listener asks for bodies.
+            headers: its headers.
+            body_bytes: the size of its body as received.
+        """
+        now = time.perf_counter_ns()
+        if self.endpoint is not None and body_bytes:
+            return self.refuse(Rejected(Rule.METHOD_OVERRIDE), now)
+        if (
+            not self.websocket
+            and self.run.settings.strict
+            and not apis.is_models_listing(self.method, self.path)
+        ):
+            return self.refuse(Rejected(Rule.STRICT_UNAUDITED), now)
+        self.t_forward_ns = now
+        return self._forwarding(body() if self.run.on["forwarding"] else b"", headers)
+
+    def forward(
+        self,
+        facts: RequestFacts,
+        sent: bytes,
+        raw: bytes,
+        raw_sha256: str | None,
+        headers: Mapping[str, str],
+        now: int,
+    ) -> Forward | Reply:
+        """Write the audit line and let the request go, or refuse it.
+
+        Args:
+            facts: the request's audit facts.
+            sent: the decoded body as it goes upstream.
+            raw: the body as it goes upstream (its content coding kept).
+            raw_sha256: the SHA-256 of ``raw`` if it was hashed already.
+            headers: its headers (for the ``forwarding`` listeners).
+            now: when.
+
+        Returns:
+            How to forward it, or the answer that replaces it (a refusal, or
+            a listener's: a replay that does not match).
+        """
+        try:
+            self.record = self.run.audit(self.view, facts, len(raw), raw_sha256 or sha256_hex(raw))
+        except Rejected as e:
+            return self.refuse(e, now)
+        self.facts = facts
+        self.turn = self.run.sessions.open[self.session_id].requests_audited
+        self._view = None
+        self.run.in_flight[self.id] = self
+        self.t_forward_ns = now
+        if self.run.on["audited"]:
+            self.run.publish("audited", self.view, facts, sent, now)
+        return self._forwarding(sent, headers)
+
+    def _forwarding(self, body: bytes, headers: Mapping[str, str]) -> Forward | Reply:
+        if not self.run.on["forwarding"]:
+            return _FORWARD
+        tags: list[tuple[str, str]] = []
+        for answer in self.run.publish("forwarding", self.view, body, headers):
+            if isinstance(answer, Reply):
+                return answer
+            if isinstance(answer, Forward):
+                tags.extend(answer.headers)
+        return Forward(tuple(tags))
+
+    # ------------------------------------------------------------------ response
+
+    def started(self, status: int, headers: Mapping[str, str], now: int) -> StreamTap | bool | None:
+        """The response head arrived.
+
+        Returns:
+            How to pass the body on: a :class:`StreamTap` (stream it through
+            the observer), True (stream it untouched), or None (mitmproxy
+            reads it whole).
+        """
+        if self.reply is not None or self.finished:
+            return None
+        self.status = status
+        self.t_first_byte_ns = now
+        self.response_headers = headers
+        if self.run.on["first_byte"]:
+            self.run.publish("first_byte", self.view, status, headers, now)
+        framing = stream_framing(headers.get("content-type", ""), self.api, self.facts, status)
+        if framing is None:
+            return None
+        # Never buffer a stream: each chunk goes on to the agent as it arrives.
+        self.streamed = True
+        on_chunk = self._chunk if self.run.on["chunk"] else None
+        if self.audited and self.api is not None and self.facts is not None:
+            self.tap = StreamTap.observing(
+                self.api,
+                self.facts,
+                headers.get("content-encoding", ""),
+                framing=framing,
+                capture_content=self.run.settings.capture_content,
+                on_first_chunk=self._first_chunk if self.run.on["first_chunk"] else None,
+                on_chunk=on_chunk,
+            )
+        elif on_chunk is not None:
+            self.tap = StreamTap(None, None, on_chunk=on_chunk)
+        return self.tap if self.tap is not None else True
+
+    def _first_chunk(self, t_ns: int) -> None:
+        self.run.publish("first_chunk", self.view, t_ns)
+
+    def _chunk(self, data: bytes, t_ns: int) -> None:
+        self.run.publish("chunk", self.view, data, t_ns)
+
+    def switched(self, websocket_opened: bool, now: int) -> Reply | None:
+        """The upstream answered ``101 Switching Protocols``.
+
+        Whatever modeltap judged the request to be, the upstream's answer
+        decides what the connection becomes: mitmproxy opens a WebSocket only
+        for a version 13 handshake answered ``Upgrade: websocket``, and turns
+        any other switch into a raw tunnel no hook sees. On a route, a switch
+        to anything but the WebSocket modeltap follows is refused instead.
+
+        Args:
+            websocket_opened: mitmproxy will open the connection as a WebSocket.
+            now: when.
+
+        Returns:
+            The refusal that replaces the 101 (the connection is then closed),
+            or None when the switch is the WebSocket modeltap follows, or the
+            exchange is not on a route.
+        """
+        if self.route is None or self.reply is not None or (self.handshake and websocket_opened):
+            return None
+        rejected = Rejected(Rule.UNSUPPORTED_UPGRADE)
+        if self.audited:
+            # A model request answered by a switch: the upstream broke HTTP; its
+            # response event says the evidence is incomplete.
+            self._fail("upstream_protocol_error", None, now, request_complete=True)
+            self.reply = answers.refusal(rejected, self.api, self.route)
+        else:
+            self.refuse(rejected, now)
+        assert self.reply is not None
+        self.reply = replace(self.reply, close=True)
+        return self.reply
+
+    def ended(
+        self,
+        status: int,
+        raw: bytes | None,
+        encoding: str | None,
+        expired: Phase | None,
+        now: int,
+    ) -> None:
+        """The response ended whole, as far as mitmproxy saw.
+
+        Args:
+            status: its status.
+            raw: its body as the upstream sent it (None when streamed).
+            encoding: its ``content-encoding``.
+            expired: the phase whose limit modeltap enforced, if one did: a
+                body that ends when the connection closes, cut by the idle
+                limit, looks whole to mitmproxy, but modeltap ended it.
+            now: when.
+        """
+        if self.reply is not None or self.finished or self.run.stopped:
+            return
+        if self.websocket and status == 101:
+            return  # the connection is reported by ws_open / ws_close
+        self.status = status
+        if expired is not None:
+            self._fail("upstream_timeout", expired, now, request_complete=True)
+            return
+        if not self.audited:
+            self._unaudited(status, now, body=raw)
+            return
+        content: bytes | None = None
+        if self.tap is not None:
+            facts = self.tap.finish()
+        else:
+            assert self.api is not None
+            facts, content = observe_body(self.api, self.facts, raw or b"", encoding)
+        self._respond(facts, now, body=raw, content=content)
+
+    def failed(
+        self, kind: str, expired: Phase | None, now: int, *, request_complete: bool
+    ) -> Reply | None:
+        """mitmproxy reports the exchange broken (or a deadline ended it).
+
+        Args:
+            kind: the failure kind (:func:`modeltap.rules.failures.classify_failure`).
+            expired: the phase whose limit modeltap enforced, if one did.
+            now: when.
+            request_complete: whether the request had been read whole.
+
+        Returns:
+            The answer the agent gets when no response reached it yet and
+            modeltap ended the exchange (a 504 for ``upstream_timeout``).
+        """
+        if self.reply is not None or self.finished or self.run.stopped:
+            return None
+        if kind == "client_gone" and self.audited and self.tap is not None and self.tap.done:
+            # Clients (the sync openai SDK) close right after the terminal event, before
+            # the body's last bytes (chunk terminator, a compressor's tail): the whole
+            # answer was seen, so this is the end of the response, not a client gone.
+            self._respond(self.tap.finish(), now, failure=kind)
+            return None
+        answer = None
+        if kind in ANSWER_STATUS and self.status is None:
+            answer = answers.failure(kind, expired, self.api, self.route)
+        self._fail(kind, expired, now, request_complete=request_complete)
+        return answer
+
+    def stop(self, now: int) -> None:
+        """Shutdown: an audited exchange whose response has not ended ends here."""
+        if self.tap is not None and self.tap.done:
+            # The whole answer was seen; only its last bytes had not gone through.
+            self._respond(self.tap.finish(), now)
+            return
+        self._fail("proxy_stopped", None, now, request_complete=True)
+
+    def _fail(self, kind: str, expired: Phase | None, now: int, *, request_complete: bool) -> None:
+        """An error event, then (if audited) the response event."""
+        unaudited = None
+        if not self.audited and self.api is None and request_complete:
+            # It was passed through, then failed.
+            unaudited = self.run.unaudited(self.view, self.host, None)
+        # In modeltap's own words: mitmproxy's message can quote the upstream's
+        # (a malformed status line echoing the request, say).
+        text = PHASE_TEXT[expired] if expired else error_message(kind)
+        error = self.run.failure(self.view, self.record.seq if self.record else None, kind, text)
+        if self.audited:
+            if self.tap is not None:
+                facts = self.tap.finish(f"{kind}: {text}")
+            else:
+                facts = ResponseFacts(evidence_complete=False, capture_errors=(f"{kind}: {text}",))
+            self._respond(facts, now, error=error, failure=kind, expired=expired)
+            return
+        self._finish(now, unaudited=unaudited, error=error, failure=kind, expired=expired)
+
+    def _respond(
+        self,
+        facts: ResponseFacts,
+        now: int,
+        *,
+        error: ErrorEvent | None = None,
+        failure: str | None = None,
+        expired: Phase | None = None,
+        body: bytes | None = None,
+        content: bytes | None = None,
+    ) -> None:
+        self.finished = True
+        self.run.in_flight.pop(self.id, None)
+        facts = with_header_facts(facts, self.api, self.route, self.response_headers)
+        event = self.run.respond(
+            self.view,
+            facts,
+            status=self.status,
+            stream=self.streamed,
+            start_ns=self.t_forward_ns,
+            first_byte_ns=self.t_first_byte_ns,
+            first_chunk_ns=self.tap.first_chunk_ns if self.tap is not None else None,
+            end_ns=now,
+        )
+        self._finish(
+            now, status=self.status, response=event, error=error, failure=failure,
+            expired=expired, body=body, content=content, observed=facts,
+        )  # fmt: skip
+
+    def _finish(self, now: int, **outcome: Any) -> None:
+        """The exchange ended: tell the listeners how (an :class:`Outcome`'s fields)."""
+        self.finished = True
+        if self.run.on["finished"]:
+            self.run.publish("finished", Outcome(self.view, now, streamed=self.streamed, **outcome))
+
+    def _unaudited(self, status: int | None, now: int, body: bytes | None = None) -> None:
+        event = self.run.unaudited(self.view, self.host, status)
+        self._finish(now, status=status, unaudited=event, body=body)

@@ -1,0 +1,266 @@
+"""Observing what came back for an audited request (pure).
+
+- A whole body (:func:`observe_body`): decoded, parsed, handed to the API's
+  ``observe_json``.
+- A stream (:class:`StreamTap`, the ``response.stream`` callable). Never
+  buffer a stream: every chunk goes on to the agent unchanged, as it arrives;
+  a copy goes through the content decoding, the SSE decoder (or, for
+  Bedrock's binary ``application/vnd.amazon.eventstream``,
+  :class:`~modeltap.apis.bedrock_stream.BedrockStreamDecoder`, which yields the same
+  events, or for Gemini's JSON-array stream,
+  :class:`~modeltap.wire.json_array.JsonArrayDecoder`) and the API's stream
+  observer. When the copy cannot be decoded, observing stops, never
+  the stream, and the response's evidence says so.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Final
+
+import orjson
+
+from modeltap import apis
+from modeltap.apis.bedrock_stream import BedrockStreamDecoder, is_bedrock, is_eventstream
+from modeltap.apis.bedrock_stream import with_response_headers as bedrock_headers
+from modeltap.evidence.records import API_GEMINI, RequestFacts, ResponseFacts
+from modeltap.rules.errors import UpstreamProtocolError
+from modeltap.rules.routing import Route
+from modeltap.wire.decoding import StreamDecompressor, decode_body
+from modeltap.wire.json_array import JsonArrayDecoder
+from modeltap.wire.sse import SSEDecoder
+
+#: A response's stream framings (:func:`stream_framing`).
+SSE: Final = "sse"
+EVENTSTREAM: Final = "eventstream"
+JSON_ARRAY: Final = "json_array"
+#: The decoder of each framing.
+_DECODERS: Final = {
+    SSE: SSEDecoder,
+    EVENTSTREAM: BedrockStreamDecoder,
+    JSON_ARRAY: JsonArrayDecoder,
+}
+#: APIs whose streams may come as one JSON array whose elements arrive one by
+#: one (Gemini's ``:streamGenerateContent`` without ``?alt=sse``).
+_JSON_ARRAY_APIS: Final = frozenset({API_GEMINI})
+
+
+def stream_framing(
+    content_type: str,
+    api: str | None = None,
+    facts: RequestFacts | None = None,
+    status: int = 200,
+) -> str | None:
+    """How a response streams, to be observed piece by piece as it arrives.
+
+    Args:
+        content_type: its ``Content-Type`` (any case, parameters allowed).
+        api: the request's API (None: not a model request).
+        facts: the request's audit facts (None: not audited).
+        status: the response's HTTP status (an error answers with one object).
+
+    Returns:
+        ``"sse"`` (``text/event-stream``), ``"eventstream"`` (Bedrock's binary
+        ``application/vnd.amazon.eventstream``), ``"json_array"`` (a
+        successful JSON answer to a streamed request of an API that streams
+        that way, :class:`~modeltap.wire.json_array.JsonArrayDecoder`), or None (a
+        body read whole, an error body of a streamed request included).
+    """
+    if is_eventstream(content_type):
+        return EVENTSTREAM
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "text/event-stream":
+        return SSE
+    streamed = facts is not None and facts.stream
+    if streamed and api in _JSON_ARRAY_APIS and 200 <= status < 300:
+        return JSON_ARRAY if media == "application/json" else None
+    return None
+
+
+def with_header_facts(
+    facts: ResponseFacts,
+    api: str | None,
+    route: Route | None,
+    headers: Mapping[str, str] | None,
+) -> ResponseFacts:
+    """Add what a response's headers say to what its body showed.
+
+    Only Bedrock's headers say more: Converse bodies name no id
+    (``x-amzn-RequestId`` does), InvokeModel reports its metrics in headers
+    (:func:`modeltap.apis.bedrock_stream.with_response_headers`).
+
+    Args:
+        facts: what the body or stream showed.
+        api: the exchange's API.
+        route: its route.
+        headers: the response's headers (None: no response head arrived).
+    """
+    if headers is None or not is_bedrock(api, route.provider if route else None):
+        return facts
+    return bedrock_headers(facts, headers.get)
+
+
+def observe_body(
+    api: str, facts: RequestFacts | None, raw: bytes, encoding: str | None
+) -> tuple[ResponseFacts, bytes | None]:
+    """Observe a whole response body.
+
+    Args:
+        api: the request's API.
+        facts: the request's audit facts.
+        raw: the body as the upstream sent it.
+        encoding: its ``content-encoding``.
+
+    Returns:
+        What it says, and the decoded body (None when it could not be read).
+    """
+    try:
+        data = decode_body(raw, encoding)
+        body = orjson.loads(data)
+    except (UpstreamProtocolError, orjson.JSONDecodeError):
+        unreadable = ("the response body is not valid JSON",)
+        return ResponseFacts(evidence_complete=False, capture_errors=unreadable), None
+    observed: ResponseFacts = apis.module_for(api).observe_json(body, facts)
+    return observed, data
+
+
+class StreamTap:
+    """Pass chunks on; observe a copy.
+
+    Args:
+        observer: the API's stream observer (None: pass the chunks only).
+        decompressor: undoes the response's content coding.
+        errors: what already kept the stream from being observed.
+        framing: ``"sse"``, ``"eventstream"`` or ``"json_array"`` (:func:`stream_framing`).
+        on_first_chunk: called with the time of the first model output.
+        on_chunk: called with each chunk and its time (a listener asked).
+    """
+
+    __slots__ = (
+        "decompressor",
+        "errors",
+        "first_chunk_ns",
+        "observer",
+        "on_chunk",
+        "on_first_chunk",
+        "sse",
+    )
+
+    def __init__(
+        self,
+        observer: apis.StreamObserver | None,
+        decompressor: StreamDecompressor | None,
+        *,
+        errors: tuple[str, ...] = (),
+        framing: str = SSE,
+        on_first_chunk: Callable[[int], None] | None = None,
+        on_chunk: Callable[[bytes, int], None] | None = None,
+    ) -> None:
+        self.observer = observer
+        self.decompressor = decompressor
+        self.sse: SSEDecoder | BedrockStreamDecoder | JsonArrayDecoder | None = None
+        if observer is not None:
+            self.sse = _DECODERS.get(framing, SSEDecoder)()
+        self.errors = list(errors)
+        self.first_chunk_ns: int | None = None
+        self.on_first_chunk = on_first_chunk
+        self.on_chunk = on_chunk
+
+    @classmethod
+    def observing(
+        cls,
+        api: str,
+        facts: RequestFacts,
+        content_encoding: str,
+        *,
+        framing: str = SSE,
+        capture_content: bool = False,
+        **callbacks: Any,
+    ) -> StreamTap:
+        """A tap observing an audited request's stream with ``api``'s observer.
+
+        Args:
+            api: the request's API.
+            facts: its audit facts (what the observer checks the answer against).
+            content_encoding: the response's ``content-encoding``.
+            framing: ``"sse"``, ``"eventstream"`` or ``"json_array"`` (:func:`stream_framing`).
+            capture_content: keep the output for spans (content capture is on).
+            callbacks: ``on_first_chunk``, ``on_chunk``.
+        """
+        try:
+            decompressor = StreamDecompressor(content_encoding)
+        except UpstreamProtocolError as e:
+            return cls(None, None, errors=(str(e),), **callbacks)
+        observer = apis.module_for(api).StreamObserver(facts, capture_content=capture_content)
+        return cls(observer, decompressor, framing=framing, **callbacks)
+
+    def __call__(self, chunk: bytes) -> bytes:
+        if self.sse is not None and self.decompressor is not None:
+            try:
+                if chunk:
+                    events = self.sse.feed(self.decompressor.feed(chunk))
+                else:
+                    events = self.sse.feed(self.decompressor.flush()) + self.sse.close()
+                self._observe(events)
+            except UpstreamProtocolError as e:
+                # Stop observing, never stop the stream: the agent gets its bytes.
+                self.errors.append(str(e))
+                assert self.observer is not None
+                self.observer, self.sse = _Stopped(self.observer), None
+        if self.on_chunk is not None and chunk:
+            self.on_chunk(chunk, time.perf_counter_ns())
+        return chunk
+
+    def _observe(self, events: list[Any]) -> None:
+        assert self.observer is not None
+        for event in events:
+            if self.observer.feed(event) and self.first_chunk_ns is None:
+                self.first_chunk_ns = time.perf_counter_ns()
+                if self.on_first_chunk is not None:
+                    self.on_first_chunk(self.first_chunk_ns)
+
+    @property
+    def done(self) -> bool:
+        """Whether the whole answer was seen (its terminal event)."""
+        return self.observer is not None and self.observer.done
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        """The stream's facts, with any decoding trouble added.
+
+        Args:
+            error: why it ended early (a failure), if it did.
+        """
+        if self.observer is None:
+            reasons = (error,) if error else tuple(self.errors)
+            return ResponseFacts(
+                evidence_complete=False,
+                capture_errors=reasons or ("the stream could not be observed",),
+            )
+        facts = self.observer.finish(error)
+        if self.errors:
+            facts = replace(
+                facts,
+                evidence_complete=False,
+                capture_errors=facts.capture_errors + tuple(self.errors),
+            )
+        return facts
+
+
+class _Stopped:
+    """An observer whose stream became unreadable: it reports what it had."""
+
+    def __init__(self, inner: apis.StreamObserver) -> None:
+        self.inner = inner
+
+    def feed(self, event: Any) -> bool:
+        return False
+
+    @property
+    def done(self) -> bool:
+        return False
+
+    def finish(self, error: str | None = None) -> ResponseFacts:
+        facts = self.inner.finish(error or "the stream could not be decoded")
+        return replace(facts, evidence_complete=False)

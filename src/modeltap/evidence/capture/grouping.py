@@ -1,0 +1,296 @@
+"""Grouping a capture's lines into sessions and turns, and the evidence only a reader sees.
+
+Coverage is computed by :mod:`modeltap.evidence.coverage`, the one definition of
+complete evidence that the proxy's ``sessions.jsonl`` lines use too: each
+session's lines are fed, in turn order, to one
+:class:`~modeltap.evidence.coverage.SessionEvidence` (``file_reopened`` events with
+``lost_lines`` too, as the proxy fed them). What only a reader can see is
+added here, in the ``data`` channel: a line of the files that could not be
+read (every session is lowered: the lost line may have been its own), lines
+that do not link up (an event's ``seq`` with no audit record, two responses
+for one request), and a ``sessions.jsonl`` line counting other numbers of
+audited or refused requests than the files hold (the last line of each run
+counts; a WebSocket conversation that reconnects gets a line per socket
+close, each counting the whole session so far). Reasons of an incomplete
+``sessions.jsonl`` line that the files do not show lower ``events`` as "the
+proxy reported: ...".
+
+Requests passed through unaudited (``GET .../models``, a ``HEAD /``
+preflight) are not model traffic: lines that are nothing else — no audit
+record, no refusal, no error, no ``sessions.jsonl`` line — make no session
+(so no "audit unsupported" session out of an SDK listing models); they are
+kept apart as the capture's ``pass_through``. Each session's turns are placed
+among the attempts of their calls (:mod:`modeltap.evidence.capture.retries`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from modeltap.evidence.capture.lines import (
+    AUDIT_FILE,
+    EVENTS_FILE,
+    SESSION_ENDED_RULE,
+    SESSIONS_FILE,
+    LoadError,
+    SessionEnd,
+)
+from modeltap.evidence.capture.retries import find_retries
+from modeltap.evidence.capture.turns import Session, ToolInvocation, Turn, ms_between, parse_ts
+from modeltap.evidence.coverage import EvidenceCoverage, SessionEvidence
+from modeltap.evidence.records import (
+    AuditRecord,
+    ErrorEvent,
+    Event,
+    FileReopenedEvent,
+    RejectedEvent,
+    ResponseEvent,
+    UnauditedEvent,
+)
+
+__all__ = ["data_reasons", "group"]
+
+
+def data_reasons(load_errors: Iterable[LoadError]) -> list[str]:
+    """The ``data`` coverage reasons the unreadable lines give (every session gets them)."""
+    return [f"unreadable line: {error}" for error in load_errors]
+
+
+@dataclass(slots=True)
+class _SessionParts:
+    """Mutable accumulator used while grouping; frozen into a Session at the end."""
+
+    first_seen: tuple[datetime | None, int]
+    run_ids: dict[str, None] = field(default_factory=dict)
+    records: list[AuditRecord] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    ends: list[SessionEnd] = field(default_factory=list)
+
+
+def _sort_key(first_seen: tuple[datetime | None, int]) -> tuple[int, float, int]:
+    ts, position = first_seen
+    # Unparsable timestamps sort after parsable ones, in file order.
+    return (0, ts.timestamp(), position) if ts is not None else (1, 0.0, position)
+
+
+def group(
+    records: list[AuditRecord],
+    events: list[Event],
+    ends: list[SessionEnd],
+    load_errors: tuple[LoadError, ...],
+) -> tuple[dict[str, Session], tuple[UnauditedEvent, ...]]:
+    """Group a capture's lines by session.
+
+    Args:
+        records: every audit record, in file order.
+        events: every event, in file order.
+        ends: every ``sessions.jsonl`` line.
+        load_errors: the lines that could not be read (they lower every session).
+
+    Returns:
+        The sessions by id, ordered by first appearance, and the unaudited
+        pass-through events of ids that saw nothing else (no session).
+    """
+    parts: dict[str, _SessionParts] = {}
+    position = 0
+
+    def part(session_id: str, run_id: str, ts: str) -> _SessionParts:
+        nonlocal position
+        position += 1
+        parsed = parse_ts(ts)
+        if parsed is not None and parsed.tzinfo is None:
+            parsed = None  # naive and aware datetimes cannot be ordered together
+        entry = parts.setdefault(session_id, _SessionParts((parsed, position)))
+        if parsed is not None and (entry.first_seen[0] is None or parsed < entry.first_seen[0]):
+            entry.first_seen = (parsed, entry.first_seen[1])
+        entry.run_ids.setdefault(run_id, None)
+        return entry
+
+    for record in records:
+        part(record.session_id, record.run_id, record.ts).records.append(record)
+    for event in events:
+        part(event.session_id, event.run_id, event.ts).events.append(event)
+    for end in ends:
+        part(end.session_id, end.run_id, end.ts).ends.append(end)
+
+    # An event links to its record by (run_id, seq), wherever the record is.
+    record_keys = {(r.run_id, r.seq) for r in records}
+    linked: dict[tuple[str, int], list[Event]] = {}
+    for event in events:
+        if event.seq is not None and (event.run_id, event.seq) in record_keys:
+            linked.setdefault((event.run_id, event.seq), []).append(event)
+
+    ordered = sorted(parts.items(), key=lambda item: _sort_key(item[1].first_seen))
+    sessions: dict[str, Session] = {}
+    pass_through: list[UnauditedEvent] = []
+    for session_id, entry in ordered:
+        if _pass_through_only(entry):
+            pass_through.extend(e for e in entry.events if isinstance(e, UnauditedEvent))
+            continue
+        sessions[session_id] = _build_session(session_id, entry, linked, record_keys, load_errors)
+    return sessions, tuple(pass_through)
+
+
+def _pass_through_only(entry: _SessionParts) -> bool:
+    """Only unaudited pass-throughs: not model traffic, so not a session."""
+    return (
+        not entry.records
+        and not entry.ends
+        and bool(entry.events)
+        and all(isinstance(e, UnauditedEvent) for e in entry.events)
+    )
+
+
+def _build_session(
+    session_id: str,
+    entry: _SessionParts,
+    linked: dict[tuple[str, int], list[Event]],
+    record_keys: set[tuple[str, int]],
+    load_errors: tuple[LoadError, ...],
+) -> Session:
+    evidence = SessionEvidence(keep_answers=True)
+    for reason in data_reasons(load_errors):
+        evidence.lower("data", "partial", reason)
+
+    # Turns in file order: each record, then its response and errors, so that a
+    # tool call is answered by a later request (the order the proxy saw them in).
+    turns: list[Turn] = []
+    seen_keys: set[tuple[str, int]] = set()
+    for record in entry.records:
+        key = (record.run_id, record.seq)
+        if key in seen_keys:
+            # Events cannot tell two records with one seq apart: keep the first.
+            evidence.lower(
+                "data", "partial", f"audit record seq {record.seq} appears more than once"
+            )
+            continue
+        seen_keys.add(key)
+        index = evidence.request(record)
+        turn_events = tuple(linked.get(key, ()))
+        responses = [e for e in turn_events if isinstance(e, ResponseEvent)]
+        if len(responses) > 1:
+            evidence.lower_turn(
+                index,
+                "data",
+                "partial",
+                f"{len(responses)} response events for this request; the first is used",
+            )
+        if responses:
+            evidence.response(index, responses[0])
+        errors = tuple(e for e in turn_events if isinstance(e, ErrorEvent))
+        for error in errors:
+            evidence.turn_error(index, error)
+        turns.append(
+            Turn(
+                index=index,
+                record=record,
+                response=responses[0] if responses else None,
+                error_events=errors,
+                events=turn_events,
+            )
+        )
+
+    refusals = tuple(e for e in entry.events if isinstance(e, RejectedEvent))
+    unaudited = tuple(e for e in entry.events if isinstance(e, UnauditedEvent))
+    loose_errors: list[ErrorEvent] = []
+    orphans: list[Event] = []
+    for event in entry.events:
+        if event.seq is not None and (event.run_id, event.seq) not in record_keys:
+            orphans.append(event)
+            evidence.lower(
+                "data",
+                "partial",
+                f"{event.kind} event names seq {event.seq}, which has no audit record",
+            )
+        if isinstance(event, ErrorEvent) and (
+            event.seq is None or (event.run_id, event.seq) not in record_keys
+        ):
+            loose_errors.append(event)
+    for refusal in refusals:
+        evidence.refused(refusal)
+    for event in entry.events:
+        if isinstance(event, FileReopenedEvent) and event.lost_lines:
+            evidence.file_reopened(event.file)
+    for error in loose_errors:
+        evidence.error(error)
+
+    # The proxy's own counts catch lines that never reached the files. A run can
+    # write several lines for one session (a WebSocket conversation that
+    # reconnects); each counts everything so far, so the last one is checked.
+    last_of_run: dict[str, SessionEnd] = {}
+    for end in entry.ends:
+        last_of_run[end.run_id] = end
+    for end in last_of_run.values():
+        audited = sum(1 for t in turns if t.record.run_id == end.run_id)
+        if end.requests_audited is not None and end.requests_audited != audited:
+            evidence.lower(
+                "data",
+                "partial",
+                f"{SESSIONS_FILE} says run {end.run_id} audited {end.requests_audited} "
+                f"requests; {AUDIT_FILE} holds {audited}",
+            )
+        # Refused after the session ended: by definition not in its line.
+        refused = sum(
+            1 for r in refusals if r.run_id == end.run_id and r.rule != SESSION_ENDED_RULE
+        )
+        if end.refusals is not None and end.refusals != refused:
+            evidence.lower(
+                "data",
+                "partial",
+                f"{SESSIONS_FILE} says run {end.run_id} refused {end.refusals} "
+                f"requests; {EVENTS_FILE} holds {refused}",
+            )
+        evidence.reported(end)
+
+    result = evidence.result()
+    attempts = find_retries(turns)
+    turns = [
+        dataclasses.replace(
+            turn,
+            tool_invocations=_invocations(turn, turns, evidence),
+            coverage=result.turns.get(turn.index, EvidenceCoverage()),
+            retry_of=attempts[turn.index].retry_of,
+            attempt=attempts[turn.index].attempt,
+            first_attempt=attempts[turn.index].first_attempt,
+        )
+        for turn in turns
+    ]
+    return Session(
+        session_id=session_id,
+        run_ids=tuple(entry.run_ids),
+        turns=tuple(turns),
+        refusals=refusals,
+        unaudited=unaudited,
+        errors=tuple(loose_errors),
+        events=tuple(entry.events),
+        orphan_events=tuple(orphans),
+        ends=tuple(entry.ends),
+        own_coverage=result.own,
+    )
+
+
+def _invocations(
+    turn: Turn, turns: list[Turn], evidence: SessionEvidence
+) -> tuple[ToolInvocation, ...]:
+    """The turn's tool calls, each with the request that answered it (the fold's pairing)."""
+    out: list[ToolInvocation] = []
+    for position, call in enumerate(turn.tool_calls):
+        answer = evidence.answers.get((turn.index, position))
+        answered_by = turns[answer.turn] if answer is not None else None
+        out.append(
+            ToolInvocation(
+                call=call,
+                turn_index=turn.index,
+                result_turn_index=answer.turn if answer is not None else None,
+                result_bytes=answer.result_bytes if answer is not None else None,
+                duration_ms=(
+                    ms_between(turn.response.ts, answered_by.record.ts)
+                    if answered_by is not None and turn.response is not None
+                    else None
+                ),
+            )
+        )
+    return tuple(out)

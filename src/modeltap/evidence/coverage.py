@@ -1,0 +1,475 @@
+"""Evidence coverage: the one definition of complete evidence (pure; no I/O).
+
+Everything that says whether a session's evidence is complete computes it
+here: the proxy's live :class:`~modeltap.core.sessions.SessionTracker` (its
+``sessions.jsonl`` line), :class:`~modeltap.evidence.capture.Capture` (and so
+``modeltap report`` and ``modeltap check``). Both feed one
+:class:`SessionEvidence` with the same kinds of lines — audit records,
+``response``, ``error`` and ``rejected`` events — so they cannot disagree
+about what makes a session incomplete.
+
+Each turn (one audited request) gets six channels, each ``complete``,
+``partial`` or ``unavailable`` with reasons. A turn can only lower a channel;
+a session is the worst over its turns plus what happened outside them.
+
+* ``events``: partial when a request has no response, or its response was
+  not seen completely (``evidence_complete: false``; the reason carries the
+  response's ``capture_errors``, or says "no response" when the upstream
+  never answered: the error event that says why lowers ``status``, so the
+  failure is named once).
+* ``actions``: partial when a tool call never got its result in a later
+  request of the session (the reason names the call), or when the response
+  that would list the calls is missing or incomplete. Which request answers a
+  call is :mod:`modeltap.evidence.pairing`'s rule: by ``call_id``, or by position for
+  calls without one (Gemini's Developer API); a call that no request matches
+  stays unanswered, and says why.
+* ``messages``: always unavailable: message content is not recorded.
+* ``usage``: unavailable when a turn has no usage at all ("no response" when
+  the upstream never answered, an error answer's status, or that the
+  provider reported none); partial when a count the response's wire carries
+  is ``null``. What a wire carries is its API module's knowledge
+  (:attr:`~modeltap.apis.contract.WireApi.REPORTED_USAGE`): OpenAI has no
+  cache-write count and Anthropic no total, so their absence lowers nothing.
+* ``status``: partial when a request was refused, an ``error`` event
+  happened, or a request's outcome is unknown (no response).
+* ``data``: partial when lines are missing or do not link up (the reader
+  says which), or when an out file was moved or deleted under the running
+  proxy while the session had lines in it (a ``file_reopened`` event with
+  ``lost_lines``: :meth:`SessionEvidence.file_reopened`).
+
+The reasons' words (and turn numbering) are :mod:`modeltap.evidence.coverage_reasons`'.
+
+A session with no audited request has ``events``, ``actions``, ``usage`` and
+``status`` unavailable: "No outbound model requests captured; audit
+unsupported". ``evidence_complete`` is true exactly when ``events``,
+``actions``, ``status`` and ``data`` are complete; ``capture_errors`` lists
+their reasons, turn reasons prefixed ``[turn N]`` (turns numbered from 1,
+like ``seq``: :func:`turn_number`). A refusal is named by its rule once:
+``request refused (RULE): what`` (:func:`refusal_text`).
+
+The fold is fed in turn order: a turn's audit record, then its response and
+error events, then the next turn. A tool call is answered by the first later
+request that carries its result. The proxy feeds lines as they happen, which
+is the same order for any agent that waits for a tool call before sending its
+result. Memory: the fold keeps only what is still open (requests without a
+response, tool calls without a result) and the turns that lowered a channel,
+so a 10,000-message WebSocket session that goes well holds next to nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from modeltap.apis import reported_usage
+from modeltap.evidence.coverage_reasons import (
+    MESSAGES_NOT_RECORDED,
+    NO_ANSWER,
+    NO_REQUESTS,
+    NO_RESPONSE,
+    PROXY_REPORTED,
+    file_moved_reason,
+    label_indexes,
+    never_answered,
+    no_usage_reason,
+    qualified_tool_name,
+    refusal_text,
+    turn_number,
+)
+from modeltap.evidence.pairing import ToolPairing
+from modeltap.evidence.records import (
+    USAGE_COUNTS,
+    AuditRecord,
+    ErrorEvent,
+    RejectedEvent,
+    ResponseEvent,
+    SessionStatus,
+)
+
+# Of the reasons' words (they live in coverage_reasons), those other modules read from here.
+__all__ = [
+    "CHANNELS",
+    "COMPLETE",
+    "EVIDENCE_CHANNELS",
+    "MESSAGES_NOT_RECORDED",
+    "NO_REQUESTS",
+    "NO_RESPONSE",
+    "PROXY_REPORTED",
+    "USAGE_FIELDS",
+    "Answer",
+    "ChannelCoverage",
+    "CoverageStatus",
+    "EvidenceCoverage",
+    "SessionCoverage",
+    "SessionEvidence",
+    "merge",
+    "qualified_tool_name",
+    "refusal_text",
+    "session_capture_errors",
+    "turn_number",
+    "worst_of_turns",
+]
+
+CoverageStatus = Literal["complete", "partial", "unavailable"]
+CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
+#: The channels ``evidence_complete`` and ``capture_errors`` are made of.
+EVIDENCE_CHANNELS: Final = ("events", "actions", "status", "data")
+#: The usage counts, in order (the names of ``events.jsonl``'s ``usage``).
+USAGE_FIELDS: Final = USAGE_COUNTS
+
+_RANK: Final[dict[str, int]] = {"complete": 0, "partial": 1, "unavailable": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelCoverage:
+    """One evidence channel: ``complete``, or ``partial`` / ``unavailable`` with reasons."""
+
+    status: CoverageStatus = "complete"
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def reason(self) -> str | None:
+        """The reasons joined with ``"; "``, or ``None`` when complete."""
+        return "; ".join(self.reasons) if self.reasons else None
+
+    def lower(self, status: CoverageStatus, reason: str) -> ChannelCoverage:
+        """Return this channel lowered to ``status`` (never raised) with one more reason."""
+        worst = status if _RANK[status] > _RANK[self.status] else self.status
+        reasons = self.reasons if reason in self.reasons else (*self.reasons, reason)
+        return ChannelCoverage(worst, reasons)
+
+    def to_json(self) -> dict[str, str | list[str]]:
+        """Return ``{"status": ...}`` plus, when not complete, ``"reason"`` (the
+        reasons joined with ``"; "``) and ``"reasons"`` (the list)."""
+        out: dict[str, str | list[str]] = {"status": self.status}
+        if self.status != "complete":
+            out["reason"] = self.reason or "no reason recorded"
+            out["reasons"] = list(self.reasons) or ["no reason recorded"]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class EvidenceCoverage:
+    """The six evidence channels of one turn, session or capture."""
+
+    events: ChannelCoverage = ChannelCoverage()
+    actions: ChannelCoverage = ChannelCoverage()
+    messages: ChannelCoverage = ChannelCoverage("unavailable", (MESSAGES_NOT_RECORDED,))
+    usage: ChannelCoverage = ChannelCoverage()
+    status: ChannelCoverage = ChannelCoverage()
+    data: ChannelCoverage = ChannelCoverage()
+
+    def channel(self, name: str) -> ChannelCoverage:
+        """Return the channel called ``name`` (one of :data:`CHANNELS`)."""
+        value: ChannelCoverage = getattr(self, name)
+        return value
+
+    def lower(self, name: str, status: CoverageStatus, reason: str) -> EvidenceCoverage:
+        """Return a copy with channel ``name`` lowered (see :meth:`ChannelCoverage.lower`)."""
+        return dataclasses.replace(self, **{name: self.channel(name).lower(status, reason)})
+
+    @property
+    def evidence_complete(self) -> bool:
+        """Whether the ``events``, ``actions``, ``status`` and ``data`` channels are complete."""
+        return all(self.channel(name).status == "complete" for name in EVIDENCE_CHANNELS)
+
+    @property
+    def capture_errors(self) -> list[str]:
+        """The reasons of the evidence channels, each once, in channel order."""
+        out: list[str] = []
+        for name in EVIDENCE_CHANNELS:
+            for reason in self.channel(name).reasons:
+                if reason not in out:
+                    out.append(reason)
+        return out
+
+    def to_json(self) -> dict[str, dict[str, str | list[str]]]:
+        """Return ``{channel: {"status", "reason"?, "reasons"?}}`` for the six channels."""
+        return {name: self.channel(name).to_json() for name in CHANNELS}
+
+
+#: A turn whose every channel is complete (usage included).
+COMPLETE: Final = EvidenceCoverage()
+
+
+def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCoverage:
+    """Combine turn coverage: worst status per channel, reasons labelled by turn.
+
+    Args:
+        turns: ``(turn index, coverage)`` in turn order; complete turns may be left out.
+
+    Returns:
+        The combined coverage; ``messages`` is left at its constant value.
+    """
+    listed = list(turns)
+    coverage = EvidenceCoverage()
+    for name in CHANNELS:
+        if name == "messages":
+            continue  # the same for every turn; kept as the session's own
+        worst: CoverageStatus = "complete"
+        by_reason: dict[str, list[int]] = {}
+        for index, turn in listed:
+            channel = turn.channel(name)
+            if _RANK[channel.status] > _RANK[worst]:
+                worst = channel.status
+            for reason in channel.reasons:
+                by_reason.setdefault(reason, []).append(index)
+        if worst != "complete":
+            reasons = tuple(
+                f"{label_indexes([turn_number(i) for i in ix], 'turn')} {r}"
+                for r, ix in by_reason.items()
+            )
+            coverage = dataclasses.replace(coverage, **{name: ChannelCoverage(worst, reasons)})
+    return coverage
+
+
+def merge(a: EvidenceCoverage, b: EvidenceCoverage) -> EvidenceCoverage:
+    """Channel by channel: the worse status, both sets of reasons.
+
+    Args:
+        a: one coverage.
+        b: another.
+
+    Returns:
+        The merged coverage.
+    """
+    merged = a
+    for name in CHANNELS:
+        channel = b.channel(name)
+        for reason in channel.reasons:
+            merged = merged.lower(name, channel.status, reason)
+    return merged
+
+
+def session_capture_errors(
+    turns: Iterable[tuple[int, EvidenceCoverage]], own: EvidenceCoverage
+) -> list[str]:
+    """A session's ``capture_errors``: ``[turn i] reason`` in turn order, then its own.
+
+    Args:
+        turns: ``(turn index, coverage)`` in turn order.
+        own: what lowered the session outside its turns.
+
+    Returns:
+        Each reason once.
+    """
+    out: list[str] = []
+    for index, coverage in turns:
+        for reason in coverage.capture_errors:
+            line = f"[turn {turn_number(index)}] {reason}"
+            if line not in out:
+                out.append(line)
+    for reason in own.capture_errors:
+        if reason not in out:
+            out.append(reason)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The request that carried a tool call's result (kept when asked for)."""
+
+    turn: int
+    result_bytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCoverage:
+    """What :meth:`SessionEvidence.result` gives: per turn, the session's own, combined."""
+
+    #: Turns that lowered a channel, by index (a turn left out is complete).
+    turns: Mapping[int, EvidenceCoverage]
+    #: What lowered the session outside any turn.
+    own: EvidenceCoverage
+    coverage: EvidenceCoverage
+    capture_errors: list[str]
+
+    @property
+    def evidence_complete(self) -> bool:
+        """Whether ``events``, ``actions``, ``status`` and ``data`` are complete."""
+        return self.coverage.evidence_complete
+
+
+class SessionEvidence:
+    """Fold one session's lines, in turn order, into its evidence coverage.
+
+    Args:
+        usage: also follow the ``usage`` channel (not part of complete
+            evidence; the proxy leaves it out so a provider that never
+            reports usage costs it no memory).
+        keep_answers: remember which request answered each tool call
+            (:attr:`answers`; readers use it, the proxy does not).
+    """
+
+    __slots__ = (
+        "_calls",
+        "_lowered",
+        "_open",
+        "_own",
+        "_reported",
+        "_usage",
+        "answered",
+        "answers",
+        "keep_answers",
+        "turns",
+    )
+
+    def __init__(self, *, usage: bool = True, keep_answers: bool = False) -> None:
+        self._usage = usage
+        self.keep_answers = keep_answers
+        #: How many turns (audited requests) were fed.
+        self.turns = 0
+        #: How many tool calls got their result in a later request.
+        self.answered = 0
+        self._lowered: dict[int, EvidenceCoverage] = {}
+        self._open: set[int] = set()
+        #: The calls awaiting their result, as (turn, position of the call in
+        #: its response, label).
+        self._calls: ToolPairing[tuple[int, int, str]] = ToolPairing()
+        self._own = EvidenceCoverage()
+        self._reported: list[SessionStatus] = []
+        #: ``(turn, position of the call)`` -> the request that answered it.
+        self.answers: dict[tuple[int, int], Answer] = {}
+
+    # ------------------------------------------------------------ feeding
+
+    def request(self, record: AuditRecord) -> int:
+        """Take in an audited request: a new turn, awaiting its response.
+
+        Args:
+            record: its audit record.
+
+        Returns:
+            The turn's index (0-based, in the order fed).
+        """
+        turn = self.turns
+        self.turns += 1
+        self._open.add(turn)
+        answers = self._calls.answer(record.tool_results)
+        self.answered += len(answers)
+        if self.keep_answers:
+            for (call_turn, position, _label), size in answers:
+                self.answers[(call_turn, position)] = Answer(turn, size)
+        return turn
+
+    def response(self, turn: int, event: ResponseEvent) -> None:
+        """Take in the (first) response event of ``turn``.
+
+        Args:
+            turn: an index returned by :meth:`request`.
+            event: the response.
+        """
+        self._open.discard(turn)
+        if not event.evidence_complete:
+            if never_answered(event):
+                # The error event that says why lowers ``status``: said once.
+                reason = NO_ANSWER
+            else:
+                # ", " inside: "; " separates whole reasons when a channel is rendered.
+                detail = ", ".join(event.capture_errors) or "no reason recorded"
+                reason = f"response not seen completely ({detail})"
+            self.lower_turn(turn, "events", "partial", reason)
+            self.lower_turn(turn, "actions", "partial", reason)
+        if self._usage:
+            self._usage_of(turn, event)
+        for position, call in enumerate(event.tool_calls):
+            label = qualified_tool_name(call) or "(unnamed)"
+            self._calls.asked(call.call_id, (turn, position, label))
+
+    def _usage_of(self, turn: int, event: ResponseEvent) -> None:
+        """Lower ``usage`` by what the response's wire could have reported and did not."""
+        carried = reported_usage(event.api)
+        missing = [name for name in carried if getattr(event.usage, name) is None]
+        if missing and len(missing) == len(carried):
+            self.lower_turn(turn, "usage", "unavailable", no_usage_reason(event))
+        elif missing:
+            self.lower_turn(turn, "usage", "partial", f"not reported: {', '.join(missing)}")
+
+    def turn_error(self, turn: int, event: ErrorEvent) -> None:
+        """Take in an ``error`` event that names ``turn``'s request."""
+        self.lower_turn(turn, "status", "partial", f"error event: {event.error}: {event.message}")
+
+    def refused(self, event: RejectedEvent) -> None:
+        """Take in a refusal (a refused request has no audit record, so no turn)."""
+        self.lower("status", "partial", refusal_text(event.rule, event.message))
+
+    def error(self, event: ErrorEvent) -> None:
+        """Take in an ``error`` event that belongs to no turn."""
+        self.lower("status", "partial", f"error event: {event.error}: {event.message}")
+
+    def file_reopened(self, file: str) -> None:
+        """Take in that ``file`` was moved or deleted while it held lines of this
+        session (a ``file_reopened`` event with ``lost_lines``): ``data`` is partial.
+
+        Args:
+            file: the file's name.
+        """
+        self.lower("data", "partial", file_moved_reason(file))
+
+    def lower(self, channel: str, status: CoverageStatus, reason: str) -> None:
+        """Lower a channel of the session itself (outside any turn)."""
+        self._own = self._own.lower(channel, status, reason)
+
+    def lower_turn(self, turn: int, channel: str, status: CoverageStatus, reason: str) -> None:
+        """Lower a channel of one turn."""
+        self._lowered[turn] = self._lowered.get(turn, COMPLETE).lower(channel, status, reason)
+
+    def reported(self, end: SessionStatus) -> None:
+        """Take in what the proxy said when the session ended (readers only).
+
+        A reason of an incomplete ``sessions.jsonl`` line that the lines
+        themselves do not give (the same fold computed it, so the same words)
+        lowers ``events`` as ``the proxy reported: ...``.
+        """
+        self._reported.append(end)
+
+    # ------------------------------------------------------------ reading
+
+    def result(self, open_reason: str = NO_RESPONSE) -> SessionCoverage:
+        """The coverage as of now.
+
+        Args:
+            open_reason: why a request without a response has none (readers:
+                no response was recorded; the proxy: none had been seen yet).
+
+        Returns:
+            Per turn, the session's own, combined, and ``capture_errors``.
+        """
+        turns = dict(self._lowered)
+        for turn in self._open:
+            coverage = turns.get(turn, COMPLETE)
+            coverage = coverage.lower("events", "partial", open_reason)
+            coverage = coverage.lower("actions", "partial", open_reason)
+            if self._usage:
+                coverage = coverage.lower("usage", "unavailable", open_reason)
+            turns[turn] = coverage.lower("status", "partial", open_reason)
+        for call_id, (turn, _position, label) in self._calls.waiting():
+            reason = (
+                f"tool call {label} has no call_id and no later request's results "
+                "matched it by position"
+                if call_id is None
+                else f"tool call {label} ({call_id}) got no result in a later request"
+            )
+            turns[turn] = turns.get(turn, COMPLETE).lower("actions", "partial", reason)
+        ordered = sorted(turns.items())
+        own = self._own
+        if self.turns == 0:
+            for name in ("events", "actions", "usage", "status"):
+                own = own.lower(name, "unavailable", NO_REQUESTS)
+        errors = session_capture_errors(ordered, own)
+        for end in self._reported:
+            if end.evidence_complete is not False:
+                continue
+            for reason in end.capture_errors or ("the session's evidence is incomplete",):
+                if reason not in errors:
+                    own = own.lower("events", "partial", PROXY_REPORTED + reason)
+        if self._reported:
+            errors = session_capture_errors(ordered, own)
+        return SessionCoverage(
+            turns=turns,
+            own=own,
+            coverage=merge(worst_of_turns(ordered), own),
+            capture_errors=errors,
+        )

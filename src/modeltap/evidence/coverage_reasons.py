@@ -1,0 +1,124 @@
+"""What evidence coverage says, in words: the reasons every reader gives (pure).
+
+The proxy's ``sessions.jsonl`` line, :class:`~modeltap.evidence.capture.Capture`,
+``modeltap report`` and ``modeltap check`` give the same reasons because they
+take them from here (the fold that decides *when* to give them is
+:mod:`modeltap.evidence.coverage`). Turns are named by number, from 1 like ``seq``
+(:func:`turn_number`); a refusal names its rule once (:func:`refusal_text`);
+a turn the upstream never answered says "no response" (:data:`NO_ANSWER`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from modeltap.evidence.records import NO_REQUESTS_MESSAGE, ResponseEvent, ToolCall
+
+NO_REQUESTS: Final = NO_REQUESTS_MESSAGE
+NO_RESPONSE: Final = "no response event was recorded for this request"
+#: Why a request has no response in a session line written while it was in flight.
+NO_RESPONSE_AT_END: Final = "no response had been seen when the session ended"
+MESSAGES_NOT_RECORDED: Final = "message content is not recorded (names, counts and hashes only)"
+#: Prefix of the reasons a ``sessions.jsonl`` line gave that the files do not show.
+PROXY_REPORTED: Final = "the proxy reported: "
+#: Why a turn has no usage when the upstream never answered it.
+NO_ANSWER: Final = "no response: the upstream never answered"
+
+
+def turn_number(index: int) -> int:
+    """The number a turn is shown with: its 0-based index plus one, counted
+    from 1 like ``seq`` (every message, report and page names turns so)."""
+    return index + 1
+
+
+def label_indexes(indexes: list[int], noun: str) -> str:
+    """``[turn 3]``, ``[turns 1-3, 6]``: which turns a shared reason applies to.
+
+    Args:
+        indexes: ascending turn numbers (from 1: :func:`turn_number`).
+        noun: ``"turn"``.
+
+    Returns:
+        The bracketed label.
+    """
+    if len(indexes) == 1:
+        return f"[{noun} {indexes[0]}]"
+    spans: list[str] = []
+    start = prev = indexes[0]
+    for i in [*indexes[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        spans.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return f"[{noun}s {', '.join(spans)}]"
+
+
+def never_answered(event: ResponseEvent) -> bool:
+    """Whether the upstream never answered: no HTTP status and no first byte
+    (unreachable, reset or timed out before answering, the proxy stopped)."""
+    return event.status is None and event.ttfb_ms is None
+
+
+def no_usage_reason(event: ResponseEvent) -> str:
+    """Why a response carries no usage count at all, in words a reader can act on.
+
+    Args:
+        event: the response.
+
+    Returns:
+        "no response" when the upstream never answered (no status, no first
+        byte: unreachable, reset before answering, timed out), the HTTP
+        status of an error answer (error bodies carry no usage), else that
+        the provider reported none.
+    """
+    if never_answered(event):
+        return NO_ANSWER
+    if event.status is not None and event.status >= 400:
+        return f"an error answer (HTTP {event.status}) reports no token usage"
+    return "the provider reported no token usage for this turn"
+
+
+def refusal_text(rule: str, message: str) -> str:
+    """A refusal as a reason: ``request refused (RULE): what``, the rule named once.
+
+    Args:
+        rule: the refusal's rule.
+        message: the message the client got (``modeltap refused the request
+            [rule RULE]: what.``).
+
+    Returns:
+        The reason, without the message's own preamble.
+    """
+    preamble = f"modeltap refused the request [rule {rule}]: "
+    return f"request refused ({rule}): {message.removeprefix(preamble)}"
+
+
+def file_moved_reason(file: str) -> str:
+    """Why a session's ``data`` is partial after ``file`` was opened again at its path.
+
+    Args:
+        file: ``audit.jsonl``, ``events.jsonl`` or ``sessions.jsonl``.
+
+    Returns:
+        The reason, the same for the proxy and every reader.
+    """
+    return (
+        f"{file} was moved or deleted under the running proxy; "
+        "this session's lines written to it before are not in the out dir"
+    )
+
+
+def qualified_tool_name(call: ToolCall) -> str | None:
+    """Return ``namespace.name`` for a namespaced call, else its ``name``.
+
+    Args:
+        call: a tool call of a response.
+
+    Returns:
+        The name, or ``None`` when the call had none.
+    """
+    if call.name is None:
+        return None
+    return f"{call.namespace}.{call.name}" if call.namespace else call.name
