@@ -156,7 +156,7 @@ class Core:
         self.run.sink = Sink(out)
         self.run.sink.prepare()
         self.heard = Heard()
-        self.run.subscribe(self.heard)
+        self.run.listeners.subscribe(self.heard)
 
     def audit(self) -> list[dict[str, Any]]:
         return read_jsonl(self.out / "audit.jsonl")

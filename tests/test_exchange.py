@@ -231,7 +231,7 @@ def test_a_pass_through_reads_its_body_only_for_a_forwarding_listener(core: Core
         {"content-type": "text/plain"},
         [True],
     )
-    core.run.unsubscribe(core.heard)
+    core.run.listeners.unsubscribe(core.heard)
     Exchange.open(core.run, head("/openai/v1/files"), 0).pass_through(body, {})
     assert read == [True]
 
@@ -282,7 +282,7 @@ def test_a_stream_is_observed_as_it_passes(core: Core) -> None:
 
 def test_an_undecodable_stream_is_passed_on_and_noted(core: Core) -> None:
     ex = audited(core, STREAM, t=0)
-    core.run.unsubscribe(core.heard)
+    core.run.listeners.unsubscribe(core.heard)
     tap = ex.started(200, {"content-type": "text/event-stream", "content-encoding": "gzip"}, 1)
     assert isinstance(tap, StreamTap)
     assert tap(b"not gzip at all") == b"not gzip at all"
@@ -390,6 +390,6 @@ def test_a_listener_that_raises_never_stops_the_exchange(core: Core) -> None:
         def audited(self, *args: Any) -> None:
             raise RuntimeError("listener bug")
 
-    core.run.subscribe(Raises())
+    core.run.listeners.subscribe(Raises())
     audited(core)
     assert len(core.audit()) == 1 and "forwarding" in core.heard.names()

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from modeltap.core.notices import Listener, Outcome
 from modeltap.core.run import Run, new_run_id
 from modeltap.evidence.records import RequestFacts, ToolCall, ToolResult
 from modeltap.evidence.sink import Sink
@@ -39,28 +38,6 @@ def facts(*results: str) -> RequestFacts:
 def test_run_ids_sort_by_time_and_differ() -> None:
     a, b = new_run_id(), new_run_id()
     assert a != b and a[:8].isdigit() and a[8] == "T"
-
-
-def test_listeners_hear_only_what_they_override() -> None:
-    run = Run("r")
-
-    class Finished(Listener):
-        def __init__(self) -> None:
-            self.heard: list[Outcome] = []
-
-        def finished(self, outcome: Outcome) -> None:
-            self.heard.append(outcome)
-
-    listener = Finished()
-    run.subscribe(listener)
-    run.subscribe(listener)  # once, however often subscribed
-    assert [len(calls) for calls in run.on.values()].count(1) == 1
-    assert run.publish("audited", VIEW, b"", 0) == ()
-    run.publish("finished", Outcome(VIEW, 1))
-    assert len(listener.heard) == 1
-    run.unsubscribe(listener)
-    run.publish("finished", Outcome(VIEW, 2))
-    assert len(listener.heard) == 1 and all(not calls for calls in run.on.values())
 
 
 def test_the_last_gate_writes_the_line_then_counts_it(core: Core) -> None:

@@ -77,6 +77,6 @@ async def test_a_line_per_exchange_unless_quiet(
         line = capsys.readouterr().err
         assert " s1 openai.chat_completions gpt-5 200 in=21 out=5 " in line
         t.tctx.options.update(modeltap_quiet=True)
-        assert t.addon(Console) not in t.run._listeners
+        assert t.addon(Console) not in t.run.listeners
         http_.requestheaders(model_flow("/__modeltap/"))
         assert capsys.readouterr().err == ""

@@ -26,7 +26,7 @@ KEY = "sk-test-PLANTED-SECRET"
 async def test_a_recording_dir_that_cannot_be_made_is_refused(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_bytes(b"")
     with tap(tmp_path) as t:
-        assert t.addon(Recorder) not in t.run._listeners  # not recording: not listening
+        assert t.addon(Recorder) not in t.run.listeners  # not recording: not listening
         below = tmp_path / "a-file" / "rec"
         with pytest.raises(exceptions.OptionsError) as failed:
             t.tctx.options.update(modeltap_record=str(below))

@@ -22,13 +22,13 @@ async def test_an_unusable_endpoint_is_refused(tmp_path: Path) -> None:
         with pytest.raises(exceptions.OptionsError, match="otlp"):
             t.tctx.options.update(modeltap_otlp="ftp://collector:4317")
         spans = t.addon(Spans)
-        assert not spans.telemetry.enabled and spans not in t.run._listeners
+        assert not spans.telemetry.enabled and spans not in t.run.listeners
 
 
 async def test_exchanges_become_spans(tmp_path: Path, otlp_http_receiver: HttpReceiver) -> None:
     with tap(tmp_path, otlp=otlp_http_receiver.endpoint) as t:
         spans = t.addon(Spans)
-        assert spans.telemetry.enabled and spans in t.run._listeners
+        assert spans.telemetry.enabled and spans in t.run.listeners
         http_ = t.addon(Http)
         chat_through(t, **{"x-modeltap-session": "s1"})
         refused = model_flow(body=b"{}")

@@ -38,9 +38,9 @@ class Console(Addon, Listener):
     def configure(self, updated: set[str]) -> None:
         if "modeltap_quiet" in updated:
             if self.options.modeltap_quiet:
-                self.run.unsubscribe(self)
+                self.run.listeners.unsubscribe(self)
             else:
-                self.run.subscribe(self)
+                self.run.listeners.subscribe(self)
 
     def finished(self, outcome: Outcome) -> None:
         for line in lines(outcome):

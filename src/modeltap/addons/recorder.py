@@ -85,7 +85,7 @@ class Recorder(Addon, Listener):
         if self.index is not None:
             self.index.close()
         self.index = self.blobs = None
-        self.run.unsubscribe(self)
+        self.run.listeners.unsubscribe(self)
         if not target:
             return
         root = Path(target)
@@ -101,7 +101,7 @@ class Recorder(Addon, Listener):
             ) from None
         self.index = JsonlFile(root / RECORDING_FILE)
         self.blobs = BlobStore(root / BLOBS_DIR)
-        self.run.subscribe(self)
+        self.run.listeners.subscribe(self)
 
     # ------------------------------------------------------------------ notices
 

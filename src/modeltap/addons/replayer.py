@@ -52,7 +52,7 @@ class Replayer(Listener):
         # The recording answers, not a provider: a SigV4-signed request (boto3 with
         # IAM keys, recorded in regular mode) is served like any other.
         run.settings = replace(run.settings, upstreams_check_signatures=False)
-        run.subscribe(self)
+        run.listeners.subscribe(self)
 
     async def running(self) -> None:
         await self.server.start()

@@ -70,9 +70,9 @@ class Spans(Addon, Listener):
         self.run.observe_lines(telemetry.line_observer)
         self.run.logs_dropped = telemetry.logs_dropped
         if telemetry.enabled:
-            self.run.subscribe(self)
+            self.run.listeners.subscribe(self)
         else:
-            self.run.unsubscribe(self)
+            self.run.listeners.unsubscribe(self)
 
     # ------------------------------------------------------------------ notices
 

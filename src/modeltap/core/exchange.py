@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Final
+from typing import Final
 
 from modeltap import apis
 from modeltap.core import answers
@@ -48,7 +48,9 @@ from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
     RequestFacts,
+    ResponseEvent,
     ResponseFacts,
+    UnauditedEvent,
 )
 from modeltap.rules.errors import Rejected, Rule, error_message
 from modeltap.rules.failures import ANSWER_STATUS, PHASE_TEXT, Phase
@@ -195,8 +197,8 @@ class Exchange:
                 ex.refuse(Rejected(Rule.SIGNED_REQUEST), now)
                 return ex
         if ex.api is not None:
-            if run.on["started"]:
-                run.publish("started", ex.view, now)
+            if run.listeners.hear.started:
+                run.listeners.started(ex.view, now)
             length = headers.get("content-length", "")
             if length.isdigit() and int(length) > s.max_body:
                 # Refuse before reading a body we would refuse anyway.
@@ -259,8 +261,8 @@ class Exchange:
         """After stop the files are final: refuse, write nothing, only the notice."""
         rejected = Rejected(Rule.PROXY_STOPPED)
         self.reply = answers.stopping()
-        self.run.publish(
-            "finished", Outcome(self.view, now, status=rejected.status, rejected=rejected)
+        self.run.listeners.finished(
+            Outcome(self.view, now, status=rejected.status, rejected=rejected)
         )
 
     def answer_unrouted(self, now: int) -> None:
@@ -296,7 +298,7 @@ class Exchange:
         ):
             return self.refuse(Rejected(Rule.STRICT_UNAUDITED), now)
         self.t_forward_ns = now
-        return self._forwarding(body() if self.run.on["forwarding"] else b"", headers)
+        return self._forwarding(body() if self.run.listeners.hear.forwarding else b"", headers)
 
     def forward(
         self,
@@ -330,20 +332,14 @@ class Exchange:
         self._view = None
         self.run.in_flight[self.id] = self
         self.t_forward_ns = now
-        if self.run.on["audited"]:
-            self.run.publish("audited", self.view, facts, sent, now)
+        if self.run.listeners.hear.audited:
+            self.run.listeners.audited(self.view, facts, sent, now)
         return self._forwarding(sent, headers)
 
     def _forwarding(self, body: bytes, headers: Mapping[str, str]) -> Forward | Reply:
-        if not self.run.on["forwarding"]:
+        if not self.run.listeners.hear.forwarding:
             return _FORWARD
-        tags: list[tuple[str, str]] = []
-        for answer in self.run.publish("forwarding", self.view, body, headers):
-            if isinstance(answer, Reply):
-                return answer
-            if isinstance(answer, Forward):
-                tags.extend(answer.headers)
-        return Forward(tuple(tags))
+        return self.run.listeners.forwarding(self.view, body, headers)
 
     # ------------------------------------------------------------------ response
 
@@ -360,14 +356,14 @@ class Exchange:
         self.status = status
         self.t_first_byte_ns = now
         self.response_headers = headers
-        if self.run.on["first_byte"]:
-            self.run.publish("first_byte", self.view, status, headers, now)
+        if self.run.listeners.hear.first_byte:
+            self.run.listeners.first_byte(self.view, status, headers, now)
         framing = stream_framing(headers.get("content-type", ""), self.api, self.facts, status)
         if framing is None:
             return None
         # Never buffer a stream: each chunk goes on to the agent as it arrives.
         self.streamed = True
-        on_chunk = self._chunk if self.run.on["chunk"] else None
+        on_chunk = self._chunk if self.run.listeners.hear.chunk else None
         if self.audited and self.api is not None and self.facts is not None:
             self.tap = StreamTap.observing(
                 self.api,
@@ -375,7 +371,7 @@ class Exchange:
                 headers.get("content-encoding", ""),
                 framing=framing,
                 capture_content=self.run.settings.capture_content,
-                on_first_chunk=self._first_chunk if self.run.on["first_chunk"] else None,
+                on_first_chunk=self._first_chunk if self.run.listeners.hear.first_chunk else None,
                 on_chunk=on_chunk,
             )
         elif on_chunk is not None:
@@ -383,10 +379,10 @@ class Exchange:
         return self.tap if self.tap is not None else True
 
     def _first_chunk(self, t_ns: int) -> None:
-        self.run.publish("first_chunk", self.view, t_ns)
+        self.run.listeners.first_chunk(self.view, t_ns)
 
     def _chunk(self, data: bytes, t_ns: int) -> None:
-        self.run.publish("chunk", self.view, data, t_ns)
+        self.run.listeners.chunk(self.view, data, t_ns)
 
     def switched(self, websocket_opened: bool, now: int) -> Reply | None:
         """The upstream answered ``101 Switching Protocols``.
@@ -543,11 +539,30 @@ class Exchange:
             expired=expired, body=body, content=content, observed=facts,
         )  # fmt: skip
 
-    def _finish(self, now: int, **outcome: Any) -> None:
-        """The exchange ended: tell the listeners how (an :class:`Outcome`'s fields)."""
+    def _finish(
+        self,
+        now: int,
+        *,
+        status: int | None = None,
+        response: ResponseEvent | None = None,
+        unaudited: UnauditedEvent | None = None,
+        error: ErrorEvent | None = None,
+        failure: str | None = None,
+        expired: Phase | None = None,
+        body: bytes | None = None,
+        content: bytes | None = None,
+        observed: ResponseFacts | None = None,
+    ) -> None:
+        """The exchange ended: tell the listeners how (the :class:`Outcome`'s fields,
+        built only if anyone hears it)."""
         self.finished = True
-        if self.run.on["finished"]:
-            self.run.publish("finished", Outcome(self.view, now, streamed=self.streamed, **outcome))
+        if self.run.listeners.hear.finished:
+            outcome = Outcome(
+                self.view, now, status=status, response=response, unaudited=unaudited,
+                error=error, failure=failure, expired=expired, streamed=self.streamed,
+                body=body, content=content, observed=observed,
+            )  # fmt: skip
+            self.run.listeners.finished(outcome)
 
     def _unaudited(self, status: int | None, now: int, body: bytes | None = None) -> None:
         event = self.run.unaudited(self.view, self.host, status)

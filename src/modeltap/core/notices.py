@@ -2,7 +2,8 @@
 
 The glue (:mod:`modeltap.addons`) hands facts to the core (:mod:`modeltap.core.run`,
 :mod:`modeltap.core.exchange`, :mod:`modeltap.core.ws_connection`); the core writes the
-lines and publishes what happened to :class:`Listener` subscribers, each
+lines and publishes what happened to :class:`Listener` subscribers (through
+:class:`~modeltap.core.listeners.Listeners`, one typed method per notice), each
 notice with a frozen :class:`ExchangeView`. The console, spans, recorder and
 replayer addons are listeners: they never read another addon's state, and no
 addon depends on the order mitmproxy calls them in.
@@ -117,8 +118,9 @@ class Outcome:
 
 class Listener:
     """What a :class:`Run` publishes. Subclass and override the notices you need;
-    :meth:`Run.subscribe` calls only those, synchronously, in the order things
-    happen. A listener that raises is logged and skipped, never the exchange."""
+    once subscribed (:meth:`Listeners.subscribe <modeltap.core.listeners.Listeners.subscribe>`)
+    only those are called, synchronously, in the order things happen. A listener
+    that raises is logged and skipped, never the exchange."""
 
     def started(self, view: ExchangeView, t_ns: int) -> None:
         """A model exchange began: an HTTP model request's head, or a WebSocket turn."""
@@ -167,6 +169,7 @@ class Listener:
         """The run stopped: every exchange and session has ended; nothing follows."""
 
 
+#: The notices' names, in the order :class:`Listener` declares them.
 NOTICES: Final = tuple(
     name for name, value in vars(Listener).items() if callable(value) and not name.startswith("_")
 )

@@ -3,9 +3,9 @@
 A :class:`Run` is what every exchange shares: the last gate before
 forwarding (:meth:`Run.audit`: session policy, then the audit line), the
 lines of ``events.jsonl`` and ``sessions.jsonl``, the sessions (open,
-resumable, ended by the harness), and the :class:`~modeltap.core.notices.Listener`
-subscribers it publishes to. :meth:`Run.stop` ends whatever is still in
-flight, then every session, and makes the files final.
+resumable, ended by the harness), and the listeners it publishes to
+(:class:`~modeltap.core.listeners.Listeners`). :meth:`Run.stop` ends whatever
+is still in flight, then every session, and makes the files final.
 
 The life of one exchange is in :mod:`modeltap.core.exchange` (HTTP) and
 :mod:`modeltap.core.ws_connection` (WebSocket); both register here what must be
@@ -18,13 +18,14 @@ import itertools
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from modeltap import apis
 from modeltap.apis.responses_ws import WsPolicy
-from modeltap.core.notices import NOTICES, ExchangeView, Listener, Outcome
+from modeltap.core.listeners import Listeners
+from modeltap.core.notices import ExchangeView, Outcome
 from modeltap.core.sessions import Ended, Sessions, SessionTracker
 from modeltap.evidence.cost import response_cost
 from modeltap.evidence.records import (
@@ -108,8 +109,8 @@ class Run:
         #: Audited HTTP exchanges whose response has not ended, and open
         #: WebSocket connections, by id: what :meth:`stop` ends.
         self.in_flight: dict[str, InFlight] = {}
-        self._listeners: list[Listener] = []
-        self.on: dict[str, list[Callable[..., Any]]] = {name: [] for name in NOTICES}
+        #: Who hears what the run's exchanges do (:meth:`Listeners.subscribe`).
+        self.listeners = Listeners()
         #: Copies each written line elsewhere (the OTLP log records), if set.
         self.line_observer: LineObserver | None = None
         #: Log records known lost so far, for each ``sessions.jsonl`` line.
@@ -128,42 +129,6 @@ class Run:
         self.line_observer = observer
         if self.sink is not None:
             self.sink.observer = observer
-
-    # ------------------------------------------------------------------ listeners
-
-    def subscribe(self, listener: Listener) -> None:
-        """Publish to ``listener`` from now on (once, however often subscribed)."""
-        if listener not in self._listeners:
-            self._listeners.append(listener)
-            self._index()
-
-    def unsubscribe(self, listener: Listener) -> None:
-        """Stop publishing to ``listener``."""
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-            self._index()
-
-    def _index(self) -> None:
-        for name in NOTICES:
-            self.on[name] = [
-                getattr(listener, name)
-                for listener in self._listeners
-                if getattr(type(listener), name) is not getattr(Listener, name)
-            ]
-
-    def publish(self, notice: str, *args: Any) -> Sequence[Any]:
-        """Call every listener of ``notice``; their answers, None for one that raised."""
-        calls = self.on[notice]
-        if not calls:
-            return ()
-        answers = []
-        for call in calls:
-            try:
-                answers.append(call(*args))
-            except Exception as e:
-                logger.error("modeltap: a %s listener failed (%s)", notice, type(e).__name__)
-                answers.append(None)
-        return answers
 
     # ------------------------------------------------------------------ the audit
 
@@ -242,7 +207,7 @@ class Run:
         )
         if self.sink is not None and not self.sink.write_session(status):
             logger.warning("modeltap: a sessions.jsonl line could not be written")
-        self.publish("session_ended", session_id)
+        self.listeners.session_ended(session_id)
         return status
 
     def file_reopened(self, file: str) -> list[str]:
@@ -303,7 +268,7 @@ class Run:
                 continue
             self._write_end(session_id)
         self.stopped = True
-        self.publish("stopped")
+        self.listeners.stopped()
         if self.sink is not None:
             self.sink.close()
 
@@ -345,8 +310,8 @@ class Run:
             session = self.session(view.session_id)
             if session is not None:  # None: the harness ended it (rule session_ended)
                 session.refused(event)
-        if self.on["finished"]:
-            self.publish("finished", Outcome(view, now, status=status, rejected=rejected))
+        if self.listeners.hear.finished:
+            self.listeners.finished(Outcome(view, now, status=status, rejected=rejected))
 
     def unaudited(self, view: ExchangeView, host: str, status: int | None) -> UnauditedEvent:
         """Write the ``unaudited`` event of a request passed through (or unrouted)."""

@@ -91,8 +91,8 @@ class Connection:
             session = run.session(view.session_id)
             if session is not None:
                 session.connections += 1
-        if run.on["opened"]:
-            run.publish("opened", self.view, now)
+        if run.listeners.hear.opened:
+            run.listeners.opened(self.view, now)
         run.write_event(
             WsOpenEvent(
                 **run.envelope(self.view),
@@ -139,12 +139,12 @@ class Connection:
         )
         self.observer.expect(record.seq, seen.facts)
         self.pending[record.seq] = _Turn(view, now)
-        if run.on["started"]:
-            run.publish("started", view, now)
-        if run.on["audited"]:
-            run.publish("audited", view, seen.facts, content, now)
-        if run.on["forwarding"]:
-            run.publish("forwarding", view, content, {})
+        if run.listeners.hear.started:
+            run.listeners.started(view, now)
+        if run.listeners.hear.audited:
+            run.listeners.audited(view, seen.facts, content, now)
+        if run.listeners.hear.forwarding:
+            run.listeners.forwarding(view, content, {})
         return MessageVerdict(content)
 
     def server_message(self, content: bytes, is_text: bool, now: int) -> None:
@@ -158,12 +158,12 @@ class Connection:
             return
         if turn.first_byte_ns is None:
             turn.first_byte_ns = now
-            if self.run.on["first_byte"]:
-                self.run.publish("first_byte", turn.view, None, {}, now)
+            if self.run.listeners.hear.first_byte:
+                self.run.listeners.first_byte(turn.view, None, {}, now)
         if seen.first_output and turn.first_chunk_ns is None:
             turn.first_chunk_ns = now
-            if self.run.on["first_chunk"]:
-                self.run.publish("first_chunk", turn.view, now)
+            if self.run.listeners.hear.first_chunk:
+                self.run.listeners.first_chunk(turn.view, now)
         if seen.finished is not None:
             self._respond(seq, seen.finished, now)
 
@@ -231,8 +231,8 @@ class Connection:
         self._closed(None, None, "proxy", now)
 
     def _relayed(self, content: bytes, is_text: bool, from_client: bool, now: int) -> None:
-        if self.run.on["message"]:
-            self.run.publish("message", self.view, content, is_text, from_client, now)
+        if self.run.listeners.hear.message:
+            self.run.listeners.message(self.view, content, is_text, from_client, now)
 
     def _fail_pending(self, kind: str, text: str, now: int, expired: Phase | None = None) -> None:
         """Each turn in flight ends with an ``error`` event of ``kind``, then its
@@ -266,7 +266,7 @@ class Connection:
             first_chunk_ns=turn.first_chunk_ns,
             end_ns=now,
         )
-        if self.run.on["finished"]:
+        if self.run.listeners.hear.finished:
             outcome = Outcome(
                 turn.view,
                 now,
@@ -276,7 +276,7 @@ class Connection:
                 expired=expired,
                 observed=facts,
             )
-            self.run.publish("finished", outcome)
+            self.run.listeners.finished(outcome)
 
     def _closed(
         self, code: int | None, reason: str | None, closed_by: str | None, now: int
@@ -290,5 +290,5 @@ class Connection:
             messages_from_server=self.from_server,
         )
         self.run.write_event(event)
-        if self.run.on["closed"]:
-            self.run.publish("closed", self.view, event, now)
+        if self.run.listeners.hear.closed:
+            self.run.listeners.closed(self.view, event, now)
