@@ -14,7 +14,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 from mitmproxy import exceptions
@@ -22,7 +21,7 @@ from mitmproxy import exceptions
 from modeltap.addons.base import Addon
 from modeltap.core.notices import ExchangeView, Forward, Listener, Outcome, Reply
 from modeltap.core.run import Run
-from modeltap.evidence.records import Json
+from modeltap.evidence.records import Json, WsCloseEvent
 from modeltap.evidence.sink import JsonlFile
 from modeltap.replay.recording import (
     BLOBS_DIR,
@@ -146,7 +145,7 @@ class Recorder(Addon, Listener):
             item = self._message(content, is_text, from_client)
             turn.messages.append({"ms": _ms(turn.t0_ns, t_ns), **item})
 
-    def closed(self, view: ExchangeView, event: Any, t_ns: int) -> None:
+    def closed(self, view: ExchangeView, event: WsCloseEvent, t_ns: int) -> None:
         self._flush(self._turns.pop(view.id, None))
 
     def stopped(self) -> None:

@@ -9,8 +9,8 @@ and the export is flushed when the run stops (:mod:`modeltap.telemetry`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 from mitmproxy import exceptions
 
@@ -105,7 +105,9 @@ class Spans(Addon, Listener):
             content = body if self.telemetry.capture_content else None
             span.audited(view.record, content, forwarded_ns=epoch_ns(t_ns), settings=facts.settings)
 
-    def first_byte(self, view: ExchangeView, status: int | None, headers: Any, t_ns: int) -> None:
+    def first_byte(
+        self, view: ExchangeView, status: int | None, headers: Mapping[str, str], t_ns: int
+    ) -> None:
         span = self._exchanges.get(view.id)
         if span is not None:
             span.upstream_first_byte(epoch_ns(t_ns))
