@@ -182,9 +182,13 @@ class Recorder:
                     else:
                         exchange.response_body += chunk
                 await response.write_eof()
-        except (asyncio.CancelledError, ConnectionResetError):
+        except asyncio.CancelledError:
             exchange.closed_by = "client"
             raise
+        except ConnectionResetError:  # the client went away while we wrote to it
+            exchange.closed_by = "client"
+            if response is None:
+                raise
         except aiohttp.ClientError:
             # The server ended the stream without finishing it (a resumable
             # stream it closed on purpose, say): pass the cut on to the client.
@@ -228,6 +232,8 @@ class Recorder:
             out.update(_body("response", bytes(e.response_body)))
         if e.closed_by is not None:
             out["closed_by"] = e.closed_by
+        elif e.finished_ms is None:
+            out["closed_by"] = "nobody: still open when the sample was written"
         out["duration_ms"] = e.finished_ms
         return out
 
