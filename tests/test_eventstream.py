@@ -8,7 +8,6 @@ decoder: whatever both accept, they must decode alike.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import itertools
 import struct
@@ -28,17 +27,11 @@ from smithy_aws_event_stream.events import Byte, EventMessage, Long, Short
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.wire.eventstream import (
     MAX_HEADERS_BYTES,
-    MAX_JSON_BYTES,
     MAX_MESSAGE_BYTES,
-    BedrockChunk,
-    BedrockError,
-    BedrockEvent,
-    BedrockException,
     EventStreamDecoder,
     EventStreamMessage,
     Header,
     HeaderType,
-    read_bedrock_message,
 )
 from tests.eventstream_frames import (
     SAMPLES,
@@ -50,7 +43,6 @@ from tests.eventstream_frames import (
     event,
     exception,
     sample_bytes,
-    strings,
 )
 
 # ---------------------------------------------------------------- helpers
@@ -189,21 +181,6 @@ def test_sample_decodes_to_its_messages(sample: tuple[dict[str, Any], bytes]) ->
         assert {h.name: h.value for h in message.headers} == expected["headers"]
         assert [h.type for h in message.headers] == [HeaderType.STRING] * len(message.headers)
         assert orjson.loads(message.payload) == expected["payload"]
-
-
-def test_sample_means_what_bedrock_means(sample: tuple[dict[str, Any], bytes]) -> None:
-    description, wire = sample
-    for message, expected in zip(decode(wire), description["messages"], strict=True):
-        meaning = read_bedrock_message(message)
-        headers, payload = expected["headers"], expected["payload"]
-        if "anthropic_event" in expected:
-            assert isinstance(meaning, BedrockChunk)
-            assert meaning.event == expected["anthropic_event"]
-            assert orjson.loads(meaning.data) == expected["anthropic_event"]
-        elif headers[":message-type"] == "event":
-            assert meaning == BedrockEvent(headers[":event-type"], payload)
-        else:
-            assert meaning == BedrockException(headers[":exception-type"], payload)
 
 
 def test_sample_in_every_split_and_byte_by_byte(sample: tuple[dict[str, Any], bytes]) -> None:
@@ -647,181 +624,3 @@ def test_message_refuses_repeated_names() -> None:
             (Header("a", HeaderType.BOOL_TRUE, True), Header("a", HeaderType.BOOL_FALSE, False)),
             b"",
         )
-
-
-# ---------------------------------------------------------------- what Bedrock means
-
-
-def only(wire: bytes) -> EventStreamMessage:
-    [message] = decode(wire)
-    return message
-
-
-def test_bedrock_event() -> None:
-    wire = event("messageStop", b'{"stopReason":"end_turn","p":"abc"}')
-    assert read_bedrock_message(only(wire)) == BedrockEvent(
-        "messageStop", {"stopReason": "end_turn", "p": "abc"}
-    )
-
-
-def test_bedrock_chunk_unwraps_the_anthropic_event() -> None:
-    inner = {"type": "message_stop", "amazon-bedrock-invocationMetrics": {"inputTokenCount": 3}}
-    meaning = read_bedrock_message(only(chunk(inner, pad=10)))
-    assert meaning == BedrockChunk(orjson.dumps(inner).decode(), inner)
-
-
-def test_bedrock_exception_and_error() -> None:
-    wire = exception("throttlingException", b'{"message":"slow"}')
-    assert read_bedrock_message(only(wire)) == BedrockException(
-        "throttlingException", {"message": "slow"}
-    )
-    assert read_bedrock_message(only(exception("internalServerException", b""))) == (
-        BedrockException("internalServerException", None)
-    )
-    error = strings([(":message-type", "error"), (":error-code", "InternalFailure")])
-    assert read_bedrock_message(only(encode_message(error))) == BedrockError(
-        "InternalFailure", None
-    )
-    error.append(Header(":error-message", HeaderType.STRING, "try later"))
-    assert read_bedrock_message(only(encode_message(error))) == BedrockError(
-        "InternalFailure", "try later"
-    )
-
-
-def test_bedrock_payload_bound() -> None:
-    body = b'{"t":"' + b"x" * (100 - 8) + b'"}'
-    assert len(body) == 100
-    assert read_bedrock_message(only(event("e", body)), max_json_bytes=100) == BedrockEvent(
-        "e", {"t": "x" * 92}
-    )
-    with pytest.raises(UpstreamProtocolError) as caught:
-        read_bedrock_message(only(event("e", body)), max_json_bytes=99)
-    assert str(caught.value) == "the Bedrock event stream has a payload longer than 99 bytes"
-    big = b'{"t":"' + b"x" * MAX_JSON_BYTES + b'"}'
-    with pytest.raises(UpstreamProtocolError):
-        read_bedrock_message(only(event("e", big)))
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-BAD_BEDROCK = [
-    pytest.param(
-        encode_message(strings([(":event-type", "chunk")]), b"{}"),
-        "the Bedrock event stream has a message without a type",
-        id="no-message-type",
-    ),
-    pytest.param(
-        encode_message([Header(":message-type", HeaderType.INTEGER, 1)], b"{}"),
-        "the Bedrock event stream has a :message-type header that is not text",
-        id="message-type-not-text",
-    ),
-    pytest.param(
-        encode_message(strings([(":message-type", "SECRET-CANARY")]), b"{}"),
-        "the Bedrock event stream has a message of an unknown type",
-        id="unknown-message-type",
-    ),
-    pytest.param(
-        encode_message(strings([(":message-type", "event")]), b"{}"),
-        "the Bedrock event stream has a message without :event-type",
-        id="no-event-type",
-    ),
-    pytest.param(
-        encode_message(strings([(":message-type", "event"), (":event-type", "")]), b"{}"),
-        "the Bedrock event stream has a message without :event-type",
-        id="empty-event-type",
-    ),
-    pytest.param(
-        encode_message(
-            [*strings([(":message-type", "event")]), Header(":event-type", HeaderType.BYTE, 1)]
-        ),
-        "the Bedrock event stream has a :event-type header that is not text",
-        id="event-type-not-text",
-    ),
-    pytest.param(
-        encode_message(strings([(":message-type", "exception")]), b"{}"),
-        "the Bedrock event stream has a message without :exception-type",
-        id="no-exception-type",
-    ),
-    pytest.param(
-        encode_message(strings([(":message-type", "error")])),
-        "the Bedrock event stream has a message without :error-code",
-        id="no-error-code",
-    ),
-    pytest.param(
-        event("messageStart", b'{"SECRET-CANARY": '),
-        "the Bedrock event stream has a payload that is not a JSON object",
-        id="payload-not-json",
-    ),
-    pytest.param(
-        event("messageStart", b'["SECRET-CANARY"]'),
-        "the Bedrock event stream has a payload that is not a JSON object",
-        id="payload-array",
-    ),
-    pytest.param(
-        event("messageStart", b""),
-        "the Bedrock event stream has a payload that is not a JSON object",
-        id="event-payload-empty",
-    ),
-    pytest.param(
-        exception("throttlingException", b"SECRET-CANARY"),
-        "the Bedrock event stream has a payload that is not a JSON object",
-        id="exception-payload-not-json",
-    ),
-    pytest.param(
-        event("chunk", b'{"p":"abc"}'),
-        "the Bedrock event stream has a chunk without a 'bytes' text",
-        id="chunk-without-bytes",
-    ),
-    pytest.param(
-        event("chunk", b'{"bytes":["SECRET-CANARY"]}'),
-        "the Bedrock event stream has a chunk without a 'bytes' text",
-        id="chunk-bytes-not-text",
-    ),
-    pytest.param(
-        event("chunk", b'{"bytes":"SECRET-CANARY!"}'),
-        "the Bedrock event stream has a chunk whose 'bytes' is not base64 of UTF-8 text",
-        id="chunk-not-base64",
-    ),
-    pytest.param(
-        event("chunk", b'{"bytes":"eyJ9"}'[:-3] + b'"}'),
-        "the Bedrock event stream has a chunk whose 'bytes' is not base64 of UTF-8 text",
-        id="chunk-bad-padding",
-    ),
-    pytest.param(
-        event("chunk", orjson.dumps({"bytes": "!" + b64(b'{"t":1}')})),
-        "the Bedrock event stream has a chunk whose 'bytes' is not base64 of UTF-8 text",
-        id="chunk-stray-character",  # a lenient decoder would skip it and accept the rest
-    ),
-    pytest.param(
-        event("chunk", orjson.dumps({"bytes": "\u00e9\u00e9\u00e9\u00e9"})),
-        "the Bedrock event stream has a chunk whose 'bytes' is not base64 of UTF-8 text",
-        id="chunk-not-ascii",
-    ),
-    pytest.param(
-        event("chunk", orjson.dumps({"bytes": b64(b'{"t":"\xff"}')})),
-        "the Bedrock event stream has a chunk whose 'bytes' is not base64 of UTF-8 text",
-        id="chunk-not-utf8",
-    ),
-    pytest.param(
-        event("chunk", orjson.dumps({"bytes": b64(b'"SECRET-CANARY"')})),
-        "the Bedrock event stream has a payload that is not a JSON object",
-        id="chunk-not-object",
-    ),
-]
-
-
-@pytest.mark.parametrize(("wire", "text"), BAD_BEDROCK)
-def test_bedrock_refusals_have_fixed_text(wire: bytes, text: str) -> None:
-    with pytest.raises(UpstreamProtocolError) as caught:
-        read_bedrock_message(only(wire))
-    assert str(caught.value) == text
-    assert "CANARY" not in str(caught.value)
-
-
-def test_unknown_event_types_pass_through() -> None:
-    # New Bedrock event types (a future citation delta, say) are the observer's call.
-    assert read_bedrock_message(only(event("citationDelta", b"{}"))) == BedrockEvent(
-        "citationDelta", {}
-    )

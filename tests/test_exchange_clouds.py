@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.apis.bedrock_stream import BedrockStreamDecoder
+from modeltap.apis.bedrock_converse.stream import BedrockStreamDecoder
 from modeltap.core.exchange import Exchange
 from modeltap.core.gate import SESSION_HEADER, RequestHead, audit_body, take_session
 from modeltap.core.notices import Forward

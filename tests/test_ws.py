@@ -1,4 +1,5 @@
-"""Tests of modeltap.apis.responses_ws: client message validation and server event routing."""
+"""Tests of modeltap.apis.openai_responses.websocket: client message validation
+and server event routing."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import orjson
 import pytest
 
 from modeltap.apis.openai_responses import audit_request
-from modeltap.apis.responses_ws import (
+from modeltap.apis.openai_responses.websocket import (
     Control,
     Create,
     Finished,

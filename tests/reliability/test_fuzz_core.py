@@ -32,7 +32,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from modeltap.apis import anthropic_messages, json_body, openai_chat, openai_responses
-from modeltap.apis.responses_ws import (
+from modeltap.apis.bedrock_converse.stream import (
+    BedrockChunk,
+    BedrockError,
+    BedrockEvent,
+    BedrockException,
+    read_bedrock_message,
+)
+from modeltap.apis.openai_responses.websocket import (
     Control,
     Create,
     ServerEventObserver,
@@ -46,17 +53,7 @@ from modeltap.report import report
 from modeltap.rules.errors import RULES, Rejected, UpstreamProtocolError
 from modeltap.rules.routing import Route, RouteError, parse_route_spec
 from modeltap.wire.decoding import StreamDecompressor, decode_body
-from modeltap.wire.eventstream import (
-    BedrockChunk,
-    BedrockError,
-    BedrockEvent,
-    BedrockException,
-    EventStreamDecoder,
-    EventStreamMessage,
-    Header,
-    HeaderType,
-    read_bedrock_message,
-)
+from modeltap.wire.eventstream import EventStreamDecoder, EventStreamMessage, Header, HeaderType
 from modeltap.wire.sse import SSEDecoder, SSEEvent
 from tests.eventstream_frames import damage, decode_frames, encode_message, encode_raw
 from tests.reliability.strategies import (

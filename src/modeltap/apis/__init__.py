@@ -1,10 +1,10 @@
-"""The wire APIs modeltap audits: one registry, and dispatch to their pure modules.
+"""The wire APIs modeltap audits: one registry, and dispatch to their pure packages.
 
-Each wire API is one module of this package meeting
+Each wire API is one package of this package meeting
 :class:`~modeltap.apis.contract.WireApi`: request audit and refusals, response
 and stream observation, its identity (record name, endpoint, provider), and
 what telemetry reads from its bodies (content and settings). :data:`APIS` is
-the registry: adding an API is writing its module and adding it there;
+the registry: adding an API is writing its package and adding it there;
 nothing outside ``apis/`` changes. The pieces the modules share are
 :mod:`~modeltap.apis.json_body` (parsing, duplicate keys, payload eliding),
 :mod:`~modeltap.apis.fields` (field readers) and
@@ -43,7 +43,7 @@ from modeltap.rules.errors import Rejected, Rule
 from modeltap.rules.routing import Route, decoded_path, routed_path, split_target
 
 #: Every wire API, in the order endpoints are matched. Adding an API is adding
-#: its module here (mypy checks it against :class:`WireApi`).
+#: its package here (mypy checks it against :class:`WireApi`).
 APIS: Final[tuple[WireApi, ...]] = (
     openai_chat,
     openai_responses,

@@ -1,13 +1,14 @@
-"""What every wire API module offers: the contract the glue and telemetry rely on.
+"""What every wire API package offers: the contract the glue and telemetry rely on.
 
-A wire API is one plain module of this package (``openai_chat``,
-``openai_responses``, ``anthropic_messages``, ``bedrock_converse``, ``gemini``). The
-registry in
-:mod:`modeltap.apis` lists the modules as :class:`WireApi` values, so mypy
-checks every module against this contract; nothing outside ``apis/`` reads a
-request or response body by key. A new wire is a new module meeting
-:class:`WireApi`, its entry in the registry, and its samples in
-``tests/data/<api>/``.
+A wire API is one package of :mod:`modeltap.apis` (``openai_chat``,
+``openai_responses``, ``anthropic_messages``, ``bedrock_converse``,
+``gemini``), split the same way: its identity in ``__init__``, the request
+side in ``audit``, the response side in ``observe``, what telemetry reads in
+``content``. The registry in :mod:`modeltap.apis` lists the packages as
+:class:`WireApi` values, so mypy checks every one against this contract;
+nothing outside ``apis/`` reads a request or response body by key. A new
+wire is a new package meeting :class:`WireApi`, its entry in the registry,
+and its samples in ``tests/data/<api>/``.
 
 What a module offers, in three groups:
 

@@ -6,7 +6,7 @@
   buffer a stream: every chunk goes on to the agent unchanged, as it arrives;
   a copy goes through the content decoding, the SSE decoder (or, for
   Bedrock's binary ``application/vnd.amazon.eventstream``,
-  :class:`~modeltap.apis.bedrock_stream.BedrockStreamDecoder`, which yields the same
+  :class:`~modeltap.apis.bedrock_converse.stream.BedrockStreamDecoder`, which yields the same
   events, or for Gemini's JSON-array stream,
   :class:`~modeltap.wire.json_array.JsonArrayDecoder`) and the API's stream
   observer. When the copy cannot be decoded, observing stops, never
@@ -23,8 +23,9 @@ from typing import Any, Final
 import orjson
 
 from modeltap import apis
-from modeltap.apis.bedrock_stream import BedrockStreamDecoder, is_bedrock, is_eventstream
-from modeltap.apis.bedrock_stream import with_response_headers as bedrock_headers
+from modeltap.apis.bedrock_converse.runtime import is_bedrock
+from modeltap.apis.bedrock_converse.runtime import with_response_headers as bedrock_headers
+from modeltap.apis.bedrock_converse.stream import BedrockStreamDecoder, is_eventstream
 from modeltap.evidence.records import API_GEMINI, RequestFacts, ResponseFacts
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.rules.routing import Route
@@ -89,7 +90,7 @@ def with_header_facts(
 
     Only Bedrock's headers say more: Converse bodies name no id
     (``x-amzn-RequestId`` does), InvokeModel reports its metrics in headers
-    (:func:`modeltap.apis.bedrock_stream.with_response_headers`).
+    (:func:`modeltap.apis.bedrock_converse.runtime.with_response_headers`).
 
     Args:
         facts: what the body or stream showed.

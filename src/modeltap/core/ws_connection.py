@@ -4,8 +4,8 @@ The WebSocket addon hands every message here; a client's ``response.create``
 is audited like an HTTP request (one audit line, a *turn*), a control
 message is logged, anything else is refused (the connection stays usable);
 the server's events are routed to the turns they answer
-(:class:`~modeltap.apis.responses_ws.ServerEventObserver`), and each turn ends with its
-response event. Nothing here imports mitmproxy or OpenTelemetry.
+(:class:`~modeltap.apis.openai_responses.websocket.ServerEventObserver`), and
+each turn ends with its response event. Nothing here imports mitmproxy or OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Literal
 import orjson
 
 from modeltap import apis
-from modeltap.apis.responses_ws import (
+from modeltap.apis.openai_responses.websocket import (
     Control,
     ServerEventObserver,
     classify_client_message,

@@ -86,7 +86,7 @@ def _head(status: int, headers: dict[str, str], framing: str) -> bytes:
 
 def _ws_error(code: str, message: str) -> bytes:
     """The error event a replayed WebSocket gets instead of a recorded answer
-    (the shape of :func:`modeltap.apis.responses_ws.rejection_event`)."""
+    (the shape of :func:`modeltap.apis.openai_responses.websocket.rejection_event`)."""
     return orjson.dumps(
         {
             "type": "error",

@@ -15,7 +15,9 @@ value's shape set by the type (:class:`HeaderType`).
 :class:`EventStreamDecoder` is fed bytes as they arrive, split anywhere, and
 hands back whole, checksum-checked :class:`EventStreamMessage` objects, in the
 style of websockets' protocol objects and :class:`~modeltap.wire.sse.SSEDecoder`.
-:func:`read_bedrock_message` then says what Bedrock means by one message.
+This is the framing only: what Bedrock means by a message (an event, a
+chunk wrapping an Anthropic event, an exception) is
+:mod:`modeltap.apis.bedrock_converse.stream`'s.
 
 We write the decoder ourselves because the libraries do not fit a byte-fed,
 bounded, fail-closed object. botocore's ``EventStreamBuffer`` comes closest
@@ -27,16 +29,10 @@ it is given, has no end-of-stream check, accepts some malformed frames (a
 from the wire in its messages; and botocore is a large dependency the core
 does not otherwise need. smithy-aws-event-stream pulls from a reader
 (``read(n)``) instead of being fed. Both serve as cross-checks in the tests.
-
-Why ~600 lines in one module: the framing, its checks and its error texts are
-one small state machine; half of the length is the docstrings that quote the
-format's rules.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
 import struct
 import uuid
@@ -44,9 +40,6 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
-import orjson
-
-from modeltap.evidence.records import Json
 from modeltap.rules.errors import UpstreamProtocolError
 
 #: Default bound on one message's total length. It is the limit of AWS's own
@@ -492,169 +485,3 @@ def _parse_headers(block: bytes) -> tuple[Header, ...]:
     except UnicodeDecodeError:
         raise UpstreamProtocolError(_NOT_UTF8) from None
     return tuple(headers)
-
-
-# --------------------------------------------------------------------------
-# What Bedrock means by a message
-
-
-#: Bound on the JSON payload of one Bedrock message. Bedrock's events are a
-#: few hundred bytes (a delta, a stop reason, usage), the largest real ones
-#: tens of KiB; once parsed, JSON can take over twenty times its size in
-#: Python objects (``[{},{},...]``), so one event is kept well below the
-#: 16 MiB frame bound.
-MAX_JSON_BYTES: Final = 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class BedrockEvent:
-    """A ``:message-type: event`` message other than ``chunk``.
-
-    ConverseStream sends ``messageStart``, ``contentBlockStart``,
-    ``contentBlockDelta``, ``contentBlockStop``, ``messageStop`` and
-    ``metadata`` (usage and metrics); other types are passed on as they come.
-    """
-
-    event_type: str  #: the ``:event-type`` header
-    body: Json  #: the payload, a JSON object (Bedrock's ``p`` padding included)
-
-
-@dataclass(frozen=True, slots=True)
-class BedrockChunk:
-    """An InvokeModelWithResponseStream ``chunk``: one Anthropic streaming event.
-
-    The payload is ``{"bytes": <base64>, "p": <padding>}``; the base64 holds
-    the JSON of the Anthropic event (``message_start`` ... ``message_stop``,
-    whose ``amazon-bedrock-invocationMetrics`` Bedrock adds).
-    """
-
-    data: str  #: the Anthropic event's JSON text, as an SSE ``data:`` line would carry it
-    event: Json  #: that JSON, parsed (always an object)
-
-
-@dataclass(frozen=True, slots=True)
-class BedrockException:
-    """A ``:message-type: exception`` message: a modelled error ending the stream.
-
-    ``throttlingException``, ``modelStreamErrorException``,
-    ``internalServerException``, ``validationException``, ... Its ``body``
-    (usually ``{"message": ...}``) is the provider's text: never copy it into
-    a record or an error.
-    """
-
-    exception_type: str  #: the ``:exception-type`` header
-    body: Json | None  #: the JSON object payload, or None when the payload is empty
-
-
-@dataclass(frozen=True, slots=True)
-class BedrockError:
-    """A ``:message-type: error`` message: an unmodelled error ending the stream.
-
-    ``error_message`` is the provider's text: never copy it into a record or
-    an error.
-    """
-
-    error_code: str  #: the ``:error-code`` header
-    error_message: str | None  #: the ``:error-message`` header, None when absent
-
-
-type BedrockMessage = BedrockEvent | BedrockChunk | BedrockException | BedrockError
-
-
-def read_bedrock_message(
-    message: EventStreamMessage, *, max_json_bytes: int = MAX_JSON_BYTES
-) -> BedrockMessage:
-    """Say what Bedrock means by one decoded event stream message.
-
-    Pure: the message's ``:message-type`` decides. An ``event`` needs an
-    ``:event-type`` and a JSON object payload; a ``chunk`` event is unwrapped
-    to the Anthropic event its ``bytes`` field carries. An ``exception`` needs
-    an ``:exception-type`` (its payload, if any, a JSON object); an ``error``
-    an ``:error-code``. ``:content-type`` is not consulted (Bedrock's is always
-    ``application/json``).
-
-    Args:
-        message: a message from :class:`EventStreamDecoder`.
-        max_json_bytes: the largest payload parsed as JSON (1 MiB by default).
-
-    Returns:
-        A :class:`BedrockEvent`, :class:`BedrockChunk`,
-        :class:`BedrockException` or :class:`BedrockError`.
-
-    Raises:
-        UpstreamProtocolError: (fixed text, nothing from the message) if a
-            header it needs is missing or not a string, the message type is
-            unknown, the payload is longer than ``max_json_bytes`` or not a
-            JSON object, or a chunk's ``bytes`` is missing, not base64, or
-            does not hold a UTF-8 JSON object.
-    """
-    kind = _string_header(message, ":message-type")
-    if kind == "event":
-        event_type = _required(message, ":event-type")
-        body = _json_object(message.payload, max_json_bytes)
-        if event_type == "chunk":
-            return _chunk(body, max_json_bytes)
-        return BedrockEvent(event_type, body)
-    if kind == "exception":
-        exception_type = _required(message, ":exception-type")
-        payload = message.payload
-        return BedrockException(
-            exception_type, _json_object(payload, max_json_bytes) if payload else None
-        )
-    if kind == "error":
-        return BedrockError(
-            _required(message, ":error-code"), _string_header(message, ":error-message")
-        )
-    if kind is None:
-        raise UpstreamProtocolError("the Bedrock event stream has a message without a type")
-    raise UpstreamProtocolError("the Bedrock event stream has a message of an unknown type")
-
-
-def _string_header(message: EventStreamMessage, name: str) -> str | None:
-    """A header that must be a string when present (``name`` is modeltap's own)."""
-    value = message.get(name)
-    if value is None or isinstance(value, str):
-        return value
-    raise UpstreamProtocolError(f"the Bedrock event stream has a {name} header that is not text")
-
-
-def _required(message: EventStreamMessage, name: str) -> str:
-    """A string header the message type requires (``name`` is modeltap's own)."""
-    value = _string_header(message, name)
-    if not value:
-        raise UpstreamProtocolError(f"the Bedrock event stream has a message without {name}")
-    return value
-
-
-def _json_object(payload: bytes, limit: int) -> Json:
-    """Parse a payload that must be a JSON object of at most ``limit`` bytes."""
-    if len(payload) > limit:
-        raise UpstreamProtocolError(
-            f"the Bedrock event stream has a payload longer than {limit} bytes"
-        )
-    try:
-        value = orjson.loads(payload)
-    except orjson.JSONDecodeError:
-        value = None
-    if not isinstance(value, dict):
-        raise UpstreamProtocolError(
-            "the Bedrock event stream has a payload that is not a JSON object"
-        )
-    return value
-
-
-def _chunk(body: Json, limit: int) -> BedrockChunk:
-    """Unwrap an InvokeModelWithResponseStream chunk's base64 Anthropic event."""
-    encoded = body.get("bytes")
-    if not isinstance(encoded, str):
-        raise UpstreamProtocolError("the Bedrock event stream has a chunk without a 'bytes' text")
-    try:
-        raw = base64.b64decode(encoded, validate=True)
-        text = raw.decode("utf-8")
-    except (binascii.Error, ValueError):
-        raise UpstreamProtocolError(
-            "the Bedrock event stream has a chunk whose 'bytes' is not base64 of UTF-8 text"
-        ) from None
-    # The decoded text is shorter than its base64, so it is within the limit.
-    event = _json_object(raw, limit)
-    return BedrockChunk(text, event)

@@ -30,8 +30,13 @@ from typing import Literal
 
 import orjson
 
-from modeltap.apis import openai_responses
 from modeltap.apis.json_body import parse_json_object
+from modeltap.apis.openai_responses.audit import (
+    audit_request,
+    continues_server_state,
+    unstated_settings,
+)
+from modeltap.apis.openai_responses.observe import StreamObserver
 from modeltap.evidence.records import Json, RequestFacts, ResponseFacts
 from modeltap.rules.errors import Rejected, Rule
 
@@ -135,12 +140,12 @@ def _audit_create(message: Json, policy: WsPolicy) -> RequestFacts:
         raise Rejected(Rule.WS_MISSING_INPUT)
     if (
         policy.continuation == "explicit"
-        and openai_responses.continues_server_state(body)
-        and (openai_responses.unstated_settings(body) or body.get("model") is None)
+        and continues_server_state(body)
+        and (unstated_settings(body) or body.get("model") is None)
     ):
         raise Rejected(Rule.WS_IMPLICIT_CONTINUATION)
     # Under as-sent, audit_request records the unstated settings as omitted.
-    facts = openai_responses.audit_request(body)
+    facts = audit_request(body)
     return dataclasses.replace(facts, stream=True)
 
 
@@ -197,7 +202,7 @@ class _Expected:
 
     def __init__(self, seq: int, facts: RequestFacts, capture_content: bool) -> None:
         self.seq = seq
-        self.observer = openai_responses.StreamObserver(facts, capture_content=capture_content)
+        self.observer = StreamObserver(facts, capture_content=capture_content)
         self.output_seen = False
 
 

@@ -1,0 +1,77 @@
+"""Anthropic Messages (``POST .../messages``): one wire, one package.
+
+The same wire runs on the clouds without a body ``model``: Bedrock's
+InvokeModel and InvokeModelWithResponseStream (``/model/{modelId}/invoke``,
+``/invoke-with-response-stream``) and Vertex's ``:rawPredict`` and
+``:streamRawPredict``; the path names the model and, for the stream forms,
+the stream. This one package reads it wherever it runs. Bedrock's streams
+arrive as binary event streams whose chunks are these same events
+(:mod:`modeltap.apis.bedrock_converse.stream`).
+
+The package meets :class:`~modeltap.apis.contract.WireApi`: its identity and
+endpoints here, the request side in :mod:`~modeltap.apis.anthropic_messages.audit`,
+the response side in :mod:`~modeltap.apis.anthropic_messages.observe`, and
+what telemetry reads in :mod:`~modeltap.apis.anthropic_messages.content`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from modeltap.apis import cloud_paths
+from modeltap.apis.anthropic_messages.audit import audit_request, set_image_detail
+from modeltap.apis.anthropic_messages.content import (
+    FINISH_REASONS,
+    request_content,
+    request_settings,
+    response_content,
+    usage_totals,
+)
+from modeltap.apis.anthropic_messages.observe import BEDROCK_METRICS, StreamObserver, observe_json
+from modeltap.apis.contract import EndpointMatch, match_suffix
+from modeltap.evidence.records import API_ANTHROPIC
+
+NAME: Final = API_ANTHROPIC
+ENDPOINT: Final = "/messages"
+PROVIDER: Final = "anthropic"
+OPENAI_API_TYPE: Final = None
+#: ``input_tokens``, ``output_tokens``, ``cache_read_input_tokens``,
+#: ``cache_creation_input_tokens``; Messages reports no total (it is the sum of
+#: the four) and no reasoning count (thinking is inside ``output_tokens``).
+REPORTED_USAGE: Final = frozenset(
+    {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
+)
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`),
+    or a cloud's path carrying Messages bodies without ``model``: Bedrock's
+    ``/model/{modelId}/invoke`` and ``/invoke-with-response-stream``
+    (:func:`~modeltap.apis.cloud_paths.bedrock_invoke`), Vertex's
+    ``…/publishers/anthropic/models/{model}:rawPredict`` and
+    ``:streamRawPredict`` (:func:`~modeltap.apis.cloud_paths.vertex_anthropic`)."""
+    return (
+        cloud_paths.bedrock_invoke(path, NAME)
+        or cloud_paths.vertex_anthropic(path, NAME)
+        or match_suffix(path, ENDPOINT, NAME)
+    )
+
+
+__all__ = [
+    "BEDROCK_METRICS",
+    "ENDPOINT",
+    "FINISH_REASONS",
+    "NAME",
+    "OPENAI_API_TYPE",
+    "PROVIDER",
+    "REPORTED_USAGE",
+    "StreamObserver",
+    "audit_request",
+    "match_endpoint",
+    "observe_json",
+    "request_content",
+    "request_settings",
+    "response_content",
+    "set_image_detail",
+    "usage_totals",
+]

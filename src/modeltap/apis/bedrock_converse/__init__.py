@@ -1,0 +1,65 @@
+"""AWS Bedrock: its own wire, Converse (``POST /model/{modelId}/converse |
+converse-stream``), and what Bedrock Runtime adds to every wire it carries.
+
+Converse is Bedrock's own wire, one shape for every model family; the model
+is the path's (the body has none). The package meets
+:class:`~modeltap.apis.contract.WireApi`: its identity and endpoint here, the
+request side in :mod:`~modeltap.apis.bedrock_converse.audit`, the response
+side in :mod:`~modeltap.apis.bedrock_converse.observe`, what telemetry reads
+in :mod:`~modeltap.apis.bedrock_converse.content`. What Bedrock Runtime does
+alike for Converse and for the Anthropic Messages it runs on InvokeModel is
+here too: the meaning of its binary event streams
+(:mod:`~modeltap.apis.bedrock_converse.stream`; their framing is
+:mod:`modeltap.wire.eventstream`'s) and the facts its response headers carry
+(:mod:`~modeltap.apis.bedrock_converse.runtime`).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from modeltap.apis import cloud_paths
+from modeltap.apis.bedrock_converse.audit import audit_request, set_image_detail
+from modeltap.apis.bedrock_converse.content import (
+    FINISH_REASONS,
+    request_content,
+    request_settings,
+    response_content,
+    usage_totals,
+)
+from modeltap.apis.bedrock_converse.observe import StreamObserver, observe_json
+from modeltap.apis.contract import EndpointMatch
+from modeltap.evidence.records import API_BEDROCK_CONVERSE
+
+NAME: Final = API_BEDROCK_CONVERSE
+PROVIDER: Final = "aws.bedrock"
+OPENAI_API_TYPE: Final = None
+#: ``inputTokens``, ``outputTokens``, ``totalTokens``, on every response.
+#: ``cacheReadInputTokens`` / ``cacheWriteInputTokens`` come only when prompt
+#: caching is in play, and Converse has no reasoning count: their absence says
+#: nothing about completeness.
+REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match ``/model/{modelId}/converse`` and ``/converse-stream`` (see
+    :func:`~modeltap.apis.cloud_paths.bedrock_converse`)."""
+    return cloud_paths.bedrock_converse(path, NAME)
+
+
+__all__ = [
+    "FINISH_REASONS",
+    "NAME",
+    "OPENAI_API_TYPE",
+    "PROVIDER",
+    "REPORTED_USAGE",
+    "StreamObserver",
+    "audit_request",
+    "match_endpoint",
+    "observe_json",
+    "request_content",
+    "request_settings",
+    "response_content",
+    "set_image_detail",
+    "usage_totals",
+]

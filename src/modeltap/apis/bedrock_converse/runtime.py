@@ -1,0 +1,78 @@
+"""What Bedrock Runtime says outside a wire's bodies, whatever wire it carries.
+
+Non-streamed answers carry facts in headers (:func:`with_response_headers`):
+the request id (``x-amzn-RequestId``: Converse bodies have no id) and
+InvokeModel's invocation metrics. (A stream's metrics, in its last chunk, are
+the Anthropic observer's to read: :mod:`modeltap.apis.anthropic_messages.observe`.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from modeltap.evidence.records import (
+    API_BEDROCK_CONVERSE,
+    MAX_ID_CHARS,
+    InvocationMetrics,
+    ResponseFacts,
+)
+
+#: Response headers of InvokeModel: its invocation metrics, and the request id.
+HEADER_LATENCY = "x-amzn-bedrock-invocation-latency"
+HEADER_INPUT = "x-amzn-bedrock-input-token-count"
+HEADER_OUTPUT = "x-amzn-bedrock-output-token-count"
+HEADER_REQUEST_ID = "x-amzn-requestid"
+
+
+def is_bedrock(api: str | None, provider: str | None) -> bool:
+    """Whether an exchange's answer is Bedrock's, whose headers say more (see
+    :func:`with_response_headers`): a Converse request, or any on a route to
+    Bedrock (InvokeModel speaks the Anthropic wire there).
+
+    Args:
+        api: the record's ``api``, if any.
+        provider: the route's provider, if known.
+    """
+    return api == API_BEDROCK_CONVERSE or provider == "aws.bedrock"
+
+
+def _header_count(value: str | None) -> int | None:
+    """A header holding a whole number, else ``None`` (unknown)."""
+    if value is None or not value.strip().isdigit() or len(value) > 18:
+        return None
+    return int(value)
+
+
+def with_response_headers(
+    facts: ResponseFacts, header: Callable[[str], str | None]
+) -> ResponseFacts:
+    """Add what Bedrock's response headers say to an observed response.
+
+    The request id (``x-amzn-RequestId``) is the response id when the body
+    named none (Converse); InvokeModel's invocation metrics
+    (``X-Amzn-Bedrock-Invocation-Latency``, ``-Input-Token-Count``,
+    ``-Output-Token-Count``) are its metrics when the body reported none.
+    Facts the body gave are kept. Headers of other providers change nothing.
+
+    Args:
+        facts: what the body (or stream) showed.
+        header: the response header of a (lower-case) name, or ``None``.
+
+    Returns:
+        The facts with the headers' additions.
+    """
+    changes: dict[str, Any] = {}
+    request_id = header(HEADER_REQUEST_ID)
+    if facts.response_id is None and request_id and len(request_id) <= MAX_ID_CHARS:
+        changes["response_id"] = request_id
+    if facts.invocation_metrics is None:
+        metrics = InvocationMetrics(
+            input_tokens=_header_count(header(HEADER_INPUT)),
+            output_tokens=_header_count(header(HEADER_OUTPUT)),
+            latency_ms=_header_count(header(HEADER_LATENCY)),
+        )
+        if metrics != InvocationMetrics():
+            changes["invocation_metrics"] = metrics
+    return dataclasses.replace(facts, **changes) if changes else facts

@@ -1,0 +1,105 @@
+"""Gemini ``generateContent`` (``gemini.generate_content``): one wire, one package.
+
+Endpoints (SPEC section 2, "More wires"): a POST whose last path segment ends
+in ``:generateContent`` or ``:streamGenerateContent`` (the custom-method
+form of Google's APIs), under any prefix: the Developer API
+(``/v1[beta]/models/{model}:…``), Vertex AI
+(``/v1*/projects/{p}/locations/{l}/publishers/google/models/{model}:…`` and
+the express form ``/v1*/publishers/google/models/{model}:…``, provider
+``gcp.vertex_ai``), tuned models and endpoints (``tunedModels/{m}``,
+``endpoints/{e}``: the model is that resource name), and Gemini CLI's Code
+Assist wrapper (``/v1internal:generateContent``, no model in the path).
+The model named by the path is what the upstream serves; the path also
+says whether a stream is asked for (``:streamGenerateContent``).
+``:countTokens`` and Code Assist's other methods are not model requests.
+
+The package meets :class:`~modeltap.apis.contract.WireApi`: its identity and
+endpoint here, both spellings of its keys in :mod:`~modeltap.apis.gemini.spelling`,
+the request side (two body forms) in :mod:`~modeltap.apis.gemini.audit`,
+the response side (three framings) in :mod:`~modeltap.apis.gemini.observe`,
+and what telemetry reads in :mod:`~modeltap.apis.gemini.content`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from modeltap.apis.contract import EndpointMatch
+from modeltap.apis.gemini.audit import audit_request, set_image_detail
+from modeltap.apis.gemini.content import (
+    request_content,
+    request_settings,
+    response_content,
+    usage_totals,
+)
+from modeltap.apis.gemini.observe import FINISH_REASONS, StreamObserver, observe_json, unwrap
+from modeltap.evidence.records import API_GEMINI
+
+NAME: Final = API_GEMINI
+PROVIDER: Final = "gcp.gemini"
+#: The provider of Vertex AI's paths (``…/publishers/…``, ``…/projects/…/locations/…``).
+VERTEX_PROVIDER: Final = "gcp.vertex_ai"
+OPENAI_API_TYPE: Final = None
+#: ``usageMetadata``'s ``promptTokenCount``, ``candidatesTokenCount`` and
+#: ``totalTokenCount``. ``cachedContentTokenCount`` comes only with cached
+#: content and ``thoughtsTokenCount`` only from thinking models, and Gemini has
+#: no cache-write count: their absence says nothing about completeness.
+REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+
+#: The model-running methods, lower case, and whether each streams.
+_METHODS: Final = {"generatecontent": False, "streamgeneratecontent": True}
+#: A version segment (``v1``, ``v1beta``, ``v1internal``): a method on it names no model.
+_VERSION: Final = re.compile(r"v\d+[a-z0-9]*", re.IGNORECASE)
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match ``…/{resource}:generateContent`` or ``:streamGenerateContent``.
+
+    The model is the segment after the last ``models`` (several segments when
+    a decoded ``%2F`` split it; ``tunedModels/{m}`` keeps its collection), else
+    the last ``{collection}/{id}`` pair; a method on a version segment
+    (``/v1internal:generateContent``) names none (Code Assist's body does).
+    See :meth:`WireApi.match_endpoint`.
+    """
+    head, _, last = path.rpartition("/")
+    resource, colon, method = last.rpartition(":")
+    stream = _METHODS.get(method.lower()) if colon else None
+    if stream is None:
+        return None
+    names = [*head.split("/"), resource]
+    lowered = [name.lower() for name in names]
+    model: str | None
+    collections = [i for i, name in enumerate(lowered[:-1]) if name in ("models", "tunedmodels")]
+    found = collections[-1] if collections else -1
+    if found >= 0:
+        rest = "/".join(names[found + 1 :])
+        model = rest if lowered[found] == "models" or not rest else f"{names[found]}/{rest}"
+    elif _VERSION.fullmatch(resource) or not resource:
+        model = None if resource else ""
+    elif len(names) >= 2 and names[-2] and not _VERSION.fullmatch(names[-2]):
+        model = f"{names[-2]}/{resource}"
+    else:
+        model = resource
+    vertex = "publishers" in lowered or ("projects" in lowered and "locations" in lowered)
+    return EndpointMatch(NAME, model, stream, provider=VERTEX_PROVIDER if vertex else None)
+
+
+__all__ = [
+    "FINISH_REASONS",
+    "NAME",
+    "OPENAI_API_TYPE",
+    "PROVIDER",
+    "REPORTED_USAGE",
+    "VERTEX_PROVIDER",
+    "StreamObserver",
+    "audit_request",
+    "match_endpoint",
+    "observe_json",
+    "request_content",
+    "request_settings",
+    "response_content",
+    "set_image_detail",
+    "unwrap",
+    "usage_totals",
+]

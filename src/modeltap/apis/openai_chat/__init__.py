@@ -1,0 +1,65 @@
+"""OpenAI Chat Completions (``POST .../chat/completions``): one wire, one package.
+
+The package meets :class:`~modeltap.apis.contract.WireApi`: its identity and
+endpoint here, the request side in :mod:`~modeltap.apis.openai_chat.audit`
+(SPEC section 2), the response side in :mod:`~modeltap.apis.openai_chat.observe`
+(SPEC section 4: a JSON body, or a stream of ``data: {chunk}`` events ending
+in ``data: [DONE]``), and what telemetry reads in
+:mod:`~modeltap.apis.openai_chat.content`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from modeltap.apis import cloud_paths
+from modeltap.apis.contract import EndpointMatch, match_suffix
+from modeltap.apis.openai_chat.audit import audit_request, set_image_detail
+from modeltap.apis.openai_chat.content import (
+    request_content,
+    request_settings,
+    response_content,
+    usage_totals,
+)
+from modeltap.apis.openai_chat.observe import FINISH_REASONS, StreamObserver, observe_json
+from modeltap.evidence.records import API_CHAT
+
+NAME: Final = API_CHAT
+ENDPOINT: Final = "/chat/completions"
+PROVIDER: Final = "openai"
+OPENAI_API_TYPE: Final = "chat_completions"
+#: ``prompt_tokens``, ``completion_tokens``, ``total_tokens``,
+#: ``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``;
+#: chat has no field for cache writes.
+REPORTED_USAGE: Final = frozenset(
+    {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
+)
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match a path ending in :data:`ENDPOINT` (see :meth:`WireApi.match_endpoint`).
+
+    Azure OpenAI's deployment form (``/openai/deployments/{deployment}/chat/completions``)
+    names the model in the path: the deployment is what runs, whatever
+    ``model`` the body sends (:func:`~modeltap.apis.cloud_paths.azure_deployment_chat`).
+    """
+    return cloud_paths.azure_deployment_chat(path, NAME) or match_suffix(path, ENDPOINT, NAME)
+
+
+__all__ = [
+    "ENDPOINT",
+    "FINISH_REASONS",
+    "NAME",
+    "OPENAI_API_TYPE",
+    "PROVIDER",
+    "REPORTED_USAGE",
+    "StreamObserver",
+    "audit_request",
+    "match_endpoint",
+    "observe_json",
+    "request_content",
+    "request_settings",
+    "response_content",
+    "set_image_detail",
+    "usage_totals",
+]

@@ -1,0 +1,93 @@
+"""OpenAI Responses API (``POST .../responses``): one wire, one package.
+
+Pure: a request body gives :class:`~modeltap.evidence.records.RequestFacts`
+(or a :class:`~modeltap.rules.errors.Rejected`), a Response object or a
+stream of Responses events gives :class:`~modeltap.evidence.records.ResponseFacts`.
+The package meets :class:`~modeltap.apis.contract.WireApi`: its identity and
+endpoints here, what its items are in :mod:`~modeltap.apis.openai_responses.items`,
+the request side in :mod:`~modeltap.apis.openai_responses.audit`, the
+response side in :mod:`~modeltap.apis.openai_responses.observe`, what
+telemetry reads in :mod:`~modeltap.apis.openai_responses.content`, and the
+WebSocket mode (SPEC section 3), which sends the same bodies and events, in
+:mod:`~modeltap.apis.openai_responses.websocket`.
+
+``POST …/responses/compact`` (:data:`COMPACT_ENDPOINT`) takes a Responses
+body and runs the model over it: it is audited by the same rules, its match
+naming the operation ``compact``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from modeltap.apis.contract import EndpointMatch, match_suffix
+from modeltap.apis.openai_responses.audit import (
+    SERVER_STATE_FIELDS,
+    audit_request,
+    continues_server_state,
+    set_image_detail,
+    unstated_settings,
+)
+from modeltap.apis.openai_responses.content import (
+    request_content,
+    request_settings,
+    response_content,
+    usage_totals,
+)
+from modeltap.apis.openai_responses.items import FINISH_REASONS
+from modeltap.apis.openai_responses.observe import StreamObserver, observe_json
+from modeltap.evidence.records import API_RESPONSES, OPERATION_COMPACT
+
+NAME: Final = API_RESPONSES
+ENDPOINT: Final = "/responses"
+PROVIDER: Final = "openai"
+OPENAI_API_TYPE: Final = "responses"
+#: ``input_tokens``, ``output_tokens``, ``total_tokens``,
+#: ``input_tokens_details.cached_tokens``, ``output_tokens_details.reasoning_tokens``;
+#: the Responses API has no field for cache writes.
+REPORTED_USAGE: Final = frozenset(
+    {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
+)
+
+
+#: The compaction endpoint (``client.responses.compact``, Codex's context
+#: compaction): a Responses body (``model``, ``input``, ``instructions``, maybe
+#: ``tools`` and ``previous_response_id``), answered with one JSON
+#: ``response.compaction`` object; it runs the model, so it is audited.
+COMPACT_ENDPOINT: Final = "/responses/compact"
+
+
+def match_endpoint(path: str) -> EndpointMatch | None:
+    """Match a path ending in :data:`ENDPOINT`, or in :data:`COMPACT_ENDPOINT`
+    (operation ``compact``); see :meth:`WireApi.match_endpoint`.
+
+    Only the whole last segment ``compact`` after ``responses`` is the
+    compaction: ``/responses/{id}`` and ``/responses/{id}/cancel`` name a
+    stored response, not a model request, and match nothing.
+    """
+    if path.lower().endswith(COMPACT_ENDPOINT):
+        return EndpointMatch(NAME, operation=OPERATION_COMPACT)
+    return match_suffix(path, ENDPOINT, NAME)
+
+
+__all__ = [
+    "COMPACT_ENDPOINT",
+    "ENDPOINT",
+    "FINISH_REASONS",
+    "NAME",
+    "OPENAI_API_TYPE",
+    "PROVIDER",
+    "REPORTED_USAGE",
+    "SERVER_STATE_FIELDS",
+    "StreamObserver",
+    "audit_request",
+    "continues_server_state",
+    "match_endpoint",
+    "observe_json",
+    "request_content",
+    "request_settings",
+    "response_content",
+    "set_image_detail",
+    "unstated_settings",
+    "usage_totals",
+]
