@@ -27,8 +27,8 @@ from modeltap.apis.contract import (
     EndpointMatch,
 )
 from modeltap.evidence.records import MAX_ID_CHARS
-from modeltap.rules.errors import RULES, Rejected, provider_error_body, provider_error_headers
-from modeltap.rules.routing import RouteTable, error_shape_for, parse_route_spec
+from modeltap.rules.errors import RULES, Rejected
+from modeltap.rules.routing import RouteTable, parse_route_spec
 from modeltap.wire.sigv4 import Signature, find_signature
 
 CHAT, MESSAGES, CONVERSE = openai_chat.NAME, anthropic_messages.NAME, bedrock_converse.NAME
@@ -440,25 +440,26 @@ def test_regular_mode_leaves_other_hosts_and_prefers_a_named_route() -> None:
 def test_error_shapes_follow_the_wire_and_the_routes_provider(
     spec: str, api: str | None, shape: str
 ) -> None:
-    assert error_shape_for(api, parse_route_spec(spec)) == shape
+    assert apis.error_shape_for(api, parse_route_spec(spec)).name == shape
 
 
 def test_a_bedrock_refusal_is_what_boto3_reads_as_a_client_error() -> None:
     from botocore.parsers import RestJSONParser
 
     status = RULES["unsupported_body"][0]
-    body = provider_error_body(
-        "bedrock", "modeltap refused", status=status, code="modeltap_rejected"
+    body = bedrock_converse.ERROR_SHAPE.body(
+        "modeltap refused", status=status, code="modeltap_rejected"
     )
     # (botocore reads headers without regard to case.)
-    headers = {k.lower(): v for k, v in provider_error_headers("bedrock", status).items()}
+    headers = {k.lower(): v for k, v in bedrock_converse.ERROR_SHAPE.headers(status).items()}
     parsed = RestJSONParser().parse({"status_code": status, "headers": headers, "body": body}, None)
     assert parsed["Error"]["Code"] == "ValidationException"
     assert parsed["Error"]["Message"] == "modeltap refused"
-    assert provider_error_headers("bedrock", 503)["x-amzn-ErrorType"] == (
-        "ServiceUnavailableException"
+    assert (
+        bedrock_converse.ERROR_SHAPE.headers(503)["x-amzn-ErrorType"]
+        == "ServiceUnavailableException"
     )
-    assert provider_error_headers("openai", 400) == {"Content-Type": "application/json"}
+    assert openai_chat.ERROR_SHAPE.headers(400) == {"Content-Type": "application/json"}
 
 
 @pytest.mark.parametrize(

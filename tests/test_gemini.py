@@ -19,8 +19,8 @@ from modeltap.apis import gemini
 from modeltap.apis.contract import EndpointMatch
 from modeltap.app.client_env import export_lines
 from modeltap.evidence.records import RequestFacts, RequestSettings, Usage
-from modeltap.rules.errors import Rejected, provider_error_body
-from modeltap.rules.routing import RouteTable, error_shape_for, parse_upstream_url
+from modeltap.rules.errors import Rejected
+from modeltap.rules.routing import RouteTable, parse_upstream_url
 
 API = "gemini.generate_content"
 VERTEX = "gcp.vertex_ai"
@@ -523,11 +523,11 @@ def test_regular_mode_audits_every_google_provider_host() -> None:
     other_port = table.for_host("us-central1-aiplatform.googleapis.com", 8443)
     assert other_port is not None and other_port.provider == VERTEX
     assert table.for_host("example.com", 443) is None
-    assert error_shape_for(API, None) == "google"
+    assert apis.error_shape_for(API, None).name == "google"
     # A request of no known wire: the Developer API's route answers as Google
     # does; a Vertex route also carries Anthropic's wire, so the shape both read.
-    assert error_shape_for(None, developer) == "google"
-    assert error_shape_for(None, vertex) == "both"
+    assert apis.error_shape_for(None, developer).name == "google"
+    assert apis.error_shape_for(None, vertex).name == "both"
 
 
 def test_the_gemini_export_line() -> None:
@@ -562,7 +562,7 @@ def test_the_gemini_export_line() -> None:
 
 def test_googles_error_shape() -> None:
     body = orjson.loads(
-        provider_error_body("google", "modeltap refused", status=413, code="modeltap_rejected")
+        gemini.ERROR_SHAPE.body("modeltap refused", status=413, code="modeltap_rejected")
     )
     assert body == {
         "error": {

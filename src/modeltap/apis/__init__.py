@@ -25,7 +25,9 @@ from modeltap.apis import (
     unsupported,
 )
 from modeltap.apis.contract import (
+    NEUTRAL_ERRORS,
     EndpointMatch,
+    ErrorShape,
     RequestContent,
     ResponseContent,
     StreamObserver,
@@ -254,6 +256,34 @@ def provider_for(route: Route | None, api: str, path: str | None = None) -> str:
     return module_for(api).PROVIDER
 
 
+def error_shape_for(api: str | None, route: Route | None) -> ErrorShape:
+    """The error shape an agent expects when modeltap answers itself.
+
+    The wire the request speaks decides, on the route's real provider
+    (:meth:`WireApi.error_shape`: on Bedrock, InvokeModel answers Anthropic
+    requests the AWS way). A request of no known wire takes the shape of its
+    route's provider (:attr:`ErrorShape.providers`), else one that both the
+    OpenAI and the Anthropic SDKs read (:data:`~modeltap.apis.contract.NEUTRAL_ERRORS`).
+
+    Args:
+        api: the record's ``api``, or ``None`` (not a model request).
+        route: the route the request went through, or ``None``.
+
+    Returns:
+        The shape (its ``name``: ``openai``, ``anthropic``, ``bedrock``,
+        ``google`` or ``both``).
+    """
+    provider = route.provider if route is not None else None
+    module = find(api)
+    if module is not None:
+        return module.error_shape(provider)
+    for module in APIS:
+        shape = module.error_shape(provider)
+        if provider in shape.providers:
+            return shape
+    return NEUTRAL_ERRORS
+
+
 def api_for_ws_path(path: str) -> str | None:
     """Return the API a WebSocket handshake path names (see :func:`endpoint_of`)."""
     return endpoint_of(path)
@@ -331,6 +361,7 @@ def find(api: str | None) -> WireApi | None:
 __all__ = [
     "APIS",
     "EndpointMatch",
+    "ErrorShape",
     "RequestContent",
     "RequestFacts",
     "RequestSettings",
@@ -341,6 +372,7 @@ __all__ = [
     "api_for_path",
     "api_for_ws_path",
     "endpoint_of",
+    "error_shape_for",
     "find",
     "is_models_listing",
     "match_endpoint",

@@ -22,6 +22,8 @@ What a module offers, in three groups:
   and which usage counts its wire can carry (:attr:`WireApi.REPORTED_USAGE`:
   a count the wire has no field for is not "missing" when a response leaves
   it out).
+- **How it answers when modeltap answers**: the :class:`ErrorShape` its SDK
+  reads a refusal or a failure in (:meth:`WireApi.error_shape`).
 - **What telemetry needs from its bodies and counts** (spans, metrics and
   the cost estimate; never evidence): :meth:`WireApi.request_content`,
   :meth:`WireApi.response_content`, :meth:`WireApi.request_settings` and
@@ -39,8 +41,9 @@ provider's shape onto them; telemetry writes them as they are.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from modeltap.evidence.records import (
     OPERATION_CREATE,
@@ -50,6 +53,7 @@ from modeltap.evidence.records import (
     ResponseFacts,
     Usage,
 )
+from modeltap.rules.errors import neutral_error_body
 from modeltap.wire.sse import SSEEvent
 
 
@@ -154,6 +158,49 @@ def images_without_detail(body: Json, detail: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class ErrorShape:
+    """How an error answer looks to the SDK that speaks a wire.
+
+    modeltap answers in it when it answers itself (a refusal, a timeout), so
+    the SDK raises a clear error of its own kind (and may retry a 5xx).
+
+    Attributes:
+        name: what the shape is called (``openai``, ``anthropic``,
+            ``bedrock``, ``google``; ``both`` for :data:`NEUTRAL_ERRORS`).
+        write: the JSON body for ``(message, status, code)``: modeltap's own
+            message (never request content), the HTTP status, and the
+            machine-readable code (``modeltap_rejected``).
+        providers: the route providers whose SDKs read this shape whatever
+            the request: a request of no known wire on a route to one of
+            them is answered in it (:func:`modeltap.apis.error_shape_for`).
+        extra_headers: the headers the SDK reads beside the body, by status,
+            for a shape whose body does not say it all (AWS's
+            ``x-amzn-ErrorType``); ``None`` for none.
+    """
+
+    name: str
+    write: Callable[[str, int, str], bytes]
+    providers: frozenset[str] = frozenset()
+    extra_headers: Callable[[int], dict[str, str]] | None = None
+
+    def body(self, message: str, *, status: int, code: str) -> bytes:
+        """The error's JSON body (UTF-8)."""
+        return self.write(message, status, code)
+
+    def headers(self, status: int) -> dict[str, str]:
+        """The headers the body goes with, ``Content-Type`` included."""
+        headers = {"Content-Type": "application/json"}
+        if self.extra_headers is not None:
+            headers.update(self.extra_headers(status))
+        return headers
+
+
+#: The shape for an answer whose wire and provider are not known: a body both
+#: the OpenAI and the Anthropic SDKs read (:func:`~modeltap.rules.errors.neutral_error_body`).
+NEUTRAL_ERRORS: Final = ErrorShape("both", neutral_error_body)
+
+
+@dataclass(frozen=True, slots=True)
 class RequestContent:
     """What a request says to the model, in the GenAI conventions' shapes.
 
@@ -212,6 +259,20 @@ class WireApi(Protocol):
     @property
     def PROVIDER(self) -> str:
         """``gen_ai.provider.name`` of the provider whose wire this is."""
+        ...
+
+    def error_shape(self, provider: str | None) -> ErrorShape:
+        """How this wire's SDK reads an error modeltap answers itself.
+
+        Args:
+            provider: the route's ``gen_ai.provider.name``, if known: a cloud
+                may answer another wire's requests its own way (Bedrock's
+                InvokeModel answers Anthropic Messages requests as AWS does,
+                and boto3 reads them so).
+
+        Returns:
+            The shape; never raises.
+        """
         ...
 
     @property

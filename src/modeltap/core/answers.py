@@ -1,18 +1,19 @@
 """What modeltap answers itself, instead of forwarding.
 
 Every answer is a :class:`~modeltap.core.notices.Reply` in the error shape the
-agent's SDK expects from its provider (:func:`~modeltap.rules.errors.provider_error_body`),
-so the SDK raises a clear error: a refusal names its rule, nothing quotes
-the request. The HTTP addon puts a reply on the flow; that is the one way
-modeltap answers.
+agent's SDK expects from its provider (:func:`modeltap.apis.error_shape_for`:
+each wire's :class:`~modeltap.apis.contract.ErrorShape`), so the SDK raises a
+clear error: a refusal names its rule, nothing quotes the request. The HTTP
+addon puts a reply on the flow; that is the one way modeltap answers.
 """
 
 from __future__ import annotations
 
+from modeltap import apis
 from modeltap.core.notices import Reply
-from modeltap.rules.errors import Rejected, Rule, provider_error_body, provider_error_headers
+from modeltap.rules.errors import Rejected, Rule, neutral_error_body
 from modeltap.rules.failures import ANSWER_STATUS, PHASE_TEXT, Phase
-from modeltap.rules.routing import Route, error_shape_for
+from modeltap.rules.routing import Route
 
 
 def error(
@@ -34,9 +35,9 @@ def error(
         route: its route, if any.
         close: close the client's connection after it.
     """
-    shape = error_shape_for(api, route)
-    body = provider_error_body(shape, message, status=status, code=code)
-    extra = provider_error_headers(shape, status)
+    shape = apis.error_shape_for(api, route)
+    body = shape.body(message, status=status, code=code)
+    extra = shape.headers(status)
     headers = tuple((k, v) for k, v in extra.items() if k.lower() != "content-type")
     return Reply(status, body, close, headers)
 
@@ -49,16 +50,14 @@ def refusal(rejected: Rejected, api: str | None, route: Route | None) -> Reply:
 def stopping() -> Reply:
     """A request that arrived after the proxy stopped (a shape both SDKs read)."""
     rejected = Rejected(Rule.PROXY_STOPPED)
-    body = provider_error_body(
-        "both", rejected.message, status=rejected.status, code="modeltap_rejected"
-    )
+    body = neutral_error_body(rejected.message, status=rejected.status, code="modeltap_rejected")
     return Reply(rejected.status, body, close=True)
 
 
 def no_route() -> Reply:
     """A path no route matches (a shape both SDKs read)."""
     message = "modeltap: no modeltap route matches this path"
-    return Reply(404, provider_error_body("both", message, status=404, code="modeltap_no_route"))
+    return Reply(404, neutral_error_body(message, status=404, code="modeltap_no_route"))
 
 
 def failure(kind: str, expired: Phase | None, api: str | None, route: Route | None) -> Reply:
@@ -73,5 +72,5 @@ def failure(kind: str, expired: Phase | None, api: str | None, route: Route | No
 def upstream_error(status: int, message: str) -> Reply:
     """In place of mitmproxy's HTML error page (an unreachable upstream, say)."""
     text = f"modeltap: the upstream could not be reached or failed ({message})"
-    body = provider_error_body("both", text, status=status, code="modeltap_upstream_error")
+    body = neutral_error_body(text, status=status, code="modeltap_upstream_error")
     return Reply(status, body, close=True)

@@ -72,7 +72,7 @@ class Reply:
     #: Close the client's connection after it.
     close: bool = False
     #: Headers beside ``Content-Type: application/json`` (an AWS error's
-    #: ``x-amzn-ErrorType``, :func:`~modeltap.rules.errors.provider_error_headers`).
+    #: ``x-amzn-ErrorType``, :meth:`~modeltap.apis.contract.ErrorShape.headers`).
     headers: tuple[tuple[str, str], ...] = ()
 
 

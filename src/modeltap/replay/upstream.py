@@ -33,7 +33,7 @@ from websockets.server import ServerProtocol
 
 from modeltap.replay.matching import UNRECORDED, Played
 from modeltap.replay.recording import Entry, Recording, is_ws_create
-from modeltap.rules.errors import provider_error_body
+from modeltap.rules.errors import neutral_error_body
 
 #: Header on a forwarded request naming the recorded exchange to serve.
 ENTRY_HEADER: Final = "x-modeltap-replay-entry"
@@ -151,11 +151,8 @@ class ReplayServer:
         index = headers.get(ENTRY_HEADER, "")
         entries = self.recording.entries
         if not index.isdigit() or int(index) >= len(entries):
-            body = provider_error_body(
-                "both",
-                "modeltap replay: not a recorded exchange",
-                status=404,
-                code=UNRECORDED,
+            body = neutral_error_body(
+                "modeltap replay: not a recorded exchange", status=404, code=UNRECORDED
             )
             head_bytes = _head(
                 404, {"content-type": "application/json"}, f"content-length: {len(body)}"

@@ -285,92 +285,31 @@ class StartupError(ModelTapError, RuntimeError):
     """
 
 
-#: The ``x-amzn-ErrorType`` of a Bedrock-shaped error, by HTTP status (AWS's own names).
-_AWS_ERROR_TYPES: Final = {
-    413: "ValidationException",
-    500: "InternalServerException",
-    502: "InternalServerException",
-    503: "ServiceUnavailableException",
-    504: "ModelTimeoutException",
-}
-
-
-def provider_error_headers(shape: str, status: int) -> dict[str, str]:
-    """The headers an error body of ``shape`` goes with.
-
-    AWS SDKs read the error's type from ``x-amzn-ErrorType`` (boto3 raises a
-    ``ClientError`` with that code), so a ``bedrock`` error names one of
-    AWS's own: ``ValidationException`` for a refusal, the service's names for
-    5xx answers. Other shapes need only the content type.
+def error_kind(status: int) -> str:
+    """The error ``type`` OpenAI's and Anthropic's SDKs read: the client's fault
+    (4xx, ``invalid_request_error``) or the service's (5xx, ``api_error``).
 
     Args:
-        shape: as for :func:`provider_error_body`.
-        status: the HTTP status.
-
-    Returns:
-        The headers, ``Content-Type`` included.
+        status: the HTTP status the error goes with.
     """
-    headers = {"Content-Type": "application/json"}
-    if shape == "bedrock":
-        headers["x-amzn-ErrorType"] = _AWS_ERROR_TYPES.get(status, "ValidationException")
-    return headers
+    return "invalid_request_error" if status < 500 else "api_error"
 
 
-#: The ``google.rpc.Code`` name Google's APIs give each HTTP status modeltap answers.
-_GOOGLE_STATUS: Final = {
-    400: "INVALID_ARGUMENT",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    413: "INVALID_ARGUMENT",
-    500: "INTERNAL",
-    502: "UNAVAILABLE",
-    503: "UNAVAILABLE",
-    504: "DEADLINE_EXCEEDED",
-}
+def neutral_error_body(message: str, status: int, code: str) -> bytes:
+    """An error body both the OpenAI and the Anthropic SDKs read, for an answer
+    whose wire and provider are not known (a path no route matches, a request
+    after the proxy stopped, an upstream that could not be reached).
 
-
-def provider_error_body(shape: str, message: str, *, status: int, code: str) -> bytes:
-    """The JSON error body an agent's SDK expects from its provider.
+    Each wire's own shape is its package's
+    (:meth:`modeltap.apis.contract.WireApi.error_shape`).
 
     Args:
-        shape: ``"openai"``, ``"anthropic"``, ``"bedrock"`` (AWS's
-            ``{"message"}``, the type in :func:`provider_error_headers`) or
-            ``"google"`` (Google APIs' ``{"error": {code, message, status,
-            details}}``, which the google-genai SDKs and Gemini CLI read);
-            anything else gives a body that satisfies both the OpenAI and the
-            Anthropic SDKs (used when the provider is not known).
         message: a message built by modeltap (never request content).
-        status: the HTTP status it goes with (4xx: ``invalid_request_error``,
-            5xx: ``api_error``).
+        status: the HTTP status it goes with.
         code: the machine-readable code, e.g. ``modeltap_rejected``.
 
     Returns:
-        UTF-8 JSON bytes.
+        UTF-8 JSON bytes: ``{"type": "error", "error": {type, message, code}}``.
     """
-    kind = "invalid_request_error" if status < 500 else "api_error"
-    if shape == "openai":
-        body: dict[str, object] = {
-            "error": {"message": message, "type": kind, "param": None, "code": code}
-        }
-    elif shape == "google":
-        body = {
-            "error": {
-                "code": status,
-                "message": message,
-                "status": _GOOGLE_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN"),
-                "details": [
-                    {
-                        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-                        "reason": code,
-                        "domain": "modeltap",
-                    }
-                ],
-            }
-        }
-    elif shape == "anthropic":
-        body = {"type": "error", "error": {"type": kind, "message": message}}
-    elif shape == "bedrock":
-        body = {"message": message}  # AWS's own; the type is x-amzn-ErrorType's
-    else:
-        body = {"type": "error", "error": {"type": kind, "message": message, "code": code}}
-    return orjson.dumps(body)
+    error = {"type": error_kind(status), "message": message, "code": code}
+    return orjson.dumps({"type": "error", "error": error})

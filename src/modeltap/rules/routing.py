@@ -10,9 +10,10 @@ carry: said with ``--route NAME=URL,provider=P``, else found from the upstream
 host (:data:`PROVIDER_HOSTS`, :func:`provider_of_host`), else unknown here
 (``None``: the wire's own provider is used, :func:`modeltap.apis.provider_for`).
 
-A few lines over 500: routes, the provider hosts, and the path checks every
-route relies on (decoded, canonical, no override headers) stay together, since a
-route is chosen on the very path those checks approve.
+The path checks every route relies on (decoded, canonical, no override
+headers) stay beside the routes, since a route is chosen on the very path
+those checks approve. Which error shape an answer takes is the wire's
+(:func:`modeltap.apis.error_shape_for`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote_to_bytes, urlsplit
 
-from modeltap.evidence.records import API_ANTHROPIC, API_BEDROCK_CONVERSE, API_CHAT, API_RESPONSES
 from modeltap.rules.errors import Rejected, Rule
 
 DEFAULT_ROUTES: dict[str, str] = {
@@ -291,44 +291,6 @@ class RouteTable:
         if provider is None:
             return None
         return Route(provider, "/", scheme, host.lower(), port, "", provider)
-
-
-#: The error shape of each provider whose SDKs parse their own (``errors.provider_error_body``).
-_PROVIDER_SHAPES: Final = {
-    "openai": "openai",
-    "azure.ai.openai": "openai",
-    "anthropic": "anthropic",
-    "aws.bedrock": "bedrock",
-    "gcp.gemini": "google",
-}
-
-
-def error_shape_for(api: str | None, route: Route | None) -> str:
-    """Which error shape an agent expects (``errors.provider_error_body``).
-
-    The wire the request speaks decides, on the route's real provider: on
-    Bedrock, InvokeModel answers errors the AWS way (boto3 reads
-    ``x-amzn-ErrorType`` and ``message``) whatever the body's wire, and so does
-    Converse. A request of no known wire takes its route provider's shape,
-    else one that both the OpenAI and the Anthropic SDKs read (``both``).
-
-    Args:
-        api: the record's ``api``, or ``None`` (not a model request).
-        route: the route the request went through, or ``None``.
-
-    Returns:
-        ``openai``, ``anthropic``, ``bedrock``, ``google`` or ``both``.
-    """
-    provider = route.provider if route is not None else None
-    if api == API_BEDROCK_CONVERSE or (provider == "aws.bedrock" and api in (None, API_ANTHROPIC)):
-        return "bedrock"
-    if api == API_ANTHROPIC:
-        return "anthropic"
-    if api in (API_CHAT, API_RESPONSES):
-        return "openai"
-    if api is not None and api.startswith("gemini."):  # Google's wires, whatever the route
-        return "google"
-    return _PROVIDER_SHAPES.get(provider or "", "both")
 
 
 # --------------------------------------------------------------------------

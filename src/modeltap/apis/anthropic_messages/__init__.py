@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Final
 
+import orjson
+
 from modeltap.apis import cloud_paths
 from modeltap.apis.anthropic_messages.audit import audit_request, set_image_detail
 from modeltap.apis.anthropic_messages.content import (
@@ -28,8 +30,10 @@ from modeltap.apis.anthropic_messages.content import (
     usage_totals,
 )
 from modeltap.apis.anthropic_messages.observe import BEDROCK_METRICS, StreamObserver, observe_json
-from modeltap.apis.contract import EndpointMatch, match_suffix
+from modeltap.apis.bedrock_converse import runtime as bedrock
+from modeltap.apis.contract import EndpointMatch, ErrorShape, match_suffix
 from modeltap.evidence.records import API_ANTHROPIC
+from modeltap.rules.errors import error_kind
 
 NAME: Final = API_ANTHROPIC
 ENDPOINT: Final = "/messages"
@@ -57,9 +61,28 @@ def match_endpoint(path: str) -> EndpointMatch | None:
     )
 
 
+def _anthropic_error(message: str, status: int, code: str) -> bytes:
+    """``{"type": "error", "error": {type, message}}``, as Anthropic's API answers errors."""
+    return orjson.dumps(
+        {"type": "error", "error": {"type": error_kind(status), "message": message}}
+    )
+
+
+#: The errors Anthropic's SDKs read.
+ERROR_SHAPE: Final = ErrorShape("anthropic", _anthropic_error, frozenset({PROVIDER}))
+
+
+def error_shape(provider: str | None) -> ErrorShape:
+    """:data:`ERROR_SHAPE`; on a route to Bedrock, AWS's (InvokeModel answers
+    errors the AWS way whatever the body's wire: boto3 and AnthropicBedrock
+    read ``x-amzn-ErrorType``, :data:`modeltap.apis.bedrock_converse.runtime.ERROR_SHAPE`)."""
+    return bedrock.ERROR_SHAPE if provider == bedrock.PROVIDER else ERROR_SHAPE
+
+
 __all__ = [
     "BEDROCK_METRICS",
     "ENDPOINT",
+    "ERROR_SHAPE",
     "FINISH_REASONS",
     "NAME",
     "OPENAI_API_TYPE",
@@ -67,6 +90,7 @@ __all__ = [
     "REPORTED_USAGE",
     "StreamObserver",
     "audit_request",
+    "error_shape",
     "match_endpoint",
     "observe_json",
     "request_content",

@@ -28,11 +28,11 @@ from modeltap.apis.bedrock_converse.content import (
     usage_totals,
 )
 from modeltap.apis.bedrock_converse.observe import StreamObserver, observe_json
-from modeltap.apis.contract import EndpointMatch
+from modeltap.apis.bedrock_converse.runtime import ERROR_SHAPE, PROVIDER
+from modeltap.apis.contract import EndpointMatch, ErrorShape
 from modeltap.evidence.records import API_BEDROCK_CONVERSE
 
 NAME: Final = API_BEDROCK_CONVERSE
-PROVIDER: Final = "aws.bedrock"
 OPENAI_API_TYPE: Final = None
 #: ``inputTokens``, ``outputTokens``, ``totalTokens``, on every response.
 #: ``cacheReadInputTokens`` / ``cacheWriteInputTokens`` come only when prompt
@@ -47,7 +47,13 @@ def match_endpoint(path: str) -> EndpointMatch | None:
     return cloud_paths.bedrock_converse(path, NAME)
 
 
+def error_shape(provider: str | None) -> ErrorShape:
+    """AWS's, on every route (:data:`~modeltap.apis.bedrock_converse.runtime.ERROR_SHAPE`)."""
+    return ERROR_SHAPE
+
+
 __all__ = [
+    "ERROR_SHAPE",
     "FINISH_REASONS",
     "NAME",
     "OPENAI_API_TYPE",
@@ -55,6 +61,7 @@ __all__ = [
     "REPORTED_USAGE",
     "StreamObserver",
     "audit_request",
+    "error_shape",
     "match_endpoint",
     "observe_json",
     "request_content",

@@ -1,8 +1,11 @@
 """What Bedrock Runtime says outside a wire's bodies, whatever wire it carries.
 
-Non-streamed answers carry facts in headers (:func:`with_response_headers`):
-the request id (``x-amzn-RequestId``: Converse bodies have no id) and
-InvokeModel's invocation metrics. (A stream's metrics, in its last chunk, are
+Errors are AWS's (:data:`ERROR_SHAPE`): ``{"message"}``, the type in the
+``x-amzn-ErrorType`` header, which boto3 reads as a ``ClientError``'s code;
+Converse and InvokeModel answer so alike. Non-streamed answers carry facts
+in headers (:func:`with_response_headers`): the request id
+(``x-amzn-RequestId``: Converse bodies have no id) and InvokeModel's
+invocation metrics. (A stream's metrics, in its last chunk, are
 the Anthropic observer's to read: :mod:`modeltap.apis.anthropic_messages.observe`.)
 """
 
@@ -10,14 +13,44 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
+import orjson
+
+from modeltap.apis.contract import ErrorShape
 from modeltap.evidence.records import (
     API_BEDROCK_CONVERSE,
     MAX_ID_CHARS,
     InvocationMetrics,
     ResponseFacts,
 )
+
+#: Bedrock Runtime's ``gen_ai.provider.name``.
+PROVIDER: Final = "aws.bedrock"
+
+#: The ``x-amzn-ErrorType`` of a Bedrock-shaped error, by HTTP status (AWS's own names).
+_AWS_ERROR_TYPES: Final = {
+    413: "ValidationException",
+    500: "InternalServerException",
+    502: "InternalServerException",
+    503: "ServiceUnavailableException",
+    504: "ModelTimeoutException",
+}
+
+
+def _aws_error(message: str, status: int, code: str) -> bytes:
+    """AWS's own body, ``{"message"}``: the type is ``x-amzn-ErrorType``'s."""
+    return orjson.dumps({"message": message})
+
+
+def _aws_error_type(status: int) -> dict[str, str]:
+    """``x-amzn-ErrorType``: ``ValidationException`` for a refusal, the service's
+    names for 5xx answers."""
+    return {"x-amzn-ErrorType": _AWS_ERROR_TYPES.get(status, "ValidationException")}
+
+
+#: The errors AWS SDKs read (boto3 raises a ``ClientError`` with the header's code).
+ERROR_SHAPE: Final = ErrorShape("bedrock", _aws_error, frozenset({PROVIDER}), _aws_error_type)
 
 #: Response headers of InvokeModel: its invocation metrics, and the request id.
 HEADER_LATENCY = "x-amzn-bedrock-invocation-latency"
@@ -35,7 +68,7 @@ def is_bedrock(api: str | None, provider: str | None) -> bool:
         api: the record's ``api``, if any.
         provider: the route's provider, if known.
     """
-    return api == API_BEDROCK_CONVERSE or provider == "aws.bedrock"
+    return api == API_BEDROCK_CONVERSE or provider == PROVIDER
 
 
 def _header_count(value: str | None) -> int | None:

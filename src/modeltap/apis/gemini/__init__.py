@@ -25,7 +25,9 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from modeltap.apis.contract import EndpointMatch
+import orjson
+
+from modeltap.apis.contract import EndpointMatch, ErrorShape
 from modeltap.apis.gemini.audit import audit_request, set_image_detail
 from modeltap.apis.gemini.content import (
     request_content,
@@ -85,7 +87,50 @@ def match_endpoint(path: str) -> EndpointMatch | None:
     return EndpointMatch(NAME, model, stream, provider=VERTEX_PROVIDER if vertex else None)
 
 
+#: The ``google.rpc.Code`` name Google's APIs give each HTTP status modeltap answers.
+_GOOGLE_STATUS: Final = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    413: "INVALID_ARGUMENT",
+    500: "INTERNAL",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
+def _google_error(message: str, status: int, code: str) -> bytes:
+    """Google APIs' ``{"error": {code, message, status, details}}``, which the
+    google-genai SDKs and Gemini CLI read (the reason in an ``ErrorInfo``)."""
+    error = {
+        "code": status,
+        "message": message,
+        "status": _GOOGLE_STATUS.get(status, "INTERNAL" if status >= 500 else "UNKNOWN"),
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": code,
+                "domain": "modeltap",
+            }
+        ],
+    }
+    return orjson.dumps({"error": error})
+
+
+#: The errors Google's Gemini clients read. Vertex AI is left out of its
+#: providers: a Vertex route also carries Anthropic's wire, so a request of no
+#: known wire there is answered in the shape both SDKs read.
+ERROR_SHAPE: Final = ErrorShape("google", _google_error, frozenset({PROVIDER}))
+
+
+def error_shape(provider: str | None) -> ErrorShape:
+    """Google's, on every route (Vertex AI's included)."""
+    return ERROR_SHAPE
+
+
 __all__ = [
+    "ERROR_SHAPE",
     "FINISH_REASONS",
     "NAME",
     "OPENAI_API_TYPE",
@@ -94,6 +139,7 @@ __all__ = [
     "VERTEX_PROVIDER",
     "StreamObserver",
     "audit_request",
+    "error_shape",
     "match_endpoint",
     "observe_json",
     "request_content",

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Final
 
+import orjson
+
 from modeltap.apis import cloud_paths
-from modeltap.apis.contract import EndpointMatch, match_suffix
+from modeltap.apis.contract import EndpointMatch, ErrorShape, match_suffix
 from modeltap.apis.openai_chat.audit import audit_request, set_image_detail
 from modeltap.apis.openai_chat.content import (
     request_content,
@@ -23,6 +25,7 @@ from modeltap.apis.openai_chat.content import (
 )
 from modeltap.apis.openai_chat.observe import FINISH_REASONS, StreamObserver, observe_json
 from modeltap.evidence.records import API_CHAT
+from modeltap.rules.errors import error_kind
 
 NAME: Final = API_CHAT
 ENDPOINT: Final = "/chat/completions"
@@ -46,8 +49,25 @@ def match_endpoint(path: str) -> EndpointMatch | None:
     return cloud_paths.azure_deployment_chat(path, NAME) or match_suffix(path, ENDPOINT, NAME)
 
 
+def _openai_error(message: str, status: int, code: str) -> bytes:
+    """``{"error": {message, type, param, code}}``, as OpenAI's API answers errors."""
+    error = {"message": message, "type": error_kind(status), "param": None, "code": code}
+    return orjson.dumps({"error": error})
+
+
+#: The errors OpenAI's SDKs read, from OpenAI and from Azure OpenAI alike
+#: (both of OpenAI's wires answer so).
+ERROR_SHAPE: Final = ErrorShape("openai", _openai_error, frozenset({"openai", "azure.ai.openai"}))
+
+
+def error_shape(provider: str | None) -> ErrorShape:
+    """:data:`ERROR_SHAPE`, on every route (see :meth:`WireApi.error_shape`)."""
+    return ERROR_SHAPE
+
+
 __all__ = [
     "ENDPOINT",
+    "ERROR_SHAPE",
     "FINISH_REASONS",
     "NAME",
     "OPENAI_API_TYPE",
@@ -55,6 +75,7 @@ __all__ = [
     "REPORTED_USAGE",
     "StreamObserver",
     "audit_request",
+    "error_shape",
     "match_endpoint",
     "observe_json",
     "request_content",

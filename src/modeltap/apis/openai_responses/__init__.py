@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from modeltap.apis.contract import EndpointMatch, match_suffix
+from modeltap.apis.contract import EndpointMatch, ErrorShape, match_suffix
+from modeltap.apis.openai_chat import ERROR_SHAPE
 from modeltap.apis.openai_responses.audit import (
     SERVER_STATE_FIELDS,
     audit_request,
@@ -70,6 +71,12 @@ def match_endpoint(path: str) -> EndpointMatch | None:
     return match_suffix(path, ENDPOINT, NAME)
 
 
+def error_shape(provider: str | None) -> ErrorShape:
+    """OpenAI's error shape, as for Chat Completions (one SDK reads both wires'
+    errors: :data:`modeltap.apis.openai_chat.ERROR_SHAPE`)."""
+    return ERROR_SHAPE
+
+
 __all__ = [
     "COMPACT_ENDPOINT",
     "ENDPOINT",
@@ -82,6 +89,7 @@ __all__ = [
     "StreamObserver",
     "audit_request",
     "continues_server_state",
+    "error_shape",
     "match_endpoint",
     "observe_json",
     "request_content",
