@@ -16,13 +16,13 @@ import pytest
 from modeltap import apis
 from modeltap.apis.bedrock_converse.runtime import with_response_headers
 from modeltap.apis.bedrock_converse.stream import (
+    EVENT_STREAM,
     MAX_JSON_BYTES,
     BedrockChunk,
     BedrockError,
     BedrockEvent,
     BedrockException,
     BedrockStreamDecoder,
-    is_eventstream,
     read_bedrock_message,
 )
 from modeltap.evidence.records import InvocationMetrics, ResponseFacts
@@ -134,8 +134,8 @@ def test_a_chunk_whose_bytes_are_not_base64_json_is_a_protocol_error() -> None:
         ("", False),
     ],
 )
-def test_is_eventstream(value: str, expected: bool) -> None:
-    assert is_eventstream(value) is expected
+def test_the_event_stream_framing_is_known_by_its_media_type(value: str, expected: bool) -> None:
+    assert (apis.stream_framing(value, None, None, 200) is EVENT_STREAM) is expected
 
 
 # --------------------------------------------------------------------------

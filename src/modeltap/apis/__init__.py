@@ -14,6 +14,7 @@ nothing outside ``apis/`` changes. The pieces the modules share are
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Final
 
 from modeltap.apis import (
@@ -26,8 +27,11 @@ from modeltap.apis import (
 )
 from modeltap.apis.contract import (
     NEUTRAL_ERRORS,
+    SSE,
     EndpointMatch,
     ErrorShape,
+    EventDecoder,
+    Framing,
     RequestContent,
     ResponseContent,
     StreamObserver,
@@ -55,6 +59,17 @@ APIS: Final[tuple[WireApi, ...]] = (
 )
 
 _BY_NAME: Final[dict[str, WireApi]] = {api.NAME: api for api in APIS}
+
+#: Every wire's framings by name, and those that are a stream whatever the
+#: request (by media type; the first wire's wins).
+_FRAMINGS: Final[dict[str, Framing]] = {
+    framing.name: framing for api in reversed(APIS) for framing in api.FRAMINGS
+}
+_STREAMS: Final[dict[str, Framing]] = {
+    framing.media_type: framing
+    for framing in _FRAMINGS.values()
+    if not framing.streamed_requests_only
+}
 
 #: How many request paths :func:`match_endpoint` remembers its answer for: a
 #: client's few endpoints. Longer paths are not kept (the memo stays small).
@@ -284,6 +299,74 @@ def error_shape_for(api: str | None, route: Route | None) -> ErrorShape:
     return NEUTRAL_ERRORS
 
 
+def stream_framing(
+    content_type: str, api: str | None, facts: RequestFacts | None, status: int
+) -> Framing | None:
+    """How a response streams, to be observed piece by piece as it arrives.
+
+    The framings of the request's wire (:attr:`WireApi.FRAMINGS`) are
+    matched first, then any wire's that is a stream whatever the request: a
+    stream is never buffered, whoever answers it.
+
+    Args:
+        content_type: its ``Content-Type`` (any case, parameters allowed).
+        api: the request's API (``None``: not a model request).
+        facts: the request's audit facts (``None``: not audited).
+        status: the response's HTTP status (an error answers with one object).
+
+    Returns:
+        The framing, or ``None`` for a body read whole (an error body of a
+        streamed request included).
+    """
+    media = content_type.split(";", 1)[0].strip().lower()
+    module = find(api)
+    asked = facts is not None and facts.stream and 200 <= status < 300
+    for framing in module.FRAMINGS if module is not None else ():
+        if framing.media_type == media and (asked or not framing.streamed_requests_only):
+            return framing
+    return _STREAMS.get(media)
+
+
+def decoder_for(framing: str) -> EventDecoder:
+    """A new decoder of the framing :func:`stream_framing` named (SSE's for a name no
+    wire declares)."""
+    return _FRAMINGS.get(framing, SSE).decoder()
+
+
+def with_header_facts(
+    facts: ResponseFacts,
+    api: str | None,
+    provider: str | None,
+    header: Callable[[str], str | None],
+) -> ResponseFacts:
+    """Add what a response's headers say to what its body showed.
+
+    Read by the request's wire and by the wire of the route's provider
+    (:meth:`WireApi.response_header_facts`: Bedrock's headers say the same
+    on InvokeModel as on Converse).
+
+    Args:
+        facts: what the body or stream showed.
+        api: the exchange's API, if any.
+        provider: its route's ``gen_ai.provider.name``, if known.
+        header: the response header of a (lower-case) name, or ``None``.
+
+    Returns:
+        The facts with the headers' additions (``facts`` itself when they
+        add nothing).
+    """
+    served = next((module for module in APIS if provider == module.PROVIDER), None)
+    for module in dict.fromkeys(m for m in (find(api), served) if m is not None):
+        facts = module.response_header_facts(facts, header)
+    return facts
+
+
+def response_headers() -> tuple[str, ...]:
+    """Every response header a wire reads facts from (:attr:`WireApi.RESPONSE_HEADERS`),
+    in registry order: a recording keeps them."""
+    return tuple(dict.fromkeys(name for api in APIS for name in api.RESPONSE_HEADERS))
+
+
 def api_for_ws_path(path: str) -> str | None:
     """Return the API a WebSocket handshake path names (see :func:`endpoint_of`)."""
     return endpoint_of(path)
@@ -362,6 +445,8 @@ __all__ = [
     "APIS",
     "EndpointMatch",
     "ErrorShape",
+    "EventDecoder",
+    "Framing",
     "RequestContent",
     "RequestFacts",
     "RequestSettings",
@@ -371,6 +456,7 @@ __all__ = [
     "WireApi",
     "api_for_path",
     "api_for_ws_path",
+    "decoder_for",
     "endpoint_of",
     "error_shape_for",
     "find",
@@ -380,6 +466,9 @@ __all__ = [
     "module_for",
     "provider_for",
     "reported_usage",
+    "response_headers",
+    "stream_framing",
     "unsupported_endpoint",
     "usage_total",
+    "with_header_facts",
 ]

@@ -14,7 +14,10 @@ What a module offers, in three groups:
 
 - **Facts for the evidence files** (``audit.jsonl``, ``events.jsonl``):
   :meth:`WireApi.audit_request`, :meth:`WireApi.set_image_detail`,
-  :meth:`WireApi.observe_json` and the sans-I/O :class:`StreamObserver`.
+  :meth:`WireApi.observe_json`, the sans-I/O :class:`StreamObserver` and the
+  :class:`Framing` its streams come in (:attr:`WireApi.FRAMINGS`: SSE, AWS's
+  event stream, a JSON array), and what a response's headers add
+  (:meth:`WireApi.response_header_facts`).
 - **Its identity**: the record's ``api`` name, how its endpoint is matched
   (:meth:`WireApi.match_endpoint`, which also reads what the path says: the
   model it names, a stream it asks for, the cloud form it is; the audit is
@@ -54,7 +57,7 @@ from modeltap.evidence.records import (
     Usage,
 )
 from modeltap.rules.errors import neutral_error_body
-from modeltap.wire.sse import SSEEvent
+from modeltap.wire.sse import SSEDecoder, SSEEvent
 
 
 class StreamObserver(Protocol):
@@ -75,6 +78,49 @@ class StreamObserver(Protocol):
     def finish(self, error: str | None = None) -> ResponseFacts:
         """Return what the stream showed; ``error`` says why it ended early, if it did."""
         ...
+
+
+class EventDecoder(Protocol):
+    """A sans-I/O stream decoder: fed a response's bytes, it hands back the
+    events its wire's :class:`StreamObserver` reads.
+
+    Raises (from :meth:`feed` and :meth:`close`):
+        UpstreamProtocolError: the stream broke its framing (fixed text,
+            nothing from the stream); decoding ends.
+    """
+
+    def feed(self, data: bytes) -> list[SSEEvent]:
+        """Take the next bytes, split anywhere; return the events they completed."""
+        ...
+
+    def close(self) -> list[SSEEvent]:
+        """The stream ended: the events left, or raise if it ended mid-event."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """How a response streams: piece by piece, observed as it passes, never buffered.
+
+    Attributes:
+        name: what it is called (``sse``, ``eventstream``, ``json_array``).
+        media_type: the ``Content-Type`` it comes as, lower case, without
+            parameters.
+        decoder: builds the decoder of one response.
+        streamed_requests_only: the media type also carries whole bodies
+            (Gemini's JSON array is ``application/json``): a response is this
+            framing only when its request asked for a stream and the answer
+            is a success (an error answers with one object).
+    """
+
+    name: str
+    media_type: str
+    decoder: Callable[[], EventDecoder]
+    streamed_requests_only: bool = False
+
+
+#: Server-sent events (``text/event-stream``), the framing most wires stream in.
+SSE: Final = Framing("sse", "text/event-stream", SSEDecoder)
 
 
 class StreamObserverFactory(Protocol):
@@ -139,6 +185,16 @@ def match_suffix(path: str, suffix: str, api: str) -> EndpointMatch | None:
         The match, or ``None``.
     """
     return EndpointMatch(api) if path.lower().endswith(suffix) else None
+
+
+def no_header_facts(facts: ResponseFacts, header: Callable[[str], str | None]) -> ResponseFacts:
+    """:meth:`WireApi.response_header_facts` of a wire whose provider's headers
+    say nothing the body does not.
+
+    Returns:
+        ``facts``, the same object.
+    """
+    return facts
 
 
 def images_without_detail(body: Json, detail: str) -> int:
@@ -326,6 +382,42 @@ class WireApi(Protocol):
     def StreamObserver(self) -> StreamObserverFactory:
         """The class observing its streams, built with the request's facts
         (and ``capture_content=True`` to assemble the output for spans)."""
+        ...
+
+    @property
+    def FRAMINGS(self) -> tuple[Framing, ...]:
+        """The framings its responses stream in, their events fed to its
+        :attr:`StreamObserver` (:func:`modeltap.apis.stream_framing`).
+
+        A response in a framing another wire declares (one not limited to
+        streamed requests) is a stream all the same: it is streamed and
+        decoded with that framing, never buffered.
+        """
+        ...
+
+    @property
+    def RESPONSE_HEADERS(self) -> tuple[str, ...]:
+        """The response headers :meth:`response_header_facts` reads (lower
+        case): a recording keeps them."""
+        ...
+
+    def response_header_facts(
+        self, facts: ResponseFacts, header: Callable[[str], str | None]
+    ) -> ResponseFacts:
+        """Add what a response's headers say to what its body showed; never raises.
+
+        Asked for this wire's responses, and for every response on a route
+        to its :attr:`PROVIDER` (a provider's headers say the same whatever
+        wire it carries: Bedrock's request id and InvokeModel's metrics).
+
+        Args:
+            facts: what the body or stream showed.
+            header: the response header of a (lower-case) name, or ``None``.
+
+        Returns:
+            The facts with the headers' additions (``facts`` itself when
+            they add nothing).
+        """
         ...
 
     def request_content(self, body: Json) -> RequestContent:

@@ -4,13 +4,11 @@
   ``observe_json``.
 - A stream (:class:`StreamTap`, the ``response.stream`` callable). Never
   buffer a stream: every chunk goes on to the agent unchanged, as it arrives;
-  a copy goes through the content decoding, the SSE decoder (or, for
-  Bedrock's binary ``application/vnd.amazon.eventstream``,
-  :class:`~modeltap.apis.bedrock_converse.stream.BedrockStreamDecoder`, which yields the same
-  events, or for Gemini's JSON-array stream,
-  :class:`~modeltap.wire.json_array.JsonArrayDecoder`) and the API's stream
-  observer. When the copy cannot be decoded, observing stops, never
-  the stream, and the response's evidence says so.
+  a copy goes through the content decoding, the decoder of its framing (the
+  wire's :class:`~modeltap.apis.contract.Framing`: SSE, Bedrock's binary
+  event stream, Gemini's JSON array; :func:`modeltap.apis.stream_framing`)
+  and the API's stream observer. When the copy cannot be decoded, observing
+  stops, never the stream, and the response's evidence says so.
 """
 
 from __future__ import annotations
@@ -18,34 +16,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
 from modeltap import apis
-from modeltap.apis.bedrock_converse.runtime import is_bedrock
-from modeltap.apis.bedrock_converse.runtime import with_response_headers as bedrock_headers
-from modeltap.apis.bedrock_converse.stream import BedrockStreamDecoder, is_eventstream
-from modeltap.evidence.records import API_GEMINI, RequestFacts, ResponseFacts
+from modeltap.apis.contract import SSE
+from modeltap.evidence.records import RequestFacts, ResponseFacts
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.rules.routing import Route
 from modeltap.wire.decoding import StreamDecompressor, decode_body
-from modeltap.wire.json_array import JsonArrayDecoder
-from modeltap.wire.sse import SSEDecoder
-
-#: A response's stream framings (:func:`stream_framing`).
-SSE: Final = "sse"
-EVENTSTREAM: Final = "eventstream"
-JSON_ARRAY: Final = "json_array"
-#: The decoder of each framing.
-_DECODERS: Final = {
-    SSE: SSEDecoder,
-    EVENTSTREAM: BedrockStreamDecoder,
-    JSON_ARRAY: JsonArrayDecoder,
-}
-#: APIs whose streams may come as one JSON array whose elements arrive one by
-#: one (Gemini's ``:streamGenerateContent`` without ``?alt=sse``).
-_JSON_ARRAY_APIS: Final = frozenset({API_GEMINI})
 
 
 def stream_framing(
@@ -63,21 +43,16 @@ def stream_framing(
         status: the response's HTTP status (an error answers with one object).
 
     Returns:
-        ``"sse"`` (``text/event-stream``), ``"eventstream"`` (Bedrock's binary
+        The name of its :class:`~modeltap.apis.contract.Framing`
+        (:func:`modeltap.apis.stream_framing`): ``"sse"``
+        (``text/event-stream``), ``"eventstream"`` (Bedrock's binary
         ``application/vnd.amazon.eventstream``), ``"json_array"`` (a
-        successful JSON answer to a streamed request of an API that streams
-        that way, :class:`~modeltap.wire.json_array.JsonArrayDecoder`), or None (a
-        body read whole, an error body of a streamed request included).
+        successful JSON answer to a streamed request of a wire that streams
+        that way), or None (a body read whole, an error body of a streamed
+        request included).
     """
-    if is_eventstream(content_type):
-        return EVENTSTREAM
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media == "text/event-stream":
-        return SSE
-    streamed = facts is not None and facts.stream
-    if streamed and api in _JSON_ARRAY_APIS and 200 <= status < 300:
-        return JSON_ARRAY if media == "application/json" else None
-    return None
+    framing = apis.stream_framing(content_type, api, facts, status)
+    return None if framing is None else framing.name
 
 
 def with_header_facts(
@@ -86,11 +61,9 @@ def with_header_facts(
     route: Route | None,
     headers: Mapping[str, str] | None,
 ) -> ResponseFacts:
-    """Add what a response's headers say to what its body showed.
-
-    Only Bedrock's headers say more: Converse bodies name no id
-    (``x-amzn-RequestId`` does), InvokeModel reports its metrics in headers
-    (:func:`modeltap.apis.bedrock_converse.runtime.with_response_headers`).
+    """Add what a response's headers say to what its body showed
+    (:func:`modeltap.apis.with_header_facts`: Bedrock's request id and
+    InvokeModel's metrics).
 
     Args:
         facts: what the body or stream showed.
@@ -98,9 +71,9 @@ def with_header_facts(
         route: its route.
         headers: the response's headers (None: no response head arrived).
     """
-    if headers is None or not is_bedrock(api, route.provider if route else None):
+    if headers is None:
         return facts
-    return bedrock_headers(facts, headers.get)
+    return apis.with_header_facts(facts, api, route.provider if route else None, headers.get)
 
 
 def observe_body(
@@ -155,15 +128,15 @@ class StreamTap:
         decompressor: StreamDecompressor | None,
         *,
         errors: tuple[str, ...] = (),
-        framing: str = SSE,
+        framing: str = SSE.name,
         on_first_chunk: Callable[[int], None] | None = None,
         on_chunk: Callable[[bytes, int], None] | None = None,
     ) -> None:
         self.observer = observer
         self.decompressor = decompressor
-        self.sse: SSEDecoder | BedrockStreamDecoder | JsonArrayDecoder | None = None
+        self.sse: apis.EventDecoder | None = None
         if observer is not None:
-            self.sse = _DECODERS.get(framing, SSEDecoder)()
+            self.sse = apis.decoder_for(framing)
         self.errors = list(errors)
         self.first_chunk_ns: int | None = None
         self.on_first_chunk = on_first_chunk
@@ -176,7 +149,7 @@ class StreamTap:
         facts: RequestFacts,
         content_encoding: str,
         *,
-        framing: str = SSE,
+        framing: str = SSE.name,
         capture_content: bool = False,
         **callbacks: Any,
     ) -> StreamTap:

@@ -58,6 +58,7 @@ from urllib.parse import urlsplit
 
 import orjson
 
+from modeltap import apis
 from modeltap.core.notices import ExchangeView
 from modeltap.evidence.records import API_GEMINI, AuditRecord, Json
 from modeltap.evidence.redaction import redact_path
@@ -69,19 +70,17 @@ BLOBS_DIR: Final = "blobs"
 DIFF_FILE: Final = "replay-diff.jsonl"
 FORMAT_VERSION: Final = 1
 
-#: The only headers a recording keeps (request and response). Everything else,
-#: credentials included, is dropped: an allow-list cannot leak a header that a
-#: new SDK invents.
+#: The only headers a recording keeps (request and response): these, and those
+#: a wire reads facts from (:func:`modeltap.apis.response_headers`: Bedrock's
+#: request id, as Converse bodies have none, and InvokeModel's metrics).
+#: Everything else, credentials included, is dropped: an allow-list cannot
+#: leak a header that a new SDK invents.
 KEPT_HEADERS: Final = (
     "content-type",
     "content-encoding",
     "x-request-id",
     "request-id",
-    # Bedrock: the request id (Converse bodies have none) and InvokeModel's metrics.
-    "x-amzn-requestid",
-    "x-amzn-bedrock-invocation-latency",
-    "x-amzn-bedrock-input-token-count",
-    "x-amzn-bedrock-output-token-count",
+    *apis.response_headers(),
 )
 
 #: Top-level request fields left out of the input hash: they change from run to

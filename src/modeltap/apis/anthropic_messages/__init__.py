@@ -31,7 +31,8 @@ from modeltap.apis.anthropic_messages.content import (
 )
 from modeltap.apis.anthropic_messages.observe import BEDROCK_METRICS, StreamObserver, observe_json
 from modeltap.apis.bedrock_converse import runtime as bedrock
-from modeltap.apis.contract import EndpointMatch, ErrorShape, match_suffix
+from modeltap.apis.bedrock_converse.stream import EVENT_STREAM
+from modeltap.apis.contract import SSE, EndpointMatch, ErrorShape, match_suffix, no_header_facts
 from modeltap.evidence.records import API_ANTHROPIC
 from modeltap.rules.errors import error_kind
 
@@ -45,6 +46,13 @@ OPENAI_API_TYPE: Final = None
 REPORTED_USAGE: Final = frozenset(
     {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
 )
+#: SSE from Anthropic and Vertex; Bedrock's InvokeModelWithResponseStream wraps
+#: the same events in its binary event stream.
+FRAMINGS: Final = (SSE, EVENT_STREAM)
+#: Its own headers say nothing the body does not (on a route to Bedrock,
+#: Bedrock Runtime's are read: :meth:`WireApi.response_header_facts`).
+RESPONSE_HEADERS: Final[tuple[str, ...]] = ()
+response_header_facts: Final = no_header_facts
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:
@@ -84,10 +92,12 @@ __all__ = [
     "ENDPOINT",
     "ERROR_SHAPE",
     "FINISH_REASONS",
+    "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
     "PROVIDER",
     "REPORTED_USAGE",
+    "RESPONSE_HEADERS",
     "StreamObserver",
     "audit_request",
     "error_shape",
@@ -96,6 +106,7 @@ __all__ = [
     "request_content",
     "request_settings",
     "response_content",
+    "response_header_facts",
     "set_image_detail",
     "usage_totals",
 ]

@@ -28,7 +28,9 @@ from modeltap.apis.bedrock_converse.content import (
     usage_totals,
 )
 from modeltap.apis.bedrock_converse.observe import StreamObserver, observe_json
-from modeltap.apis.bedrock_converse.runtime import ERROR_SHAPE, PROVIDER
+from modeltap.apis.bedrock_converse.runtime import ERROR_SHAPE, PROVIDER, RESPONSE_HEADERS
+from modeltap.apis.bedrock_converse.runtime import with_response_headers as response_header_facts
+from modeltap.apis.bedrock_converse.stream import EVENT_STREAM
 from modeltap.apis.contract import EndpointMatch, ErrorShape
 from modeltap.evidence.records import API_BEDROCK_CONVERSE
 
@@ -39,6 +41,8 @@ OPENAI_API_TYPE: Final = None
 #: caching is in play, and Converse has no reasoning count: their absence says
 #: nothing about completeness.
 REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+#: ``converse-stream`` answers with Bedrock's binary event stream.
+FRAMINGS: Final = (EVENT_STREAM,)
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:
@@ -55,10 +59,12 @@ def error_shape(provider: str | None) -> ErrorShape:
 __all__ = [
     "ERROR_SHAPE",
     "FINISH_REASONS",
+    "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
     "PROVIDER",
     "REPORTED_USAGE",
+    "RESPONSE_HEADERS",
     "StreamObserver",
     "audit_request",
     "error_shape",
@@ -67,6 +73,7 @@ __all__ = [
     "request_content",
     "request_settings",
     "response_content",
+    "response_header_facts",
     "set_image_detail",
     "usage_totals",
 ]

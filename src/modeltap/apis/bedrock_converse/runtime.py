@@ -18,12 +18,7 @@ from typing import Any, Final
 import orjson
 
 from modeltap.apis.contract import ErrorShape
-from modeltap.evidence.records import (
-    API_BEDROCK_CONVERSE,
-    MAX_ID_CHARS,
-    InvocationMetrics,
-    ResponseFacts,
-)
+from modeltap.evidence.records import MAX_ID_CHARS, InvocationMetrics, ResponseFacts
 
 #: Bedrock Runtime's ``gen_ai.provider.name``.
 PROVIDER: Final = "aws.bedrock"
@@ -57,18 +52,8 @@ HEADER_LATENCY = "x-amzn-bedrock-invocation-latency"
 HEADER_INPUT = "x-amzn-bedrock-input-token-count"
 HEADER_OUTPUT = "x-amzn-bedrock-output-token-count"
 HEADER_REQUEST_ID = "x-amzn-requestid"
-
-
-def is_bedrock(api: str | None, provider: str | None) -> bool:
-    """Whether an exchange's answer is Bedrock's, whose headers say more (see
-    :func:`with_response_headers`): a Converse request, or any on a route to
-    Bedrock (InvokeModel speaks the Anthropic wire there).
-
-    Args:
-        api: the record's ``api``, if any.
-        provider: the route's provider, if known.
-    """
-    return api == API_BEDROCK_CONVERSE or provider == PROVIDER
+#: Every header :func:`with_response_headers` reads.
+RESPONSE_HEADERS: Final = (HEADER_REQUEST_ID, HEADER_LATENCY, HEADER_INPUT, HEADER_OUTPUT)
 
 
 def _header_count(value: str | None) -> int | None:

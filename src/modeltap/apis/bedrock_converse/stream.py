@@ -31,6 +31,7 @@ from typing import Final
 
 import orjson
 
+from modeltap.apis.contract import Framing
 from modeltap.evidence.records import Json
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.wire.eventstream import EventStreamDecoder, EventStreamMessage
@@ -206,15 +207,6 @@ def _chunk(body: Json, limit: int) -> BedrockChunk:
 EVENTSTREAM_CONTENT_TYPE: Final = "application/vnd.amazon.eventstream"
 
 
-def is_eventstream(content_type: str) -> bool:
-    """Whether a response's ``Content-Type`` is the AWS event stream framing.
-
-    Args:
-        content_type: the header's value (any case, parameters allowed).
-    """
-    return content_type.split(";", 1)[0].strip().lower() == EVENTSTREAM_CONTENT_TYPE
-
-
 def _error_event(kind: str) -> SSEEvent:
     """An Anthropic-shaped error event naming only the type (never the message)."""
     return SSEEvent("error", orjson.dumps({"type": "error", "error": {"type": kind}}).decode())
@@ -258,3 +250,7 @@ def _as_event(message: EventStreamMessage) -> SSEEvent:
         return _error_event(meaning.exception_type)
     assert isinstance(meaning, BedrockError)
     return _error_event(meaning.error_code)
+
+
+#: Bedrock Runtime's streams (ConverseStream, InvokeModelWithResponseStream).
+EVENT_STREAM: Final = Framing("eventstream", EVENTSTREAM_CONTENT_TYPE, BedrockStreamDecoder)

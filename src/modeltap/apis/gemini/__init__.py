@@ -27,7 +27,7 @@ from typing import Final
 
 import orjson
 
-from modeltap.apis.contract import EndpointMatch, ErrorShape
+from modeltap.apis.contract import SSE, EndpointMatch, ErrorShape, Framing, no_header_facts
 from modeltap.apis.gemini.audit import audit_request, set_image_detail
 from modeltap.apis.gemini.content import (
     request_content,
@@ -37,6 +37,7 @@ from modeltap.apis.gemini.content import (
 )
 from modeltap.apis.gemini.observe import FINISH_REASONS, StreamObserver, observe_json, unwrap
 from modeltap.evidence.records import API_GEMINI
+from modeltap.wire.json_array import JsonArrayDecoder
 
 NAME: Final = API_GEMINI
 PROVIDER: Final = "gcp.gemini"
@@ -48,6 +49,15 @@ OPENAI_API_TYPE: Final = None
 #: content and ``thoughtsTokenCount`` only from thinking models, and Gemini has
 #: no cache-write count: their absence says nothing about completeness.
 REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+#: ``:streamGenerateContent`` answers as one JSON array whose elements arrive
+#: one by one, or as SSE with ``?alt=sse``; a whole ``generateContent`` answer
+#: (and an error) is one JSON object of the same media type.
+JSON_ARRAY: Final = Framing(
+    "json_array", "application/json", JsonArrayDecoder, streamed_requests_only=True
+)
+FRAMINGS: Final = (SSE, JSON_ARRAY)
+RESPONSE_HEADERS: Final[tuple[str, ...]] = ()
+response_header_facts: Final = no_header_facts
 
 #: The model-running methods, lower case, and whether each streams.
 _METHODS: Final = {"generatecontent": False, "streamgeneratecontent": True}
@@ -132,10 +142,13 @@ def error_shape(provider: str | None) -> ErrorShape:
 __all__ = [
     "ERROR_SHAPE",
     "FINISH_REASONS",
+    "FRAMINGS",
+    "JSON_ARRAY",
     "NAME",
     "OPENAI_API_TYPE",
     "PROVIDER",
     "REPORTED_USAGE",
+    "RESPONSE_HEADERS",
     "VERTEX_PROVIDER",
     "StreamObserver",
     "audit_request",
@@ -145,6 +158,7 @@ __all__ = [
     "request_content",
     "request_settings",
     "response_content",
+    "response_header_facts",
     "set_image_detail",
     "unwrap",
     "usage_totals",

@@ -15,7 +15,7 @@ from typing import Final
 import orjson
 
 from modeltap.apis import cloud_paths
-from modeltap.apis.contract import EndpointMatch, ErrorShape, match_suffix
+from modeltap.apis.contract import SSE, EndpointMatch, ErrorShape, match_suffix, no_header_facts
 from modeltap.apis.openai_chat.audit import audit_request, set_image_detail
 from modeltap.apis.openai_chat.content import (
     request_content,
@@ -37,6 +37,11 @@ OPENAI_API_TYPE: Final = "chat_completions"
 REPORTED_USAGE: Final = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
 )
+#: ``stream: true`` answers with SSE, ending in ``data: [DONE]``.
+FRAMINGS: Final = (SSE,)
+#: Its headers (``x-request-id``) say nothing the body does not.
+RESPONSE_HEADERS: Final[tuple[str, ...]] = ()
+response_header_facts: Final = no_header_facts
 
 
 def match_endpoint(path: str) -> EndpointMatch | None:
@@ -69,10 +74,12 @@ __all__ = [
     "ENDPOINT",
     "ERROR_SHAPE",
     "FINISH_REASONS",
+    "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
     "PROVIDER",
     "REPORTED_USAGE",
+    "RESPONSE_HEADERS",
     "StreamObserver",
     "audit_request",
     "error_shape",
@@ -81,6 +88,7 @@ __all__ = [
     "request_content",
     "request_settings",
     "response_content",
+    "response_header_facts",
     "set_image_detail",
     "usage_totals",
 ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from modeltap.apis.contract import EndpointMatch, ErrorShape, match_suffix
+from modeltap.apis.contract import SSE, EndpointMatch, ErrorShape, match_suffix, no_header_facts
 from modeltap.apis.openai_chat import ERROR_SHAPE
 from modeltap.apis.openai_responses.audit import (
     SERVER_STATE_FIELDS,
@@ -49,6 +49,11 @@ OPENAI_API_TYPE: Final = "responses"
 REPORTED_USAGE: Final = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
 )
+#: ``stream: true`` answers with SSE (the WebSocket mode sends the same events
+#: as messages: :mod:`~modeltap.apis.openai_responses.websocket`).
+FRAMINGS: Final = (SSE,)
+RESPONSE_HEADERS: Final[tuple[str, ...]] = ()
+response_header_facts: Final = no_header_facts
 
 
 #: The compaction endpoint (``client.responses.compact``, Codex's context
@@ -81,10 +86,12 @@ __all__ = [
     "COMPACT_ENDPOINT",
     "ENDPOINT",
     "FINISH_REASONS",
+    "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
     "PROVIDER",
     "REPORTED_USAGE",
+    "RESPONSE_HEADERS",
     "SERVER_STATE_FIELDS",
     "StreamObserver",
     "audit_request",
@@ -95,6 +102,7 @@ __all__ = [
     "request_content",
     "request_settings",
     "response_content",
+    "response_header_facts",
     "set_image_detail",
     "unstated_settings",
     "usage_totals",
