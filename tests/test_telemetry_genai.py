@@ -188,6 +188,18 @@ def test_request_settings_conversation_and_openai_attributes(otlp_receiver: Rece
     assert "gen_ai.request.stream" not in attributes  # not streamed: left out
 
 
+def test_every_wire_names_an_operation_of_the_conventions() -> None:
+    """Each wire's ``OPERATION_NAME`` is a ``gen_ai.operation.name`` value of
+    the installed conventions; an exchange of no known wire is ``chat``."""
+    from modeltap import apis
+
+    for module in apis.APIS:
+        assert module.OPERATION_NAME in conventions.OPERATIONS, module.NAME
+        assert conventions.operation_of(module.NAME) == module.OPERATION_NAME
+    assert conventions.operation_of("gemini.generate_content") == "generate_content"
+    assert conventions.operation_of(API_CHAT) == conventions.operation_of(None) == "chat"
+
+
 def test_defaults_the_conventions_leave_out(otlp_http_receiver: HttpReceiver) -> None:
     """``choice.count`` 1 and service tier ``auto`` are not reported; no
     conversation id for a session the user did not name."""

@@ -27,8 +27,11 @@ What a module offers, in three groups:
   it out).
 - **How it answers when modeltap answers**: the :class:`ErrorShape` its SDK
   reads a refusal or a failure in (:meth:`WireApi.error_shape`).
+- **What a replay compares** of its request bodies (:meth:`WireApi.comparable_body`:
+  not what its client makes up on every run).
 - **What telemetry needs from its bodies and counts** (spans, metrics and
-  the cost estimate; never evidence): :meth:`WireApi.request_content`,
+  the cost estimate; never evidence): its spans' operation
+  (:attr:`WireApi.OPERATION_NAME`), :meth:`WireApi.request_content`,
   :meth:`WireApi.response_content`, :meth:`WireApi.request_settings` and
   :meth:`WireApi.usage_totals`. These read a body the audit already accepted
   (or a response body, whatever it holds) and never raise: telemetry must not
@@ -195,6 +198,15 @@ def no_header_facts(facts: ResponseFacts, header: Callable[[str], str | None]) -
         ``facts``, the same object.
     """
     return facts
+
+
+def compared_as_sent(body: Json) -> Json:
+    """:meth:`WireApi.comparable_body` of a wire whose clients make nothing up per run.
+
+    Returns:
+        ``body``, the same object.
+    """
+    return body
 
 
 def images_without_detail(body: Json, detail: str) -> int:
@@ -418,6 +430,24 @@ class WireApi(Protocol):
             The facts with the headers' additions (``facts`` itself when
             they add nothing).
         """
+        ...
+
+    def comparable_body(self, body: Json) -> Json:
+        """What of a request body a replay compares and hashes
+        (:func:`modeltap.replay.recording.input_sha256`): the body without
+        what its client makes up on every run (Gemini CLI's call ids), after
+        the top-level fields every wire leaves out; never raises.
+
+        Args:
+            body: a parsed request body (a JSON object), not changed.
+        """
+        ...
+
+    @property
+    def OPERATION_NAME(self) -> str:
+        """``gen_ai.operation.name`` of its exchanges' spans, a value of the
+        GenAI conventions' list (``chat``; ``generate_content`` for Gemini):
+        the span is named ``{operation} {model}``."""
         ...
 
     def request_content(self, body: Json) -> RequestContent:

@@ -41,8 +41,8 @@ query values only for ``api-version``, ``beta`` and ``alt``
 
 A replayed run is matched against a recording by :mod:`modeltap.replay.matching`.
 
-A few lines over 500: the format above is the module's documentation, and
-writing a recording and reading it back stay beside it so they cannot drift.
+The format above is the module's documentation; writing a recording and
+reading it back stay beside it so they cannot drift.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ import orjson
 
 from modeltap import apis
 from modeltap.core.notices import ExchangeView
-from modeltap.evidence.records import API_GEMINI, AuditRecord, Json
+from modeltap.evidence.records import AuditRecord, Json
 from modeltap.evidence.redaction import redact_path
 from modeltap.evidence.sink import AUDIT_FILE
 from modeltap.rules.routing import PROVIDER_NAME, UPSTREAM_ROUTE
@@ -89,15 +89,6 @@ KEPT_HEADERS: Final = (
 VOLATILE_FIELDS: Final = frozenset(
     {"metadata", "user", "prompt_cache_key", "safety_identifier", "client_metadata"}
 )
-#: Gemini's function-call and function-response parts, in either spelling:
-#: their ``id`` is compared by position, not by value (:func:`input_sha256`).
-_GEMINI_CALL_PARTS: Final = (
-    "functionCall",
-    "function_call",
-    "functionResponse",
-    "function_response",
-)
-
 #: WebSocket messages longer than this go to a blob instead of the index line.
 INLINE_LIMIT: Final = 64 * 1024
 
@@ -116,12 +107,11 @@ def input_sha256(body: object, api: str | None = None) -> str:
     covers everything else the request says (messages, tools, settings), so
     any change of model, tools or instructions changes it too.
 
-    Gemini's requests also leave out what a client makes up on every run
-    (:func:`_gemini_comparable`): Gemini CLI gives each call the server sent
-    without an id one of its own (``read_file_<epoch ms>_<n>``), so call ids
-    count by their order of first appearance (which result answers which
-    call still counts); and Code Assist's wrapper carries a per-prompt
-    ``user_prompt_id`` and a per-session ``request.session_id``.
+    A wire's requests also leave out what its client makes up on every run
+    (:meth:`~modeltap.apis.contract.WireApi.comparable_body`): Gemini CLI
+    gives each call the server sent without an id one of its own
+    (``read_file_<epoch ms>_<n>``), so Gemini's call ids count by their order
+    of first appearance (:mod:`modeltap.apis.gemini.replay`).
 
     Args:
         body: the parsed request body (a WebSocket ``response.create``
@@ -137,7 +127,9 @@ def input_sha256(body: object, api: str | None = None) -> str:
 
 def comparable_body(body: Any, api: str | None = None) -> Any:
     """What of a request body a replay compares: the body without the
-    :data:`VOLATILE_FIELDS` (and Gemini's made-up ids, see :func:`input_sha256`).
+    :data:`VOLATILE_FIELDS`, and without what its wire's client makes up per run
+    (:meth:`~modeltap.apis.contract.WireApi.comparable_body`: Gemini's made-up
+    ids).
 
     Args:
         body: the parsed request body.
@@ -148,39 +140,10 @@ def comparable_body(body: Any, api: str | None = None) -> Any:
     """
     if isinstance(body, dict):
         body = {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
-        if api == API_GEMINI:
-            body = _gemini_comparable(body)
+        module = apis.find(api)
+        if module is not None:
+            body = module.comparable_body(body)
     return body
-
-
-def _gemini_comparable(body: Json) -> Json:
-    """A Gemini request without what its client makes up per run (see :func:`input_sha256`)."""
-    wrapped = isinstance(body.get("request"), dict)
-    request: Json = body["request"] if wrapped else body
-    if wrapped:
-        request = {k: v for k, v in request.items() if k != "session_id"}
-        body = {k: v for k, v in body.items() if k != "user_prompt_id"}
-    ids: dict[str, str] = {}
-    contents = request.get("contents")
-    if isinstance(contents, list):
-        request = {**request, "contents": [_renamed_ids(c, ids) for c in contents]}
-    return {**body, "request": request} if wrapped else request
-
-
-def _renamed_ids(content: Any, ids: dict[str, str]) -> Any:
-    """One of ``contents``, its call ids renamed ``#1``, ``#2`` … in order of first appearance."""
-    if not isinstance(content, dict) or not isinstance(content.get("parts"), list):
-        return content
-    renamed = []
-    for part in content["parts"]:
-        if isinstance(part, dict):
-            for key in _GEMINI_CALL_PARTS:
-                call = part.get(key)
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    new_id = ids.setdefault(call["id"], f"#{len(ids) + 1}")
-                    part = {**part, key: {**call, "id": new_id}}
-        renamed.append(part)
-    return {**content, "parts": renamed}
 
 
 @dataclass(frozen=True, slots=True)

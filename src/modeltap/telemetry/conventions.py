@@ -37,7 +37,7 @@ from opentelemetry.semconv._incubating.attributes import log_attributes, openai_
 from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
 
-from modeltap.evidence.records import API_GEMINI
+from modeltap import apis
 
 #: The release whose text the names follow (see the module docstring).
 CONVENTIONS_VERSION: Final = "1.41.1"
@@ -99,11 +99,11 @@ TOOL_CALL_ARGUMENTS: Final = gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
 
 #: The conventions use ``chat`` for OpenAI Responses as well as Chat
 #: Completions and Anthropic Messages, and ``generate_content`` for Gemini's
-#: ``generateContent`` ("multimodal content generation operation such as
-#: Gemini Generate Content").
+#: ``generateContent``: each wire names its own
+#: (:attr:`modeltap.apis.contract.WireApi.OPERATION_NAME`), one of
+#: :data:`OPERATIONS`; ``chat`` is the operation of an exchange of no known wire.
 OPERATION_CHAT: Final = gen_ai.GenAiOperationNameValues.CHAT.value
-OPERATION_GENERATE_CONTENT: Final = gen_ai.GenAiOperationNameValues.GENERATE_CONTENT.value
-_OPERATIONS: Final = {API_GEMINI: OPERATION_GENERATE_CONTENT}
+OPERATIONS: Final = frozenset(value.value for value in gen_ai.GenAiOperationNameValues)
 OPERATION_EXECUTE_TOOL: Final = gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value
 #: ``gen_ai.tool.type`` of every call modeltap sees: the model asks, the
 #: client runs it ("a tool executed on the client-side").
@@ -121,7 +121,8 @@ OPENAI_PROVIDER: Final = "openai"
 
 def operation_of(api: str | None) -> str:
     """``gen_ai.operation.name`` of an API's exchanges (``chat`` when not known)."""
-    return _OPERATIONS.get(api or "", OPERATION_CHAT)
+    module = apis.find(api)
+    return OPERATION_CHAT if module is None else module.OPERATION_NAME
 
 
 def exchange_span_name(model: str | None, operation: str = OPERATION_CHAT) -> str:

@@ -32,7 +32,14 @@ from modeltap.apis.anthropic_messages.content import (
 from modeltap.apis.anthropic_messages.observe import BEDROCK_METRICS, StreamObserver, observe_json
 from modeltap.apis.bedrock_converse import runtime as bedrock
 from modeltap.apis.bedrock_converse.stream import EVENT_STREAM
-from modeltap.apis.contract import SSE, EndpointMatch, ErrorShape, match_suffix, no_header_facts
+from modeltap.apis.contract import (
+    SSE,
+    EndpointMatch,
+    ErrorShape,
+    compared_as_sent,
+    match_suffix,
+    no_header_facts,
+)
 from modeltap.evidence.records import API_ANTHROPIC
 from modeltap.rules.errors import error_kind
 
@@ -46,6 +53,10 @@ OPENAI_API_TYPE: Final = None
 REPORTED_USAGE: Final = frozenset(
     {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
 )
+#: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
+OPERATION_NAME: Final = "chat"
+#: A replay compares its bodies as sent (but for the fields no wire compares).
+comparable_body: Final = compared_as_sent
 #: SSE from Anthropic and Vertex; Bedrock's InvokeModelWithResponseStream wraps
 #: the same events in its binary event stream.
 FRAMINGS: Final = (SSE, EVENT_STREAM)
@@ -95,11 +106,13 @@ __all__ = [
     "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
+    "OPERATION_NAME",
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
     "StreamObserver",
     "audit_request",
+    "comparable_body",
     "error_shape",
     "match_endpoint",
     "observe_json",

@@ -31,7 +31,7 @@ from modeltap.apis.bedrock_converse.observe import StreamObserver, observe_json
 from modeltap.apis.bedrock_converse.runtime import ERROR_SHAPE, PROVIDER, RESPONSE_HEADERS
 from modeltap.apis.bedrock_converse.runtime import with_response_headers as response_header_facts
 from modeltap.apis.bedrock_converse.stream import EVENT_STREAM
-from modeltap.apis.contract import EndpointMatch, ErrorShape
+from modeltap.apis.contract import EndpointMatch, ErrorShape, compared_as_sent
 from modeltap.evidence.records import API_BEDROCK_CONVERSE
 
 NAME: Final = API_BEDROCK_CONVERSE
@@ -41,6 +41,10 @@ OPENAI_API_TYPE: Final = None
 #: caching is in play, and Converse has no reasoning count: their absence says
 #: nothing about completeness.
 REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+#: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
+OPERATION_NAME: Final = "chat"
+#: A replay compares its bodies as sent (but for the fields no wire compares).
+comparable_body: Final = compared_as_sent
 #: ``converse-stream`` answers with Bedrock's binary event stream.
 FRAMINGS: Final = (EVENT_STREAM,)
 
@@ -62,11 +66,13 @@ __all__ = [
     "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
+    "OPERATION_NAME",
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
     "StreamObserver",
     "audit_request",
+    "comparable_body",
     "error_shape",
     "match_endpoint",
     "observe_json",

@@ -36,6 +36,7 @@ from modeltap.apis.gemini.content import (
     usage_totals,
 )
 from modeltap.apis.gemini.observe import FINISH_REASONS, StreamObserver, observe_json, unwrap
+from modeltap.apis.gemini.replay import comparable_body
 from modeltap.evidence.records import API_GEMINI
 from modeltap.wire.json_array import JsonArrayDecoder
 
@@ -49,6 +50,9 @@ OPENAI_API_TYPE: Final = None
 #: content and ``thoughtsTokenCount`` only from thinking models, and Gemini has
 #: no cache-write count: their absence says nothing about completeness.
 REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
+#: Its spans' ``gen_ai.operation.name``: the conventions' ``generate_content``
+#: ("multimodal content generation operation such as Gemini Generate Content").
+OPERATION_NAME: Final = "generate_content"
 #: ``:streamGenerateContent`` answers as one JSON array whose elements arrive
 #: one by one, or as SSE with ``?alt=sse``; a whole ``generateContent`` answer
 #: (and an error) is one JSON object of the same media type.
@@ -146,12 +150,14 @@ __all__ = [
     "JSON_ARRAY",
     "NAME",
     "OPENAI_API_TYPE",
+    "OPERATION_NAME",
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
     "VERTEX_PROVIDER",
     "StreamObserver",
     "audit_request",
+    "comparable_body",
     "error_shape",
     "match_endpoint",
     "observe_json",

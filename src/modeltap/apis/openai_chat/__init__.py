@@ -15,7 +15,14 @@ from typing import Final
 import orjson
 
 from modeltap.apis import cloud_paths
-from modeltap.apis.contract import SSE, EndpointMatch, ErrorShape, match_suffix, no_header_facts
+from modeltap.apis.contract import (
+    SSE,
+    EndpointMatch,
+    ErrorShape,
+    compared_as_sent,
+    match_suffix,
+    no_header_facts,
+)
 from modeltap.apis.openai_chat.audit import audit_request, set_image_detail
 from modeltap.apis.openai_chat.content import (
     request_content,
@@ -37,6 +44,10 @@ OPENAI_API_TYPE: Final = "chat_completions"
 REPORTED_USAGE: Final = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
 )
+#: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
+OPERATION_NAME: Final = "chat"
+#: A replay compares its bodies as sent (but for the fields no wire compares).
+comparable_body: Final = compared_as_sent
 #: ``stream: true`` answers with SSE, ending in ``data: [DONE]``.
 FRAMINGS: Final = (SSE,)
 #: Its headers (``x-request-id``) say nothing the body does not.
@@ -77,11 +88,13 @@ __all__ = [
     "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
+    "OPERATION_NAME",
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
     "StreamObserver",
     "audit_request",
+    "comparable_body",
     "error_shape",
     "match_endpoint",
     "observe_json",

@@ -20,7 +20,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from modeltap.apis.contract import SSE, EndpointMatch, ErrorShape, match_suffix, no_header_facts
+from modeltap.apis.contract import (
+    SSE,
+    EndpointMatch,
+    ErrorShape,
+    compared_as_sent,
+    match_suffix,
+    no_header_facts,
+)
 from modeltap.apis.openai_chat import ERROR_SHAPE
 from modeltap.apis.openai_responses.audit import (
     SERVER_STATE_FIELDS,
@@ -49,6 +56,10 @@ OPENAI_API_TYPE: Final = "responses"
 REPORTED_USAGE: Final = frozenset(
     {"input_tokens", "output_tokens", "total_tokens", "cache_read_tokens", "reasoning_tokens"}
 )
+#: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
+OPERATION_NAME: Final = "chat"
+#: A replay compares its bodies as sent (but for the fields no wire compares).
+comparable_body: Final = compared_as_sent
 #: ``stream: true`` answers with SSE (the WebSocket mode sends the same events
 #: as messages: :mod:`~modeltap.apis.openai_responses.websocket`).
 FRAMINGS: Final = (SSE,)
@@ -89,12 +100,14 @@ __all__ = [
     "FRAMINGS",
     "NAME",
     "OPENAI_API_TYPE",
+    "OPERATION_NAME",
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
     "SERVER_STATE_FIELDS",
     "StreamObserver",
     "audit_request",
+    "comparable_body",
     "continues_server_state",
     "error_shape",
     "match_endpoint",
