@@ -21,6 +21,7 @@ import jsonschema
 import orjson
 
 from modeltap import apis
+from modeltap.apis import openai_chat
 from modeltap.evidence import records
 from modeltap.evidence.records import (
     AuditRecord,
@@ -72,7 +73,7 @@ def audit_record(**fields: Any) -> AuditRecord:
         "session_id": "s-1",
         "ts": ts(0),
         "transport": "http",
-        "api": records.API_CHAT,
+        "api": openai_chat.NAME,
         "operation": records.OPERATION_CREATE,
         "route": "openai",
         "upstream": "https://api.openai.com",
@@ -102,7 +103,7 @@ def response_event(**fields: Any) -> ResponseEvent:
         "session_id": "s-1",
         "seq": seq,
         "request_id": f"req-{seq}",
-        "api": records.API_CHAT,
+        "api": openai_chat.NAME,
         "transport": "http",
         "status": 200,
         "stream": True,
@@ -150,7 +151,7 @@ def rejected_event(**fields: Any) -> RejectedEvent:
         "transport": "http",
         "method": "POST",
         "path": "/v1/chat/completions",
-        "api": records.API_CHAT,
+        "api": openai_chat.NAME,
     }
     return RejectedEvent(**(values | fields))
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import orjson
 
+from modeltap.apis.anthropic_messages import NAME as API_ANTHROPIC
+from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.core import answers
-from modeltap.evidence.records import API_ANTHROPIC, API_CHAT
 from modeltap.rules.errors import Rejected, Rule
 from modeltap.rules.routing import RouteTable
 

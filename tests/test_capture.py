@@ -14,6 +14,7 @@ import jsonschema
 import orjson
 import pytest
 
+from modeltap import apis
 from modeltap.evidence import records
 from modeltap.evidence.capture import (
     MESSAGES_NOT_RECORDED,
@@ -629,8 +630,9 @@ def test_schemas_are_valid_draft_2020_12() -> None:
 
 def test_schemas_name_every_api_the_writer_writes() -> None:
     """A new wire's records and events must validate: the schemas list its api."""
-    assert AUDIT_SCHEMA.schema["properties"]["api"]["enum"] == list(records.APIS)
-    assert EVENT_SCHEMA.schema["$defs"]["api"]["enum"] == list(records.APIS)
+    names = [api.NAME for api in apis.APIS]
+    assert AUDIT_SCHEMA.schema["properties"]["api"]["enum"] == names
+    assert EVENT_SCHEMA.schema["$defs"]["api"]["enum"] == names
     assert AUDIT_SCHEMA.schema["properties"]["operation"]["enum"] == list(records.OPERATIONS)
 
 

@@ -13,8 +13,11 @@ from typing import Any
 import genai_prices
 import pytest
 
+from modeltap.apis.anthropic_messages import NAME as API_ANTHROPIC
+from modeltap.apis.openai_chat import NAME as API_CHAT
+from modeltap.apis.openai_responses import NAME as API_RESPONSES
 from modeltap.evidence.cost import SOURCE, estimate_cost, request_time
-from modeltap.evidence.records import API_ANTHROPIC, API_CHAT, API_RESPONSES, Usage
+from modeltap.evidence.records import Usage
 
 AT = datetime(2026, 11, 1, 10, 0, tzinfo=UTC)
 LOCAL = "http://127.0.0.1:9000"

@@ -9,11 +9,11 @@ from typing import Any
 import orjson
 import pytest
 
+from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.core.exchange import Exchange
 from modeltap.core.gate import RequestHead, audit_body
 from modeltap.core.notices import Forward, Listener, Outcome, Reply
 from modeltap.core.observe import StreamTap
-from modeltap.evidence.records import API_CHAT
 from modeltap.rules.routing import RouteTable
 from tests.conftest import Core
 from tests.upstream import chat_text_json, chat_text_sse, sse_bytes

@@ -10,12 +10,15 @@ from typing import Any
 import orjson
 import pytest
 
+from modeltap.apis.anthropic_messages import NAME as API_ANTHROPIC
+from modeltap.apis.bedrock_converse import NAME as API_BEDROCK_CONVERSE
 from modeltap.apis.bedrock_converse.stream import BedrockStreamDecoder
+from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.core.exchange import Exchange
 from modeltap.core.gate import SESSION_HEADER, RequestHead, audit_body, take_session
 from modeltap.core.notices import Forward
 from modeltap.core.observe import StreamTap, stream_framing, with_header_facts
-from modeltap.evidence.records import API_ANTHROPIC, API_BEDROCK_CONVERSE, API_CHAT, ResponseFacts
+from modeltap.evidence.records import ResponseFacts
 from modeltap.rules.errors import Rejected
 from modeltap.rules.routing import RouteTable
 from modeltap.wire.sse import SSEDecoder

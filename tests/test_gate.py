@@ -6,6 +6,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from modeltap.apis.openai_chat import NAME as API_CHAT
+from modeltap.apis.openai_responses import NAME as API_RESPONSES
 from modeltap.core.gate import (
     audit_body,
     body_codings,
@@ -18,7 +20,6 @@ from modeltap.core.gate import (
     parse_body,
     sha256_hex,
 )
-from modeltap.evidence.records import API_CHAT, API_RESPONSES
 from modeltap.rules.errors import Rejected
 
 

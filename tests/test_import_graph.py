@@ -211,3 +211,50 @@ def test_each_package_imports_only_the_layers_below(name: str) -> None:
         if layer_of(target)[0] > rank:
             upward.append(target)
     assert not upward, f"{name} ({package}) imports a layer above its own: {upward}"
+
+
+def wire_packages() -> set[str]:
+    """The wire packages of the registry (``modeltap.apis.openai_chat``, ...)."""
+    from modeltap import apis
+
+    return {str(getattr(api, "__name__", "")) for api in apis.APIS}
+
+
+def test_there_are_wire_packages_to_find() -> None:
+    found = wire_packages()
+    assert len(found) >= 5 and f"{PACKAGE}.apis.gemini" in found
+    assert all(name in graph() for name in found)
+
+
+@pytest.mark.parametrize("name", sorted(n for n in graph() if not n.startswith(f"{PACKAGE}.apis")))
+def test_nothing_outside_apis_imports_a_wire(name: str) -> None:
+    """A wire is one package (apis/__init__.py): the rest of modeltap reaches it
+    through the registry and the contract, never by its module."""
+    wires = wire_packages()
+    direct = {m for m in graph()[name] if any(m == w or m.startswith(w + ".") for w in wires)}
+    assert not direct, f"{name} imports a wire package: {sorted(direct)}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in graph() if not n.startswith(f"{PACKAGE}.apis")))
+def test_nothing_outside_apis_spells_a_wire_name(name: str) -> None:
+    """No code outside ``apis/`` asks for a wire by its record name
+    (``"gemini.generate_content"``): what it needs of a wire is in the contract.
+    Docstrings and comments may name them."""
+    from modeltap import apis
+
+    names = {api.NAME for api in apis.APIS}
+    tree = ast.parse(modules()[name].read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    spelt = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings
+    ]
+    assert not spelt, f"{name} names a wire: {spelt}"

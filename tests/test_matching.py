@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from modeltap.evidence.records import API_CHAT
+from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.replay.matching import EXHAUSTED, MISMATCH, Player, describe_changes
 from modeltap.replay.recording import Entry, Recording, TurnKey
 

@@ -6,9 +6,9 @@ import gzip
 
 import orjson
 
+from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.core.gate import audit_body
 from modeltap.core.observe import StreamTap, observe_body, stream_framing
-from modeltap.evidence.records import API_CHAT
 from tests.upstream import chat_text_json, chat_text_sse, sse_bytes
 
 FACTS, _ = audit_body(API_CHAT, b'{"model": "gpt-5", "messages": []}', None)

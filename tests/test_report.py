@@ -14,6 +14,7 @@ import jsonschema
 import orjson
 import pytest
 
+from modeltap.apis import anthropic_messages
 from modeltap.evidence import records
 from modeltap.evidence.capture import MESSAGES_NOT_RECORDED, Capture
 from modeltap.evidence.records import (
@@ -50,7 +51,7 @@ CLAUDE_REQUEST: dict[str, Any] = {
     "image_details": (None,),
     "image_count": 1,
     "instructions_sha256": "b" * 64,
-    "api": records.API_ANTHROPIC,
+    "api": anthropic_messages.NAME,
     "provider": "anthropic",
     "route": "anthropic",
     "upstream": "https://api.anthropic.com",
@@ -73,7 +74,7 @@ def response(seq: int, at: float, **fields: Any) -> ResponseEvent:
         "seq": seq,
         "request_id": None,
         "ts": ts(at),
-        "api": records.API_ANTHROPIC,
+        "api": anthropic_messages.NAME,
         "response_id": f"msg_{seq}",
         "model": "claude-sonnet-4-5-20250929",
         "usage": USAGE,

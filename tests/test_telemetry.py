@@ -8,15 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
-from modeltap.evidence.records import (
-    API_ANTHROPIC,
-    API_CHAT,
-    API_RESPONSES,
-    AuditRecord,
-    ErrorEvent,
-    ResponseEvent,
-    Usage,
-)
+from modeltap.apis.anthropic_messages import NAME as API_ANTHROPIC
+from modeltap.apis.openai_chat import NAME as API_CHAT
+from modeltap.apis.openai_responses import NAME as API_RESPONSES
+from modeltap.evidence.records import AuditRecord, ErrorEvent, ResponseEvent, Usage
 from modeltap.telemetry import (
     ExportTarget,
     Telemetry,

@@ -14,11 +14,11 @@ import pytest
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
+from modeltap.apis.anthropic_messages import NAME as API_ANTHROPIC
 from modeltap.apis.message_parts import CUT_MARK
+from modeltap.apis.openai_chat import NAME as API_CHAT
+from modeltap.apis.openai_responses import NAME as API_RESPONSES
 from modeltap.evidence.records import (
-    API_ANTHROPIC,
-    API_CHAT,
-    API_RESPONSES,
     AuditRecord,
     Cost,
     RequestSettings,

@@ -12,15 +12,11 @@ import pytest
 
 from modeltap.apis.openai_responses import audit_request
 from modeltap.apis.openai_responses.websocket import (
-    Control,
-    Create,
-    Finished,
-    Observed,
     ServerEventObserver,
-    WsPolicy,
     classify_client_message,
     rejection_event,
 )
+from modeltap.apis.websocket_mode import Control, Create, Finished, Observed, WsPolicy
 from modeltap.evidence.records import (
     HostedTool,
     InstructionPart,

@@ -39,13 +39,8 @@ from modeltap.apis.bedrock_converse.stream import (
     BedrockException,
     read_bedrock_message,
 )
-from modeltap.apis.openai_responses.websocket import (
-    Control,
-    Create,
-    ServerEventObserver,
-    WsPolicy,
-    classify_client_message,
-)
+from modeltap.apis.openai_responses.websocket import ServerEventObserver, classify_client_message
+from modeltap.apis.websocket_mode import Control, Create, WsPolicy
 from modeltap.evidence.capture import Capture, decode_event, decode_record, decode_session_end
 from modeltap.evidence.records import AuditRecord, ResponseEvent, ResponseFacts, to_json_line
 from modeltap.evidence.redaction import redact_path

@@ -24,7 +24,7 @@ import orjson
 from modeltap.core import answers
 from modeltap.core.notices import ExchangeView, Forward, Listener, Reply
 from modeltap.core.run import Run
-from modeltap.evidence.records import API_RESPONSES, WsCloseEvent
+from modeltap.evidence.records import WsCloseEvent
 from modeltap.evidence.redaction import redact_path
 from modeltap.evidence.sink import JsonlFile
 from modeltap.replay.matching import MISMATCH, UNRECORDED, Player, Problem
@@ -98,7 +98,7 @@ class Replayer(Listener):
             return
         parsed = orjson.loads(body)
         key = TurnKey.of(view.record, parsed)
-        played = self.player.play(view.session_id, "websocket", API_RESPONSES, key, parsed)
+        played = self.player.play(view.session_id, "websocket", view.api, key, parsed)
         self._note(played.problems)
         if played.entry is not None:
             self.turns_played += 1

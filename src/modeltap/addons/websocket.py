@@ -21,7 +21,7 @@ from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
 from modeltap.addons.http import VIEW_KEY
 from modeltap.addons.patches import ws_limit
-from modeltap.apis.openai_responses.websocket import WsPolicy
+from modeltap.apis.websocket_mode import WsPolicy
 from modeltap.core.notices import ExchangeView
 from modeltap.core.run import Run
 from modeltap.core.ws_connection import Connection

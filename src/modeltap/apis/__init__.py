@@ -1,14 +1,36 @@
 """The wire APIs modeltap audits: one registry, and dispatch to their pure packages.
 
 Each wire API is one package of this package meeting
-:class:`~modeltap.apis.contract.WireApi`: request audit and refusals, response
-and stream observation, its identity (record name, endpoint, provider), and
+:class:`~modeltap.apis.contract.WireApi`: its identity (record name,
+endpoint, provider, span operation), request audit and refusals, response
+and stream observation (its framings, what its headers add), the error shape
+its SDK reads, its WebSocket mode if it has one, what a replay compares, and
 what telemetry reads from its bodies (content and settings). :data:`APIS` is
-the registry: adding an API is writing its package and adding it there;
-nothing outside ``apis/`` changes. The pieces the modules share are
+the registry, and the rest of modeltap asks it, never a wire by name.
+
+Adding a wire is:
+
+1. its package, ``apis/<wire>/`` (``__init__`` with its identity and the
+   contract's names; ``audit``, ``observe``, ``content``; whatever else only
+   it needs), which mypy checks against the contract;
+2. one entry in :data:`APIS`;
+3. its samples under ``tests/data/<wire>/`` (requests, ``refused/``,
+   ``responses/``, ``streams/``), which ``tests/test_samples.py`` runs;
+
+and, while the JSON Schemas are written by hand, its ``api`` name in their
+enums (``tests/test_capture.py`` says so when it is missing). Nothing else
+changes: ``tests/test_import_graph.py`` fails if a module outside ``apis/``
+imports a wire's package or spells a wire's name.
+
+The pieces the wires share are modules of this package:
+:mod:`~modeltap.apis.contract` (the contract and its value types),
 :mod:`~modeltap.apis.json_body` (parsing, duplicate keys, payload eliding),
-:mod:`~modeltap.apis.fields` (field readers) and
-:mod:`~modeltap.apis.stream_observer` (the observers' common base).
+:mod:`~modeltap.apis.fields` (field readers),
+:mod:`~modeltap.apis.message_parts` (the conventions' message shapes),
+:mod:`~modeltap.apis.stream_observer` (the observers' common base),
+:mod:`~modeltap.apis.cloud_paths` (where the clouds put a wire),
+:mod:`~modeltap.apis.unsupported` (model endpoints modeltap refuses) and
+:mod:`~modeltap.apis.websocket_mode` (what a WebSocket mode hands the core).
 """
 
 from __future__ import annotations
@@ -37,6 +59,7 @@ from modeltap.apis.contract import (
     StreamObserver,
     WireApi,
 )
+from modeltap.apis.websocket_mode import WebSocketMode
 from modeltap.evidence.records import (
     MAX_ID_CHARS,
     USAGE_COUNTS,
@@ -367,6 +390,13 @@ def response_headers() -> tuple[str, ...]:
     return tuple(dict.fromkeys(name for api in APIS for name in api.RESPONSE_HEADERS))
 
 
+def websocket_mode(api: str | None) -> WebSocketMode | None:
+    """The WebSocket mode of a handshake's API (:attr:`WireApi.WEBSOCKET`), or
+    ``None`` for an API without one (or no API)."""
+    module = find(api)
+    return None if module is None else module.WEBSOCKET
+
+
 def api_for_ws_path(path: str) -> str | None:
     """Return the API a WebSocket handshake path names (see :func:`endpoint_of`)."""
     return endpoint_of(path)
@@ -470,5 +500,6 @@ __all__ = [
     "stream_framing",
     "unsupported_endpoint",
     "usage_total",
+    "websocket_mode",
     "with_header_facts",
 ]

@@ -27,6 +27,8 @@ What a module offers, in three groups:
   it out).
 - **How it answers when modeltap answers**: the :class:`ErrorShape` its SDK
   reads a refusal or a failure in (:meth:`WireApi.error_shape`).
+- **Its WebSocket mode**, if it has one (:attr:`WireApi.WEBSOCKET`, a
+  :class:`~modeltap.apis.websocket_mode.WebSocketMode`: the Responses API's).
 - **What a replay compares** of its request bodies (:meth:`WireApi.comparable_body`:
   not what its client makes up on every run).
 - **What telemetry needs from its bodies and counts** (spans, metrics and
@@ -51,6 +53,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from modeltap.apis.websocket_mode import WebSocketMode
 from modeltap.evidence.records import (
     OPERATION_CREATE,
     Json,
@@ -380,6 +383,12 @@ class WireApi(Protocol):
                 ``missing_model`` when neither the path nor the body names
                 a model.
         """
+        ...
+
+    @property
+    def WEBSOCKET(self) -> WebSocketMode | None:
+        """Its WebSocket mode (SPEC section 3), or ``None``: a handshake to
+        its endpoint is then refused (``ws_unsupported_endpoint``)."""
         ...
 
     def set_image_detail(self, body: Json, detail: str) -> int:

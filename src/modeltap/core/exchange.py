@@ -44,7 +44,6 @@ from modeltap.core.notices import ExchangeView, Forward, Outcome, Reply
 from modeltap.core.observe import StreamTap, observe_body, stream_framing, with_header_facts
 from modeltap.core.run import Run
 from modeltap.evidence.records import (
-    API_RESPONSES,
     AuditRecord,
     ErrorEvent,
     RequestFacts,
@@ -186,7 +185,7 @@ class Exchange:
             except Rejected as e:
                 ex.refuse(e, now)
                 return ex
-            if websocket and endpoint == API_RESPONSES:
+            if websocket and apis.websocket_mode(endpoint) is not None:
                 ex.websocket = True  # audited message by message once it is open
             elif head.method == "POST":
                 ex.api = endpoint

@@ -24,7 +24,6 @@ import orjson
 from modeltap import apis
 from modeltap.apis import json_body
 from modeltap.evidence.records import (
-    API_RESPONSES,
     MAX_ID_CHARS,
     OPERATION_CREATE,
     Json,
@@ -340,7 +339,7 @@ def judge_request_line(
             raise Rejected(Rule.UNSUPPORTED_ENDPOINT, unsupported)
         return None
     if websocket:
-        if endpoint != API_RESPONSES:
+        if apis.websocket_mode(endpoint) is None:
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT)
         if found is not None and found.operation != OPERATION_CREATE:
             # The socket speaks response.create; a compaction has no WebSocket mode.

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from modeltap import apis
-from modeltap.apis.openai_responses.websocket import WsPolicy
+from modeltap.apis.websocket_mode import WsPolicy
 from modeltap.core.listeners import Listeners
 from modeltap.core.notices import ExchangeView, Outcome
 from modeltap.core.sessions import Ended, Sessions, SessionTracker

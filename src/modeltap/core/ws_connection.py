@@ -1,11 +1,13 @@
-"""The life of one WebSocket Responses connection and its turns, as data.
+"""The life of one WebSocket connection and its turns, as data.
 
-The WebSocket addon hands every message here; a client's ``response.create``
-is audited like an HTTP request (one audit line, a *turn*), a control
-message is logged, anything else is refused (the connection stays usable);
-the server's events are routed to the turns they answer
-(:class:`~modeltap.apis.openai_responses.websocket.ServerEventObserver`), and
-each turn ends with its response event. Nothing here imports mitmproxy or OpenTelemetry.
+The WebSocket addon hands every message here, to the WebSocket mode of the
+handshake's wire (:class:`~modeltap.apis.websocket_mode.WebSocketMode`: the
+Responses API's). A client's ``response.create`` is audited like an HTTP
+request (one audit line, a *turn*), a control message is logged, anything
+else is refused (the connection stays usable); the server's events are
+routed to the turns they answer (the mode's
+:class:`~modeltap.apis.websocket_mode.ServerEvents`), and each turn ends with
+its response event. Nothing here imports mitmproxy or OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -16,17 +18,12 @@ from typing import Literal
 import orjson
 
 from modeltap import apis
-from modeltap.apis.openai_responses.websocket import (
-    Control,
-    ServerEventObserver,
-    classify_client_message,
-    rejection_event,
-)
+from modeltap.apis.contract import WireApi
+from modeltap.apis.websocket_mode import Control, WebSocketMode
 from modeltap.core.gate import fail_closed, sha256_hex
 from modeltap.core.notices import ExchangeView, Outcome
 from modeltap.core.run import Run
 from modeltap.evidence.records import (
-    API_RESPONSES,
     ErrorEvent,
     ResponseFacts,
     WsCloseEvent,
@@ -59,7 +56,7 @@ class _Turn:
 
 
 class Connection:
-    """One WebSocket Responses connection: its turns in flight (the WebSocket addon's own)."""
+    """One WebSocket connection: its turns in flight (the WebSocket addon's own)."""
 
     @classmethod
     def open(cls, run: Run, view: ExchangeView, now: int) -> Connection | None:
@@ -72,14 +69,23 @@ class Connection:
         """
         if run.stopped or not view.websocket:
             return None
-        conn = cls(run, view, now)
+        # The gate let the handshake through only to an endpoint whose wire has
+        # a WebSocket mode (the Responses API's).
+        wire = apis.find(apis.endpoint_of(view.path))
+        if wire is None or wire.WEBSOCKET is None:
+            return None
+        conn = cls(run, view, wire, wire.WEBSOCKET, now)
         run.in_flight[conn.view.id] = conn
         return conn
 
-    def __init__(self, run: Run, view: ExchangeView, now: int) -> None:
+    def __init__(
+        self, run: Run, view: ExchangeView, wire: WireApi, mode: WebSocketMode, now: int
+    ) -> None:
         self.run = run
-        self.view = replace(view, transport="websocket", api=API_RESPONSES, method=None)
-        self.observer = ServerEventObserver(capture_content=run.settings.capture_content)
+        self.wire = wire
+        self.mode = mode
+        self.view = replace(view, transport="websocket", api=wire.NAME, method=None)
+        self.observer = mode.ServerEventObserver(capture_content=run.settings.capture_content)
         #: Turns in flight, by the seq of their response.create.
         self.pending: dict[int, _Turn] = {}
         self.from_client = 0
@@ -114,22 +120,20 @@ class Connection:
             # Fail-closed refuses every later message of the session, control ones too.
             if run.settings.fail_closed and session.refusals:
                 raise Rejected(Rule.FAIL_CLOSED)
-            seen = fail_closed(classify_client_message, content, is_text, policy)
+            seen = fail_closed(self.mode.classify_client_message, content, is_text, policy)
             if isinstance(seen, Control):
                 run.write_event(WsControlEvent(**run.envelope(self.view), type=seen.type))
                 self._relayed(content, is_text, True, now)
                 return MessageVerdict(content)
             detail = run.settings.image_detail
-            if detail is not None and apis.module_for(API_RESPONSES).set_image_detail(
-                seen.body, detail
-            ):
+            if detail is not None and self.wire.set_image_detail(seen.body, detail):
                 content = orjson.dumps(seen.body)
-                seen = classify_client_message(content, True, policy)
+                seen = self.mode.classify_client_message(content, True, policy)
                 assert not isinstance(seen, Control)
             record = run.audit(self.view, seen.facts, len(content), sha256_hex(content))
         except Rejected as rejected:
             run.refused(self.view, rejected, None, now)
-            return MessageVerdict(content, refusal=rejection_event(rejected))
+            return MessageVerdict(content, refusal=self.mode.rejection_event(rejected))
         view = replace(
             self.view,
             id=f"{self.view.id}/{record.seq}",

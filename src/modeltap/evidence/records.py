@@ -25,13 +25,6 @@ from modeltap.evidence.redaction import redact_path
 
 Json = dict[str, Any]
 
-API_CHAT = "openai.chat_completions"
-API_RESPONSES = "openai.responses"
-API_ANTHROPIC = "anthropic.messages"
-API_BEDROCK_CONVERSE = "bedrock.converse"
-API_GEMINI = "gemini.generate_content"
-APIS = (API_CHAT, API_RESPONSES, API_ANTHROPIC, API_BEDROCK_CONVERSE, API_GEMINI)
-
 #: A record's ``operation``: what the audited request asks the model to do.
 #: ``create`` is every API's own model turn (a chat completion, a response, a
 #: message, a ``generateContent``); ``compact`` is the Responses API's
@@ -184,6 +177,8 @@ class AuditRecord:
     session_id: str
     ts: str
     transport: str
+    #: The wire's name (:attr:`modeltap.apis.contract.WireApi.NAME`:
+    #: ``openai.chat_completions``, ...); the schemas list every one.
     api: str
     #: :data:`OPERATIONS`: ``compact`` for a Responses compaction, else
     #: ``create``. ``None`` only in a line an older modeltap wrote: unknown.

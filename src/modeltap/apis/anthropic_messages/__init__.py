@@ -40,10 +40,10 @@ from modeltap.apis.contract import (
     match_suffix,
     no_header_facts,
 )
-from modeltap.evidence.records import API_ANTHROPIC
 from modeltap.rules.errors import error_kind
 
-NAME: Final = API_ANTHROPIC
+#: The record's ``api``.
+NAME: Final = "anthropic.messages"
 ENDPOINT: Final = "/messages"
 PROVIDER: Final = "anthropic"
 OPENAI_API_TYPE: Final = None
@@ -55,6 +55,8 @@ REPORTED_USAGE: Final = frozenset(
 )
 #: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
 OPERATION_NAME: Final = "chat"
+#: It has no WebSocket mode.
+WEBSOCKET: Final = None
 #: A replay compares its bodies as sent (but for the fields no wire compares).
 comparable_body: Final = compared_as_sent
 #: SSE from Anthropic and Vertex; Bedrock's InvokeModelWithResponseStream wraps
@@ -110,6 +112,7 @@ __all__ = [
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
+    "WEBSOCKET",
     "StreamObserver",
     "audit_request",
     "comparable_body",

@@ -32,9 +32,9 @@ from modeltap.apis.bedrock_converse.runtime import ERROR_SHAPE, PROVIDER, RESPON
 from modeltap.apis.bedrock_converse.runtime import with_response_headers as response_header_facts
 from modeltap.apis.bedrock_converse.stream import EVENT_STREAM
 from modeltap.apis.contract import EndpointMatch, ErrorShape, compared_as_sent
-from modeltap.evidence.records import API_BEDROCK_CONVERSE
 
-NAME: Final = API_BEDROCK_CONVERSE
+#: The record's ``api``.
+NAME: Final = "bedrock.converse"
 OPENAI_API_TYPE: Final = None
 #: ``inputTokens``, ``outputTokens``, ``totalTokens``, on every response.
 #: ``cacheReadInputTokens`` / ``cacheWriteInputTokens`` come only when prompt
@@ -43,6 +43,8 @@ OPENAI_API_TYPE: Final = None
 REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_tokens"})
 #: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
 OPERATION_NAME: Final = "chat"
+#: It has no WebSocket mode.
+WEBSOCKET: Final = None
 #: A replay compares its bodies as sent (but for the fields no wire compares).
 comparable_body: Final = compared_as_sent
 #: ``converse-stream`` answers with Bedrock's binary event stream.
@@ -70,6 +72,7 @@ __all__ = [
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
+    "WEBSOCKET",
     "StreamObserver",
     "audit_request",
     "comparable_body",

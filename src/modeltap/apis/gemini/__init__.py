@@ -37,10 +37,10 @@ from modeltap.apis.gemini.content import (
 )
 from modeltap.apis.gemini.observe import FINISH_REASONS, StreamObserver, observe_json, unwrap
 from modeltap.apis.gemini.replay import comparable_body
-from modeltap.evidence.records import API_GEMINI
 from modeltap.wire.json_array import JsonArrayDecoder
 
-NAME: Final = API_GEMINI
+#: The record's ``api``.
+NAME: Final = "gemini.generate_content"
 PROVIDER: Final = "gcp.gemini"
 #: The provider of Vertex AI's paths (``…/publishers/…``, ``…/projects/…/locations/…``).
 VERTEX_PROVIDER: Final = "gcp.vertex_ai"
@@ -53,6 +53,8 @@ REPORTED_USAGE: Final = frozenset({"input_tokens", "output_tokens", "total_token
 #: Its spans' ``gen_ai.operation.name``: the conventions' ``generate_content``
 #: ("multimodal content generation operation such as Gemini Generate Content").
 OPERATION_NAME: Final = "generate_content"
+#: It has no WebSocket mode.
+WEBSOCKET: Final = None
 #: ``:streamGenerateContent`` answers as one JSON array whose elements arrive
 #: one by one, or as SSE with ``?alt=sse``; a whole ``generateContent`` answer
 #: (and an error) is one JSON object of the same media type.
@@ -155,6 +157,7 @@ __all__ = [
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
     "VERTEX_PROVIDER",
+    "WEBSOCKET",
     "StreamObserver",
     "audit_request",
     "comparable_body",

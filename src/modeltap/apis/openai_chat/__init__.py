@@ -31,10 +31,10 @@ from modeltap.apis.openai_chat.content import (
     usage_totals,
 )
 from modeltap.apis.openai_chat.observe import FINISH_REASONS, StreamObserver, observe_json
-from modeltap.evidence.records import API_CHAT
 from modeltap.rules.errors import error_kind
 
-NAME: Final = API_CHAT
+#: The record's ``api``.
+NAME: Final = "openai.chat_completions"
 ENDPOINT: Final = "/chat/completions"
 PROVIDER: Final = "openai"
 OPENAI_API_TYPE: Final = "chat_completions"
@@ -46,6 +46,8 @@ REPORTED_USAGE: Final = frozenset(
 )
 #: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
 OPERATION_NAME: Final = "chat"
+#: It has no WebSocket mode.
+WEBSOCKET: Final = None
 #: A replay compares its bodies as sent (but for the fields no wire compares).
 comparable_body: Final = compared_as_sent
 #: ``stream: true`` answers with SSE, ending in ``data: [DONE]``.
@@ -92,6 +94,7 @@ __all__ = [
     "PROVIDER",
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
+    "WEBSOCKET",
     "StreamObserver",
     "audit_request",
     "comparable_body",

@@ -29,6 +29,7 @@ from modeltap.apis.contract import (
     no_header_facts,
 )
 from modeltap.apis.openai_chat import ERROR_SHAPE
+from modeltap.apis.openai_responses import websocket
 from modeltap.apis.openai_responses.audit import (
     SERVER_STATE_FIELDS,
     audit_request,
@@ -44,9 +45,11 @@ from modeltap.apis.openai_responses.content import (
 )
 from modeltap.apis.openai_responses.items import FINISH_REASONS
 from modeltap.apis.openai_responses.observe import StreamObserver, observe_json
-from modeltap.evidence.records import API_RESPONSES, OPERATION_COMPACT
+from modeltap.apis.websocket_mode import WebSocketMode
+from modeltap.evidence.records import OPERATION_COMPACT
 
-NAME: Final = API_RESPONSES
+#: The record's ``api``.
+NAME: Final = "openai.responses"
 ENDPOINT: Final = "/responses"
 PROVIDER: Final = "openai"
 OPENAI_API_TYPE: Final = "responses"
@@ -58,6 +61,8 @@ REPORTED_USAGE: Final = frozenset(
 )
 #: Its spans' ``gen_ai.operation.name``: the conventions' ``chat``.
 OPERATION_NAME: Final = "chat"
+#: Its WebSocket mode: ``response.create`` messages audited one by one.
+WEBSOCKET: Final[WebSocketMode] = websocket
 #: A replay compares its bodies as sent (but for the fields no wire compares).
 comparable_body: Final = compared_as_sent
 #: ``stream: true`` answers with SSE (the WebSocket mode sends the same events
@@ -105,6 +110,7 @@ __all__ = [
     "REPORTED_USAGE",
     "RESPONSE_HEADERS",
     "SERVER_STATE_FIELDS",
+    "WEBSOCKET",
     "StreamObserver",
     "audit_request",
     "comparable_body",

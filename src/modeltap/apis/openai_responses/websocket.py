@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from dataclasses import dataclass
-from typing import Literal
 
 import orjson
 
@@ -37,57 +35,16 @@ from modeltap.apis.openai_responses.audit import (
     unstated_settings,
 )
 from modeltap.apis.openai_responses.observe import StreamObserver
-from modeltap.evidence.records import Json, RequestFacts, ResponseFacts
+from modeltap.apis.websocket_mode import (
+    ClientMessage,
+    Control,
+    Create,
+    Finished,
+    Observed,
+    WsPolicy,
+)
+from modeltap.evidence.records import Json, RequestFacts
 from modeltap.rules.errors import Rejected, Rule
-
-
-@dataclass(frozen=True, slots=True)
-class WsPolicy:
-    """How client messages are judged: ``--continuation`` and ``--ws-allow``.
-
-    Args:
-        continuation: ``"explicit"`` refuses a continuation that does not
-            restate its settings; ``"as-sent"`` audits it with the unstated
-            settings listed in ``omitted_settings``.
-        allow: message types forwarded as control messages (no model input).
-
-    Raises:
-        ValueError: for an unknown ``continuation``.
-    """
-
-    continuation: Literal["explicit", "as-sent"] = "explicit"
-    allow: frozenset[str] = frozenset({"response.processed"})
-
-    def __post_init__(self) -> None:
-        # Literal is not enforced at run time, and a typo must not turn into
-        # the permissive policy.
-        if self.continuation not in ("explicit", "as-sent"):
-            raise ValueError("continuation must be 'explicit' or 'as-sent'")
-
-
-@dataclass(frozen=True, slots=True)
-class Create:
-    """A validated ``response.create``.
-
-    Attributes:
-        facts: its audit facts (``stream`` is always True on a WebSocket).
-        body: the whole parsed message, ``type`` included: what is forwarded
-            (after :func:`~modeltap.apis.openai_responses.set_image_detail`,
-            serialise it again).
-    """
-
-    facts: RequestFacts
-    body: Json
-
-
-@dataclass(frozen=True, slots=True)
-class Control:
-    """An allow-listed message carrying no model input, forwarded as is."""
-
-    type: str
-
-
-ClientMessage = Create | Control
 
 
 def classify_client_message(data: bytes | str, is_text: bool, policy: WsPolicy) -> ClientMessage:
@@ -169,30 +126,6 @@ def rejection_event(rejected: Rejected) -> bytes:
             },
         }
     )
-
-
-@dataclass(frozen=True, slots=True)
-class Observed:
-    """What one server message meant.
-
-    Attributes:
-        seq: the audit ``seq`` of the response it belongs to, or None when no
-            forwarded ``response.create`` was waiting for an answer.
-        first_output: it carried that response's first model output.
-        finished: the response's final facts when this message ended it.
-    """
-
-    seq: int | None
-    first_output: bool = False
-    finished: ResponseFacts | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """A response ended by the connection closing, with its (incomplete) facts."""
-
-    seq: int
-    facts: ResponseFacts
 
 
 class _Expected:
