@@ -57,6 +57,7 @@ from modeltap.apis.contract import (
     RequestContent,
     ResponseContent,
     StreamObserver,
+    Wire,
     WireApi,
 )
 from modeltap.apis.websocket_mode import WebSocketMode
@@ -276,7 +277,7 @@ def provider_for(route: Route | None, api: str, path: str | None = None) -> str:
 
     Returns:
         A ``gen_ai.provider.name`` value: the route's provider, else the
-        path's, else the :attr:`WireApi.PROVIDER` of the API (a local stub
+        path's, else the :attr:`Wire.PROVIDER` of the API (a local stub
         speaking chat is ``openai``).
 
     Raises:
@@ -298,7 +299,7 @@ def error_shape_for(api: str | None, route: Route | None) -> ErrorShape:
     """The error shape an agent expects when modeltap answers itself.
 
     The wire the request speaks decides, on the route's real provider
-    (:meth:`WireApi.error_shape`: on Bedrock, InvokeModel answers Anthropic
+    (:meth:`Wire.error_shape`: on Bedrock, InvokeModel answers Anthropic
     requests the AWS way). A request of no known wire takes the shape of its
     route's provider (:attr:`ErrorShape.providers`), else one that both the
     OpenAI and the Anthropic SDKs read (:data:`~modeltap.apis.contract.NEUTRAL_ERRORS`).
@@ -327,7 +328,7 @@ def stream_framing(
 ) -> Framing | None:
     """How a response streams, to be observed piece by piece as it arrives.
 
-    The framings of the request's wire (:attr:`WireApi.FRAMINGS`) are
+    The framings of the request's wire (:attr:`Wire.FRAMINGS`) are
     matched first, then any wire's that is a stream whatever the request: a
     stream is never buffered, whoever answers it.
 
@@ -365,7 +366,7 @@ def with_header_facts(
     """Add what a response's headers say to what its body showed.
 
     Read by the request's wire and by the wire of the route's provider
-    (:meth:`WireApi.response_header_facts`: Bedrock's headers say the same
+    (:meth:`Wire.response_header_facts`: Bedrock's headers say the same
     on InvokeModel as on Converse).
 
     Args:
@@ -385,13 +386,13 @@ def with_header_facts(
 
 
 def response_headers() -> tuple[str, ...]:
-    """Every response header a wire reads facts from (:attr:`WireApi.RESPONSE_HEADERS`),
+    """Every response header a wire reads facts from (:attr:`Wire.RESPONSE_HEADERS`),
     in registry order: a recording keeps them."""
     return tuple(dict.fromkeys(name for api in APIS for name in api.RESPONSE_HEADERS))
 
 
 def websocket_mode(api: str | None) -> WebSocketMode | None:
-    """The WebSocket mode of a handshake's API (:attr:`WireApi.WEBSOCKET`), or
+    """The WebSocket mode of a handshake's API (:attr:`Wire.WEBSOCKET`), or
     ``None`` for an API without one (or no API)."""
     module = find(api)
     return None if module is None else module.WEBSOCKET
@@ -483,6 +484,7 @@ __all__ = [
     "ResponseContent",
     "ResponseFacts",
     "StreamObserver",
+    "Wire",
     "WireApi",
     "api_for_path",
     "api_for_ws_path",

@@ -1,36 +1,43 @@
-"""What every wire API package offers: the contract the glue and telemetry rely on.
+"""What every wire package offers: the contract the core, the glue and telemetry rely on.
 
-A wire API is one package of :mod:`modeltap.apis` (``openai_chat``,
+A wire is one package of :mod:`modeltap.apis` (``openai_chat``,
 ``openai_responses``, ``anthropic_messages``, ``bedrock_converse``,
 ``gemini``), split the same way: its identity in ``__init__``, the request
 side in ``audit``, the response side in ``observe``, what telemetry reads in
 ``content``. The registry in :mod:`modeltap.apis` lists the packages as
 :class:`WireApi` values, so mypy checks every one against this contract;
-nothing outside ``apis/`` reads a request or response body by key. A new
-wire is a new package meeting :class:`WireApi`, its entry in the registry,
-and its samples in ``tests/data/<api>/``.
+nothing outside ``apis/`` reads a request or response body by key, or asks
+for a wire by name. A new wire is a new package meeting the contract, its
+entry in the registry, and its samples in ``tests/data/<api>/``.
 
-What a module offers, in three groups:
+What any wire offers (:class:`Wire`), whether or not its requests are model
+turns:
 
-- **Facts for the evidence files** (``audit.jsonl``, ``events.jsonl``):
-  :meth:`WireApi.audit_request`, :meth:`WireApi.set_image_detail`,
-  :meth:`WireApi.observe_json`, the sans-I/O :class:`StreamObserver` and the
-  :class:`Framing` its streams come in (:attr:`WireApi.FRAMINGS`: SSE, AWS's
-  event stream, a JSON array), and what a response's headers add
-  (:meth:`WireApi.response_header_facts`).
-- **Its identity**: the record's ``api`` name, how its endpoint is matched
+- **Its identity**: the record's ``api`` name and the GenAI provider whose
+  wire it is.
+- **How it answers when modeltap answers**: the :class:`ErrorShape` its SDK
+  reads a refusal or a failure in (:meth:`Wire.error_shape`).
+- **How its responses stream and what their headers add**: the
+  :class:`Framing` values its streams come in (:attr:`Wire.FRAMINGS`: SSE,
+  AWS's event stream, a JSON array), each with its sans-I/O
+  :class:`EventDecoder`, and :meth:`Wire.response_header_facts`.
+- **Its WebSocket mode**, if it has one (:attr:`Wire.WEBSOCKET`, a
+  :class:`~modeltap.apis.websocket_mode.WebSocketMode`: the Responses API's).
+- **What a replay compares** of its request bodies (:meth:`Wire.comparable_body`:
+  not what its client makes up on every run).
+
+What a model API adds (:class:`WireApi`):
+
+- **Its endpoint and counts**: how its endpoint is matched
   (:meth:`WireApi.match_endpoint`, which also reads what the path says: the
   model it names, a stream it asks for, the cloud form it is; the audit is
-  given that :class:`EndpointMatch`), the GenAI provider whose wire it is,
-  and which usage counts its wire can carry (:attr:`WireApi.REPORTED_USAGE`:
-  a count the wire has no field for is not "missing" when a response leaves
-  it out).
-- **How it answers when modeltap answers**: the :class:`ErrorShape` its SDK
-  reads a refusal or a failure in (:meth:`WireApi.error_shape`).
-- **Its WebSocket mode**, if it has one (:attr:`WireApi.WEBSOCKET`, a
-  :class:`~modeltap.apis.websocket_mode.WebSocketMode`: the Responses API's).
-- **What a replay compares** of its request bodies (:meth:`WireApi.comparable_body`:
-  not what its client makes up on every run).
+  given that :class:`EndpointMatch`), and which usage counts its wire can
+  carry (:attr:`WireApi.REPORTED_USAGE`: a count the wire has no field for
+  is not "missing" when a response leaves it out).
+- **Facts for the evidence files** (``audit.jsonl``, ``events.jsonl``):
+  :meth:`WireApi.audit_request`, :meth:`WireApi.set_image_detail`,
+  :meth:`WireApi.observe_json` and the sans-I/O :class:`StreamObserver` its
+  framings' events are fed to.
 - **What telemetry needs from its bodies and counts** (spans, metrics and
   the cost estimate; never evidence): its spans' operation
   (:attr:`WireApi.OPERATION_NAME`), :meth:`WireApi.request_content`,
@@ -43,7 +50,7 @@ What a module offers, in three groups:
 Content comes back in the GenAI semantic conventions' own JSON shapes
 (:mod:`modeltap.apis.message_parts`): messages ``{"role", "parts": [...]}``,
 output messages with their ``finish_reason``, system instructions as a list of
-parts, tool definitions ``{"type", "name", ...}``. Each module maps its
+parts, tool definitions ``{"type", "name", ...}``. Each package maps its
 provider's shape onto them; telemetry writes them as they are.
 """
 
@@ -194,7 +201,7 @@ def match_suffix(path: str, suffix: str, api: str) -> EndpointMatch | None:
 
 
 def no_header_facts(facts: ResponseFacts, header: Callable[[str], str | None]) -> ResponseFacts:
-    """:meth:`WireApi.response_header_facts` of a wire whose provider's headers
+    """:meth:`Wire.response_header_facts` of a wire whose provider's headers
     say nothing the body does not.
 
     Returns:
@@ -204,7 +211,7 @@ def no_header_facts(facts: ResponseFacts, header: Callable[[str], str | None]) -
 
 
 def compared_as_sent(body: Json) -> Json:
-    """:meth:`WireApi.comparable_body` of a wire whose clients make nothing up per run.
+    """:meth:`Wire.comparable_body` of a wire whose clients make nothing up per run.
 
     Returns:
         ``body``, the same object.
@@ -304,27 +311,18 @@ class ResponseContent:
     output_messages: list[Json]
 
 
-class WireApi(Protocol):
-    """One wire API module (see the module docstring)."""
+class Wire(Protocol):
+    """What any wire package offers, whatever its requests are (see the module docstring).
+
+    The members a wire needs whether or not its requests are model turns: an
+    MCP server's JSON-RPC over Streamable HTTP (SPEC section 3b) has a name,
+    an error shape (JSON-RPC's), framings (JSON and SSE) and a replay's
+    comparison too. :class:`WireApi` adds what a model API offers.
+    """
 
     @property
     def NAME(self) -> str:
         """The record's ``api`` value (``openai.chat_completions``)."""
-        ...
-
-    def match_endpoint(self, path: str) -> EndpointMatch | None:
-        """Whether a path names this API's endpoint, and the model it names if any.
-
-        Args:
-            path: the routed path: percent-decoded once, each segment's
-                ``;params`` dropped, no query string, one trailing slash
-                removed, case kept (:func:`modeltap.apis.match_endpoint`).
-                Compare without regard to case (some servers route so); keep
-                a model's own case.
-
-        Returns:
-            The match, or ``None``. Never raises: the registry checks the model.
-        """
         ...
 
     @property
@@ -344,65 +342,6 @@ class WireApi(Protocol):
         Returns:
             The shape; never raises.
         """
-        ...
-
-    @property
-    def OPENAI_API_TYPE(self) -> str | None:
-        """``openai.api.type`` for OpenAI's own wires, else ``None``."""
-        ...
-
-    @property
-    def REPORTED_USAGE(self) -> frozenset[str]:
-        """The :class:`~modeltap.evidence.records.Usage` counts this wire reports on every
-        response that carries usage.
-
-        A response that leaves one of them out did not report it (coverage
-        ``usage`` partial); a count outside the set is never reported by this
-        wire (OpenAI has no cache-write count, Anthropic no total and no
-        reasoning count) or only when a feature is used (Converse's cache
-        counts), so its absence says nothing about completeness. Without
-        ``total_tokens`` here, a total is the sum of the counts
-        (:func:`modeltap.apis.usage_total`).
-        """
-        ...
-
-    def audit_request(self, body: Json, endpoint: EndpointMatch | None = None) -> RequestFacts:
-        """Read the audit facts off a parsed request body.
-
-        Args:
-            body: the parsed request body.
-            endpoint: what the request's path said (:meth:`match_endpoint`):
-                the model it names decides the record's ``model`` over the
-                body's (which, when sent, is still checked), a path that asks
-                for a stream makes ``stream`` true, and a cloud's path form
-                may ask more of the body. ``None``: the API's own path,
-                naming nothing (the body must name the model).
-
-        Raises:
-            Rejected: the body cannot be audited (the rule says why);
-                ``missing_model`` when neither the path nor the body names
-                a model.
-        """
-        ...
-
-    @property
-    def WEBSOCKET(self) -> WebSocketMode | None:
-        """Its WebSocket mode (SPEC section 3), or ``None``: a handshake to
-        its endpoint is then refused (``ws_unsupported_endpoint``)."""
-        ...
-
-    def set_image_detail(self, body: Json, detail: str) -> int:
-        """Rewrite every image's detail in place; return how many were rewritten."""
-        ...
-
-    def observe_json(self, body: object, facts: RequestFacts | None) -> ResponseFacts:
-        """Read what a non-streamed response body says; never raises."""
-        ...
-
-    @property
-    def StreamObserver(self) -> StreamObserverFactory:
-        """The class observing its streams, built with the request's facts
-        (and ``capture_content=True`` to assemble the output for spans)."""
         ...
 
     @property
@@ -441,6 +380,12 @@ class WireApi(Protocol):
         """
         ...
 
+    @property
+    def WEBSOCKET(self) -> WebSocketMode | None:
+        """Its WebSocket mode (SPEC section 3), or ``None``: a handshake to
+        its endpoint is then refused (``ws_unsupported_endpoint``)."""
+        ...
+
     def comparable_body(self, body: Json) -> Json:
         """What of a request body a replay compares and hashes
         (:func:`modeltap.replay.recording.input_sha256`): the body without
@@ -452,11 +397,84 @@ class WireApi(Protocol):
         """
         ...
 
+
+class WireApi(Wire, Protocol):
+    """One wire API package: a :class:`Wire` whose requests are model turns
+    (see the module docstring)."""
+
+    def match_endpoint(self, path: str) -> EndpointMatch | None:
+        """Whether a path names this API's endpoint, and the model it names if any.
+
+        Args:
+            path: the routed path: percent-decoded once, each segment's
+                ``;params`` dropped, no query string, one trailing slash
+                removed, case kept (:func:`modeltap.apis.match_endpoint`).
+                Compare without regard to case (some servers route so); keep
+                a model's own case.
+
+        Returns:
+            The match, or ``None``. Never raises: the registry checks the model.
+        """
+        ...
+
+    @property
+    def OPENAI_API_TYPE(self) -> str | None:
+        """``openai.api.type`` for OpenAI's own wires, else ``None``."""
+        ...
+
+    @property
+    def REPORTED_USAGE(self) -> frozenset[str]:
+        """The :class:`~modeltap.evidence.records.Usage` counts this wire reports on every
+        response that carries usage.
+
+        A response that leaves one of them out did not report it (coverage
+        ``usage`` partial); a count outside the set is never reported by this
+        wire (OpenAI has no cache-write count, Anthropic no total and no
+        reasoning count) or only when a feature is used (Converse's cache
+        counts), so its absence says nothing about completeness. Without
+        ``total_tokens`` here, a total is the sum of the counts
+        (:func:`modeltap.apis.usage_total`).
+        """
+        ...
+
     @property
     def OPERATION_NAME(self) -> str:
         """``gen_ai.operation.name`` of its exchanges' spans, a value of the
         GenAI conventions' list (``chat``; ``generate_content`` for Gemini):
         the span is named ``{operation} {model}``."""
+        ...
+
+    def audit_request(self, body: Json, endpoint: EndpointMatch | None = None) -> RequestFacts:
+        """Read the audit facts off a parsed request body.
+
+        Args:
+            body: the parsed request body.
+            endpoint: what the request's path said (:meth:`match_endpoint`):
+                the model it names decides the record's ``model`` over the
+                body's (which, when sent, is still checked), a path that asks
+                for a stream makes ``stream`` true, and a cloud's path form
+                may ask more of the body. ``None``: the API's own path,
+                naming nothing (the body must name the model).
+
+        Raises:
+            Rejected: the body cannot be audited (the rule says why);
+                ``missing_model`` when neither the path nor the body names
+                a model.
+        """
+        ...
+
+    def set_image_detail(self, body: Json, detail: str) -> int:
+        """Rewrite every image's detail in place; return how many were rewritten."""
+        ...
+
+    def observe_json(self, body: object, facts: RequestFacts | None) -> ResponseFacts:
+        """Read what a non-streamed response body says; never raises."""
+        ...
+
+    @property
+    def StreamObserver(self) -> StreamObserverFactory:
+        """The class observing its streams, built with the request's facts
+        (and ``capture_content=True`` to assemble the output for spans)."""
         ...
 
     def request_content(self, body: Json) -> RequestContent:

@@ -1,7 +1,7 @@
 """A wire's WebSocket mode (SPEC section 3), as the connection core drives it.
 
 A wire that has one (the Responses API: :mod:`modeltap.apis.openai_responses.websocket`)
-names it in :attr:`~modeltap.apis.contract.WireApi.WEBSOCKET`; a handshake to
+names it in :attr:`~modeltap.apis.contract.Wire.WEBSOCKET`; a handshake to
 an endpoint of a wire without one is refused (``ws_unsupported_endpoint``).
 The connection core (:mod:`modeltap.core.ws_connection`) hands each client
 frame to :meth:`WebSocketMode.classify_client_message` (a :class:`Create`

@@ -177,7 +177,7 @@ class AuditRecord:
     session_id: str
     ts: str
     transport: str
-    #: The wire's name (:attr:`modeltap.apis.contract.WireApi.NAME`:
+    #: The wire's name (:attr:`modeltap.apis.contract.Wire.NAME`:
     #: ``openai.chat_completions``, ...); the schemas list every one.
     api: str
     #: :data:`OPERATIONS`: ``compact`` for a Responses compaction, else

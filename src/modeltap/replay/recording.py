@@ -108,7 +108,7 @@ def input_sha256(body: object, api: str | None = None) -> str:
     any change of model, tools or instructions changes it too.
 
     A wire's requests also leave out what its client makes up on every run
-    (:meth:`~modeltap.apis.contract.WireApi.comparable_body`): Gemini CLI
+    (:meth:`~modeltap.apis.contract.Wire.comparable_body`): Gemini CLI
     gives each call the server sent without an id one of its own
     (``read_file_<epoch ms>_<n>``), so Gemini's call ids count by their order
     of first appearance (:mod:`modeltap.apis.gemini.replay`).
@@ -128,7 +128,7 @@ def input_sha256(body: object, api: str | None = None) -> str:
 def comparable_body(body: Any, api: str | None = None) -> Any:
     """What of a request body a replay compares: the body without the
     :data:`VOLATILE_FIELDS`, and without what its wire's client makes up per run
-    (:meth:`~modeltap.apis.contract.WireApi.comparable_body`: Gemini's made-up
+    (:meth:`~modeltap.apis.contract.Wire.comparable_body`: Gemini's made-up
     ids).
 
     Args:

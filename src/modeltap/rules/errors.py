@@ -301,7 +301,7 @@ def neutral_error_body(message: str, status: int, code: str) -> bytes:
     after the proxy stopped, an upstream that could not be reached).
 
     Each wire's own shape is its package's
-    (:meth:`modeltap.apis.contract.WireApi.error_shape`).
+    (:meth:`modeltap.apis.contract.Wire.error_shape`).
 
     Args:
         message: a message built by modeltap (never request content).

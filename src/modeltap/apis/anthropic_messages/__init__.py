@@ -63,7 +63,7 @@ comparable_body: Final = compared_as_sent
 #: the same events in its binary event stream.
 FRAMINGS: Final = (SSE, EVENT_STREAM)
 #: Its own headers say nothing the body does not (on a route to Bedrock,
-#: Bedrock Runtime's are read: :meth:`WireApi.response_header_facts`).
+#: Bedrock Runtime's are read: :meth:`Wire.response_header_facts`).
 RESPONSE_HEADERS: Final[tuple[str, ...]] = ()
 response_header_facts: Final = no_header_facts
 

@@ -1,5 +1,5 @@
 """What a replay compares of a Gemini request
-(:meth:`~modeltap.apis.contract.WireApi.comparable_body`).
+(:meth:`~modeltap.apis.contract.Wire.comparable_body`).
 
 A Gemini request leaves out what a client makes up on every run: Gemini CLI
 gives each call the server sent without an id one of its own

@@ -79,7 +79,7 @@ ERROR_SHAPE: Final = ErrorShape("openai", _openai_error, frozenset({"openai", "a
 
 
 def error_shape(provider: str | None) -> ErrorShape:
-    """:data:`ERROR_SHAPE`, on every route (see :meth:`WireApi.error_shape`)."""
+    """:data:`ERROR_SHAPE`, on every route (see :meth:`Wire.error_shape`)."""
     return ERROR_SHAPE
 
 
