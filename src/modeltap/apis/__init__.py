@@ -22,15 +22,12 @@ enums (``tests/test_capture.py`` says so when it is missing). Nothing else
 changes: ``tests/test_import_graph.py`` fails if a module outside ``apis/``
 imports a wire's package or spells a wire's name.
 
-The pieces the wires share are modules of this package:
-:mod:`~modeltap.apis.contract` (the contract and its value types),
-:mod:`~modeltap.apis.json_body` (parsing, duplicate keys, payload eliding),
-:mod:`~modeltap.apis.fields` (field readers),
-:mod:`~modeltap.apis.message_parts` (the conventions' message shapes),
-:mod:`~modeltap.apis.stream_observer` (the observers' common base),
-:mod:`~modeltap.apis.cloud_paths` (where the clouds put a wire),
-:mod:`~modeltap.apis.unsupported` (model endpoints modeltap refuses) and
-:mod:`~modeltap.apis.websocket_mode` (what a WebSocket mode hands the core).
+The pieces the wires share are modules of this package: ``contract`` (the
+contract and its value types), ``json_body`` (parsing, duplicate keys,
+payload eliding), ``fields`` (field readers), ``message_parts`` (the
+conventions' message shapes), ``stream_observer`` (the observers' base),
+``cloud_paths`` (where the clouds put a wire), ``unsupported`` (model
+endpoints modeltap refuses), ``websocket_mode`` (what a mode hands the core).
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ side in ``audit``, the response side in ``observe``, what telemetry reads in
 ``content``. The registry in :mod:`modeltap.apis` lists the packages as
 :class:`WireApi` values, so mypy checks every one against this contract;
 nothing outside ``apis/`` reads a request or response body by key, or asks
-for a wire by name. A new wire is a new package meeting the contract, its
-entry in the registry, and its samples in ``tests/data/<api>/``.
+for a wire by name (adding a wire: :mod:`modeltap.apis`).
 
 What any wire offers (:class:`Wire`), whether or not its requests are model
 turns:
