@@ -27,13 +27,12 @@ from typing import Any, Final
 from mitmproxy import exceptions, http
 from mitmproxy.connection import ConnectionState
 from mitmproxy.net.http import http1, validate
-from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.utils import human
 
 from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
-from modeltap.addons.patches import mitm_http1, request_limit
+from modeltap.addons.patches import error_page, mitm_http1, request_limit
 from modeltap.core import answers
 from modeltap.core.exchange import HASH_IN_THREAD_BYTES, Exchange
 from modeltap.core.gate import (
@@ -332,8 +331,8 @@ class Http(Addon):
 def _install() -> None:
     """Put modeltap's changes to mitmproxy's HTTP layers in place (idempotent)."""
     # mitmproxy answers an unreachable upstream with an HTML page; agents' SDKs
-    # want JSON they can parse, in their provider's shape.
-    _http1.make_error_response = _error_page
+    # want JSON they can parse, in their provider's shape (see error_page).
+    error_page.install(_error_page)
     # mitmproxy's HTTP/1 reader hangs on a trailer section (see mitm_http1).
     mitm_http1.install()
     # Request bodies are bounded by --max-body before mitmproxy has buffered

@@ -5,12 +5,10 @@ replaying a recording (:func:`replay_proxy`)."""
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import gc
 import logging
 import signal
 import threading
-import types
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from modeltap.addons import Control, Deadlines, ModelTap, Spans, default_addons
+from modeltap.addons.patches import ctx_per_proxy
 from modeltap.addons.replayer import Replayer
 from modeltap.app import options
 from modeltap.app.options import parse_address
@@ -35,7 +34,6 @@ with warnings.catch_warnings():
     # pyasn1 on import: noise in the pytest runs of every project using the
     # plugin, about code that is not theirs. Only those two warnings.
     warnings.filterwarnings("ignore", r"(tagMap|typeMap) is deprecated", DeprecationWarning)
-    from mitmproxy import ctx as mitm_ctx
     from mitmproxy import exceptions
     from mitmproxy import options as mitm_options
     from mitmproxy.addons import (
@@ -141,57 +139,6 @@ class ProxyConfig:
         except ValueError:
             timeouts = Timeouts()  # the addon refuses the bad value with its own message
         return timeouts.watchdog
-
-
-class _ContextCtx(types.ModuleType):
-    """``mitmproxy.ctx`` with a master, options and log per asyncio context.
-
-    mitmproxy keeps the running master and its options in globals of
-    ``mitmproxy.ctx``, set by each ``Master``, and hands every new connection
-    to ``ctx.master`` with ``ctx.options``. With two proxies in one process
-    (two pytest fixtures, a harness running two) every connection went to the
-    master made last: the first proxy's requests were audited into the second
-    one's out dir, under its options. Here each name has a value per asyncio
-    context: a proxy makes its master inside its own event loop's main task,
-    and that loop's tasks and callbacks (servers, connections, timers) inherit
-    the context. Outside any proxy (mitmproxy's test helpers), the last value
-    set anywhere, as before.
-    """
-
-    _names: dict[str, contextvars.ContextVar[Any]] = {
-        name: contextvars.ContextVar(f"mitmproxy.ctx.{name}")
-        for name in ("master", "options", "log")
-    }
-    _last: dict[str, Any] = {}
-
-    def __getattribute__(self, name: str) -> Any:
-        names = _ContextCtx._names
-        if name in names:
-            try:
-                return names[name].get()
-            except LookupError:
-                try:
-                    return _ContextCtx._last[name]
-                except KeyError:
-                    raise AttributeError(name) from None
-        return super().__getattribute__(name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _ContextCtx._names:
-            _ContextCtx._names[name].set(value)
-            _ContextCtx._last[name] = value
-        else:
-            super().__setattr__(name, value)
-
-
-def _ctx_per_proxy() -> None:
-    """Give ``mitmproxy.ctx`` its per-context values (once per process)."""
-    module = mitm_ctx
-    if not isinstance(module, _ContextCtx):
-        for name in _ContextCtx._names:
-            if name in module.__dict__:
-                _ContextCtx._last[name] = module.__dict__.pop(name)
-        module.__class__ = _ContextCtx
 
 
 class _StartupCheck(errorcheck.ErrorCheck):
@@ -437,7 +384,7 @@ class Proxy:
         # Only here, where several proxies may share a process (fixtures, a
         # harness): ``modeltap run`` runs one, and keeps mitmproxy's plain
         # module globals, read on every connection, at their usual cost.
-        _ctx_per_proxy()
+        ctx_per_proxy.install()
 
         def target() -> None:
             try:

@@ -31,10 +31,16 @@ from mitmproxy.proxy.layers.http import _http1
 from mitmproxy.proxy.layers.http._base import ReceiveHttp
 from mitmproxy.proxy.layers.http._events import RequestTrailers, ResponseTrailers
 
+from modeltap.addons.patches import capture, replace
+
 #: The flow error of a request whose body broke HTTP/1 framing (the client's fault).
 REQUEST_FRAMING_ERROR: Final = "modeltap: the request body's HTTP/1 framing is invalid"
 #: The flow error of a response whose body broke HTTP/1 framing (the upstream's fault).
 RESPONSE_FRAMING_ERROR: Final = "modeltap: the response body's HTTP/1 framing is invalid"
+
+
+#: mitmproxy's own reader, kept before :func:`install` replaces it.
+capture(_http1.Http1Connection, "read_body")
 
 
 def read_body(self: Any, event: events.Event) -> layer.CommandGenerator[None]:
@@ -85,4 +91,4 @@ def read_body(self: Any, event: events.Event) -> layer.CommandGenerator[None]:
 
 def install() -> None:
     """Put :func:`read_body` in place (idempotent; affects every mitmproxy in the process)."""
-    _http1.Http1Connection.read_body = read_body  # type: ignore[method-assign]
+    replace(_http1.Http1Connection, "read_body", read_body)

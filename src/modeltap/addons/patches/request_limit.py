@@ -62,6 +62,8 @@ from mitmproxy.proxy.layers.http._events import (
 from mitmproxy.proxy.utils import expect
 from mitmproxy.utils import human
 
+from modeltap.addons.patches import capture, replace
+
 #: Why the rest of a request was not read (mitmproxy's log; never sent as a body).
 STOPPED_MESSAGE: Final = "modeltap: the request was answered before its body ended"
 
@@ -137,8 +139,8 @@ class BodyHash:
         return asyncio.wrap_future(_HASHER.submit(_hash_last, self._sha, batch))
 
 
-_original_headers = HttpStream.state_wait_for_request_headers
-_original_consume = HttpStream.state_consume_request_body
+_original_headers = capture(HttpStream, "state_wait_for_request_headers")
+_original_consume = capture(HttpStream, "state_consume_request_body")
 
 
 def _limit(stream: Any) -> int | None:
@@ -274,7 +276,7 @@ def state_modeltap_closing(self: Any, event: Any) -> layer.CommandGenerator[None
         yield commands.CloseConnection(self.context.client)
 
 
-_original_close = server.ConnectionHandler.close_connection
+_original_close = capture(server.ConnectionHandler, "close_connection")
 
 
 def close_connection(self: Any, connection: Connection, half_close: bool = False) -> None:
@@ -296,7 +298,8 @@ def close_connection(self: Any, connection: Connection, half_close: bool = False
 
 def install() -> None:
     """Put the bounded states in place (idempotent; affects every mitmproxy in the process)."""
-    HttpStream.state_wait_for_request_headers = state_wait_for_request_headers  # type: ignore[method-assign]
-    HttpStream.state_consume_request_body = state_consume_request_body  # type: ignore[method-assign]
+    replace(HttpStream, "state_wait_for_request_headers", state_wait_for_request_headers)
+    replace(HttpStream, "state_consume_request_body", state_consume_request_body)
+    # A state of modeltap's own, not mitmproxy's: nothing of mitmproxy's to keep.
     HttpStream.state_modeltap_closing = state_modeltap_closing  # type: ignore[attr-defined]
-    server.ConnectionHandler.close_connection = close_connection  # type: ignore[method-assign]
+    replace(server.ConnectionHandler, "close_connection", close_connection)

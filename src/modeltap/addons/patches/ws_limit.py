@@ -41,6 +41,8 @@ from mitmproxy.proxy.utils import expect
 from mitmproxy.utils import human
 from wsproto.frame_protocol import CloseReason, Opcode, RsvBits
 
+from modeltap.addons.patches import capture, replace
+
 #: ``flow.metadata`` key: which side sent a message past ``--max-body``.
 TOO_BIG_KEY: Final = "modeltap_ws_too_big"
 #: Inflated output per zlib call, so a hostile frame never sits in memory twice
@@ -51,6 +53,7 @@ _PIECE: Final = 1024 * 1024
 _DEFLATE_MAX_RATIO: Final = 1032
 
 _OriginalLayer = websocket.WebsocketLayer
+capture(websocket, "WebsocketLayer")  # mitmproxy's, kept before install() replaces it
 
 
 class MessageLimit(wsproto.extensions.Extension):
@@ -251,4 +254,4 @@ class BoundedWebsocketLayer(_OriginalLayer):
 
 def install() -> None:
     """Make mitmproxy build WebSocket layers with the bound (idempotent)."""
-    websocket.WebsocketLayer = BoundedWebsocketLayer  # type: ignore[misc]
+    replace(websocket, "WebsocketLayer", BoundedWebsocketLayer)
