@@ -1,8 +1,11 @@
 """``modeltap run`` (or ``replay``) as a user starts it: a real process, its
-start-up screen and its stderr lines read as they come."""
+start-up screen and its stderr lines read as they come; and the CLI called in
+this process (:func:`cli_main`) where only its exit code and output count."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import signal
@@ -11,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from unittest import mock
 
 _LISTENING = re.compile(r"listening\s+http://\S+:(\d+)")
 _END_OF_SCREEN = "Ctrl-C stops and flushes."
@@ -26,6 +30,38 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+def cli_main(*args: str) -> subprocess.CompletedProcess[str]:
+    """``modeltap ARGS`` called in this process (the console script's ``main``), its
+    exit code and output as :func:`run_cli` gives them, without a process start.
+
+    For what exits before a proxy starts (argparse's usage errors, ``report``,
+    ``check``, ``session end``, a refused ``run``): a proxy started in-process
+    would log through handlers that write to the real stderr, which this does
+    not read, and ``run`` would not return. So a command that goes on to start
+    one fails instead (``run`` answers the AssertionError with exit code 1).
+    """
+    from modeltap.app import cli
+    from modeltap.app.proxy import Proxy
+
+    def no_proxy(*_: object, **__: object) -> None:
+        raise AssertionError(f"modeltap {' '.join(args)} went on to start a proxy")
+
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        mock.patch.object(Proxy, "run_foreground", no_proxy),
+        mock.patch.object(Proxy, "start", no_proxy),
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+    ):
+        try:
+            code = cli.main(list(args))
+        except SystemExit as e:  # argparse's errors and --help, as the interpreter exits
+            if isinstance(e.code, str):
+                print(e.code, file=sys.stderr)
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    return subprocess.CompletedProcess(["modeltap", *args], code, out.getvalue(), err.getvalue())
 
 
 class CliProcess:

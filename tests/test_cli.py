@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import openai
 import orjson
 import pytest
 
+from tests.cli_process import cli_main
 from tests.conftest import read_jsonl
 from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Upstream
@@ -129,11 +131,21 @@ def test_run_options_for_timeouts_reach_the_proxy_and_the_screen(
     [["--upstream-timeout", "read=5"], ["--upstream-timeout", "idle=0"], ["--client-timeout", "x"]],
 )
 def test_run_refuses_bad_timeouts(args: list[str]) -> None:
+    done = cli_main("run", *args)
+    assert done.returncode == 2
+    assert "timeout" in done.stderr.splitlines()[-1]
+
+
+def test_the_console_script_runs_and_its_exit_code_reaches_the_shell() -> None:
+    """What only a process shows: the installed ``modeltap`` script, a usage error's
+    exit code 2 and argparse's line on the process's own stderr."""
+    script = shutil.which("modeltap", path=str(Path(sys.executable).parent))
+    assert script is not None, "the modeltap console script is not installed beside python"
     done = subprocess.run(
-        [sys.executable, "-m", "modeltap.app.cli", "run", *args], capture_output=True, timeout=60
+        [script, "run", "--client-timeout", "x"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
-    assert b"timeout" in done.stderr.splitlines()[-1]
+    assert done.stderr.splitlines()[-1].startswith("modeltap run: error: argument --client-timeout")
 
 
 def test_otlp_logs_is_on_unless_switched_off() -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.cli_process import cli_main
 from tests.conftest import read_jsonl
 from tests.test_record_replay import oai, record
 from tests.upstream import Upstream, chat_text_json
@@ -158,12 +159,8 @@ def _control_port(screen: str) -> int:
 
 
 def test_replay_help_names_its_default_out_dir() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "modeltap.app.cli", "replay", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    done = cli_main("replay", "--help")
+    assert done.returncode == 0, done.stderr
     assert "Default: ./modeltap-replay." in " ".join(done.stdout.split())
 
 

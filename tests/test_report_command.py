@@ -4,7 +4,8 @@ default retries, an upstream that fails twice, one that cannot be reached, and
 an SDK that lists models without a session header.
 
 One run serves every test here (the machine is small); each test reads it
-through the commands, as a user would.
+through the commands, as a user would (their ``main``, called in this process:
+a process start per command added nothing these tests read).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 
 from modeltap.evidence.capture import Capture
 from modeltap.report.view import build_view_data
-from tests.cli_process import run_cli
+from tests.cli_process import cli_main
 from tests.conftest import read_jsonl
 from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Reply, Upstream, anthropic_text_json, chat_text_json
@@ -82,13 +83,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             client.models.list()
         finally:
             p.stop(signal.SIGINT)
-    text = run_cli("report", str(out))
+    text = cli_main("report", str(out))
     assert text.returncode == 0, text.stderr
     yield Run(out, p.stderr.decode(), text.stdout, report_json(out))
 
 
 def report_json(out: Path) -> dict[str, Any]:
-    done = run_cli("report", str(out), "--json")
+    done = cli_main("report", str(out), "--json")
     assert done.returncode == 0, done.stderr
     report: dict[str, Any] = orjson.loads(done.stdout)
     return report
@@ -199,17 +200,17 @@ def test_a_models_listing_without_a_session_header_makes_no_session(run: Run) ->
     text = run.text
     assert "passed through unaudited, in no session (not model traffic): GET /v1/models" in text
     assert "audit unsupported" not in text
-    checked = run_cli("check", str(run.out))
+    checked = cli_main("check", str(run.out))
     # Only the unreachable session fails; nothing about the listing.
     assert checked.returncode == 1
     assert "FAIL session dead" in checked.stdout
     assert "audit unsupported" not in checked.stdout
     assert "1 of 3 sessions failed the check." in checked.stdout
-    assert run_cli("check", str(run.out), "--session", "claude").returncode == 0
+    assert cli_main("check", str(run.out), "--session", "claude").returncode == 0
 
 
 def test_check_names_an_unknown_session(run: Run) -> None:
-    checked = run_cli("check", str(run.out), "--session", "nope")
+    checked = cli_main("check", str(run.out), "--session", "nope")
     assert checked.returncode == 1
     assert checked.stdout.splitlines() == [
         "FAIL session nope",
@@ -221,7 +222,7 @@ def test_check_names_an_unknown_session(run: Run) -> None:
 
 
 def test_turn_numbers_count_from_one_everywhere(run: Run) -> None:
-    checked = run_cli("check", str(run.out), "--session", "dead").stdout
+    checked = cli_main("check", str(run.out), "--session", "dead").stdout
     assert "[turns 1-3] no response: the upstream never answered" in checked
     assert "[turn 0]" not in checked
     (line,) = [s for s in read_jsonl(run.out / "sessions.jsonl") if s["session_id"] == "dead"]

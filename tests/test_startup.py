@@ -1,6 +1,8 @@
 """Start-up failures say what failed, in one line: the address and the OS's
 reason, the out dir's path and why (issue 15). ``modeltap run``, ``modeltap
-replay`` and the pytest fixture, each driven the way a user drives it."""
+replay`` and the pytest fixture, each driven the way a user drives it: a real
+process wherever a proxy starts (its whole stderr is the one line), the CLI in
+this process for argparse's usage errors."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 
 from modeltap.app.proxy import Proxy, ProxyConfig
 from modeltap.rules.errors import StartupError
-from tests.cli_process import run_cli
+from tests.cli_process import cli_main, run_cli
 
 pytest_plugins = ["pytester"]
 
@@ -81,7 +83,7 @@ def test_an_address_that_cannot_be_listened_on(tmp_path: Path, listen: str, reas
 
 
 def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
-    done = run_cli("run", "--listen", "127.0.0.1:99999", "--out", str(tmp_path))
+    done = cli_main("run", "--listen", "127.0.0.1:99999", "--out", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
         "modeltap run: error: argument --listen: port 99999 in '127.0.0.1:99999' is out of "
@@ -92,7 +94,7 @@ def test_a_port_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("size", ["12q", "0", "64M", "1.5m", "m"])
 def test_a_bad_size_names_the_flag_the_user_typed(tmp_path: Path, size: str) -> None:
     """It said ``modeltap_max_body must be a size``: the addon option, not the flag."""
-    done = run_cli("run", "--max-body", size, "--out", str(tmp_path))
+    done = cli_main("run", "--max-body", size, "--out", str(tmp_path))
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (
         f"modeltap run: error: argument --max-body: {size!r} is not a size such as 64m, "

@@ -8,8 +8,6 @@ whichever of them reads it, and in the same words.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from modeltap.app import control
 from modeltap.evidence.capture import Capture
 from modeltap.evidence.coverage import PROXY_REPORTED
 from modeltap.report.report import build_report
+from tests.cli_process import cli_main
 from tests.conftest import Running, read_jsonl
 from tests.reliability.faults import figure
 from tests.test_proxy_guards import TOOLS, tool_call_reply
@@ -138,12 +137,7 @@ CASES: dict[str, tuple[Callable[[Running], None], bool, str]] = {
 
 
 def check_cli(out: Path, *args: str) -> tuple[int, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "modeltap.app.cli", "check", str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = cli_main("check", str(out), *args)
     return result.returncode, result.stdout
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,15 +14,15 @@ import httpx2 as httpx
 import pytest
 
 from modeltap.app.proxy import Proxy, ProxyConfig
+from tests.cli_process import cli_main
 from tests.reliability.test_processes import CHAT, ProxyProcess
 from tests.test_addons_script import MITMDUMP, ROOT, free_port
 from tests.upstream import Upstream
 
 
-def modeltap_run(*args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "modeltap.app.cli", "run", *args], capture_output=True, timeout=60
-    )
+def modeltap_run(*args: str) -> subprocess.CompletedProcess[str]:
+    """``modeltap run ARGS`` in this process: refused, it exits before starting anything."""
+    return cli_main("run", *args)
 
 
 def listening(port: int) -> bool:
@@ -44,7 +43,7 @@ def test_modeltap_run_refuses_an_open_regular_proxy(
         "--mode", "regular", "--listen", f"{listen}:{port}", "--out", str(tmp_path), *extra
     )  # fmt: skip
     assert done.returncode == 2
-    lines = done.stderr.decode().splitlines()
+    lines = done.stderr.splitlines()
     assert len(lines) == 1, lines
     host = listen.strip("[]")
     assert lines[0].startswith("modeltap: refusing to start an open proxy: regular mode on ")

@@ -24,6 +24,7 @@ from websockets.sync.client import connect
 from modeltap.app import control
 from modeltap.evidence.capture import Capture
 from modeltap.report import check
+from tests.cli_process import cli_main
 from tests.conftest import Running, read_jsonl
 from tests.reliability.faults import figure
 from tests.reliability.test_processes import ProxyProcess
@@ -107,12 +108,7 @@ def assert_refusal_stands(
 
 
 def assert_check_fails(out: Path, session: str) -> bool:
-    result = subprocess.run(
-        [sys.executable, "-m", "modeltap.app.cli", "check", str(out), "--session", session],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = cli_main("check", str(out), "--session", session)
     assert result.returncode == 1, result.stdout
     assert f"FAIL session {session}" in result.stdout
     return True
@@ -209,26 +205,12 @@ def test_control_listener_needs_the_token(running: Running) -> None:
 def test_end_is_idempotent_and_an_unknown_session_writes_nothing(
     upstream: Upstream, tmp_path: Path
 ) -> None:
-    """The real CLI against a real `modeltap run`."""
+    """The real CLI (its main, called here) against a real `modeltap run` process."""
     out = tmp_path / "out"
     p = ProxyProcess("--out", str(out), "--route", f"stub={upstream.url}", "-q")
 
     def session_end(session: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "modeltap.app.cli",
-                "session",
-                "end",
-                session,
-                "--out",
-                str(out),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return cli_main("session", "end", session, "--out", str(out))
 
     try:
         client = openai.OpenAI(base_url=f"{p.url}/stub/v1", api_key="k", max_retries=0)
