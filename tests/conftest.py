@@ -1,20 +1,31 @@
 """Shared fixtures: the upstream stub, the proxy in a background thread, JSONL readers,
-and the exchange core alone (``core``)."""
+and the exchange core alone (``core``); the hypothesis profiles."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from hypothesis import settings
 
 from modeltap.app.proxy import Proxy, ProxyConfig
 from modeltap.core.notices import NOTICES, ExchangeView, Listener
 from modeltap.core.run import Run
 from modeltap.evidence.sink import Sink
 from tests.upstream import Upstream
+
+# Every property test's budget, in one place. ``dev`` (the default) keeps a run
+# while working quick; ``ci`` (HYPOTHESIS_PROFILE=ci, which .ci/run sets)
+# searches ten times as far. No deadline in either: on two shared cores an
+# example's time is noise, not a finding. A test sets its own max_examples only
+# when it needs more than the profile, and says why.
+settings.register_profile("dev", max_examples=30, deadline=None)
+settings.register_profile("ci", max_examples=300, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import brotli
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from mitmproxy.net import encoding as mitmproxy_encoding
 
@@ -112,7 +112,6 @@ def test_every_split_point_of_a_small_body(encoding: str, encode: Callable[[byte
         assert stream_decode(encoding, [encoded[:i], encoded[i:]]) == body, i
 
 
-@settings(max_examples=50, deadline=None)
 @given(
     body=st.binary(max_size=3000),
     case=st.sampled_from(CASES),

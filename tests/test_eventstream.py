@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 import pytest
 from botocore.eventstream import EventStreamBuffer
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from smithy_aws_event_stream.events import Byte, EventMessage, Long, Short
 
@@ -276,7 +276,6 @@ def test_every_header_type_from_smithys_encoder() -> None:
 # ---------------------------------------------------------------- properties
 
 
-@settings(max_examples=200, deadline=None)
 @given(batch=st.lists(messages, max_size=5), cuts=st.lists(st.integers(0, 2000), max_size=30))
 def test_any_split_gives_the_same_messages(
     batch: list[EventStreamMessage], cuts: list[int]
@@ -286,7 +285,6 @@ def test_any_split_gives_the_same_messages(
     assert decode_chunks(byte_by_byte(wire)) == batch
 
 
-@settings(max_examples=200, deadline=None)
 @given(batch=st.lists(messages, max_size=5), step=st.integers(1, 64))
 def test_botocore_decodes_the_same(batch: list[EventStreamMessage], step: int) -> None:
     wire = b"".join(encode(m) for m in batch)
@@ -296,7 +294,6 @@ def test_botocore_decodes_the_same(batch: list[EventStreamMessage], step: int) -
 timestamps = st.integers(-(10**12), 10**13)  # 1938 to 2286, in ms: datetimes can hold them
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     batch=st.lists(messages, max_size=4),
     cuts=st.lists(st.integers(0, 1500), max_size=10),
@@ -519,7 +516,6 @@ def damaged_streams(draw: st.DrawFn) -> bytes:
     return damage(draw, wire, rounds=3, most=16)
 
 
-@settings(max_examples=300, deadline=None)
 @given(wire=damaged_streams(), cuts=st.lists(st.integers(0, 2000), max_size=30))
 def test_any_split_gives_the_same_outcome_even_when_damaged(wire: bytes, cuts: list[int]) -> None:
     whole = outcome([wire])

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from modeltap.rules.errors import UpstreamProtocolError
@@ -103,7 +103,6 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(items=st.lists(json_values, max_size=6), cuts=st.lists(st.integers(1, 9), min_size=1))
 def test_any_array_cut_anywhere_decodes_to_its_elements(items: list[Any], cuts: list[int]) -> None:
     wire = gemini_wire(items)

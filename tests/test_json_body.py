@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from modeltap.apis import json_body
@@ -124,7 +124,6 @@ def write_str(text: str, rng: random.Random) -> str:
     return out.replace(":", rng.choice([":", "\\u003a", "\\u003A"]))
 
 
-@settings(max_examples=600, deadline=None)
 @given(
     pairs=st.lists(st.tuples(KEYS, VALUES), max_size=5),
     seed=st.integers(0, 2**16),

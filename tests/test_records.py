@@ -7,7 +7,7 @@ import unicodedata
 from urllib.parse import quote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from modeltap.evidence import redaction
@@ -192,7 +192,6 @@ secrets = st.text(alphabet="ABCdef0123456789-_.~%+", min_size=4, max_size=16).ma
 )
 
 
-@settings(max_examples=300, deadline=None)
 @given(
     before=st.lists(segments, min_size=1, max_size=3),
     separator=separator_spellings(),

@@ -16,7 +16,7 @@ import unicodedata
 from urllib.parse import unquote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from modeltap.apis import api_for_path, api_for_ws_path, endpoint_of, match_endpoint
@@ -251,7 +251,6 @@ def suffix_endpoint(path: str) -> str | None:
     return next((api for suffix, api in SUFFIXES.items() if bare.endswith(suffix)), None)
 
 
-@settings(max_examples=500, deadline=None)
 @given(pieces=st.lists(PATH_PIECES, min_size=1, max_size=10))
 def test_no_server_rewrite_changes_an_accepted_path(pieces: list[str]) -> None:
     path = "/" + "".join(pieces)

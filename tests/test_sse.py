@@ -6,7 +6,7 @@ import itertools
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from modeltap.rules.errors import UpstreamProtocolError
@@ -169,7 +169,6 @@ _STREAMS = st.one_of(
 )
 
 
-@settings(max_examples=300)
 @given(st.data(), _STREAMS)
 def test_any_stream_any_chunking_matches_reference(data: st.DataObject, stream: bytes) -> None:
     assert decode_chunks(data.draw(chunked(stream)))[0] == reference_decode(stream)

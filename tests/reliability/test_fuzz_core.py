@@ -11,8 +11,8 @@ invalid UTF-8, lone surrogates). The contract checked everywhere:
   AWS event stream framing and Bedrock's messages in it);
 - whatever is accepted can be written: its JSONL line serialises and reads back.
 
-Budgets (``max_examples``) keep the file under a minute on two cores; the
-numbers tried are in docs/RELIABILITY.md.
+The number of examples is the hypothesis profile's (tests/conftest.py: ``dev``
+while working, ``ci`` in CI); docs/RELIABILITY.md says how many that is.
 """
 
 from __future__ import annotations
@@ -69,10 +69,8 @@ except ImportError:
 
 MODULES = [openai_chat, openai_responses, anthropic_messages]
 MODULE_IDS = ["chat", "responses", "anthropic"]
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-SMALL = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-#: Request bodies are the costliest to generate: fewer, but six targets share them.
-BODY = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: The profile's budget (tests/conftest.py); the API-shaped values are slow to draw.
+FUZZ = settings(suppress_health_check=[HealthCheck.too_slow])
 
 
 def check_rejected(exc: Rejected) -> None:
@@ -152,7 +150,7 @@ def audit_bytes(module: Any, raw: bytes) -> dict[str, Any] | None:
 
 
 @pytest.mark.parametrize("module", MODULES, ids=MODULE_IDS)
-@BODY
+@FUZZ
 @given(body=bodies(leaf=st.one_of(st.none(), st.booleans(), st.integers(), any_text)))
 def test_audit_request_only_rejects(module: Any, body: dict[str, Any]) -> None:
     """Any Python object (lone surrogates included): facts, or Rejected."""
@@ -165,7 +163,7 @@ def test_audit_request_only_rejects(module: Any, body: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("module", MODULES, ids=MODULE_IDS)
-@BODY
+@FUZZ
 @given(body=bodies())
 def test_accepted_wire_bodies_always_give_a_writable_record(
     module: Any, body: dict[str, Any]
@@ -177,7 +175,7 @@ def test_accepted_wire_bodies_always_give_a_writable_record(
     audit_bytes(module, raw)
 
 
-@SMALL
+@FUZZ
 @given(raw=st.one_of(st.binary(max_size=200), wire_text.map(str.encode)))
 def test_parse_json_object_on_arbitrary_bytes(raw: bytes) -> None:
     try:
@@ -386,7 +384,7 @@ def test_sse_split_anywhere_gives_the_same_events(data: bytes, cuts: list[int]) 
     assert decode_all([data[i : i + 1] for i in range(len(data))]) == whole
 
 
-@SMALL
+@FUZZ
 @given(data=st.one_of(st.binary(max_size=400), sse_like), bound=st.integers(1, 64))
 def test_sse_bound_raises_only_upstream_protocol_error(data: bytes, bound: int) -> None:
     decoder = SSEDecoder(max_pending_bytes=bound)
@@ -763,7 +761,7 @@ def test_redact_path_removes_every_secret_value(path: str, params: list[tuple[st
             assert value not in redacted
 
 
-@SMALL
+@FUZZ
 @given(value=json_values())
 def test_tool_result_size_matches_what_orjson_writes(value: Any) -> None:
     encoded = dumps_or_none(value)
@@ -771,7 +769,7 @@ def test_tool_result_size_matches_what_orjson_writes(value: Any) -> None:
     assert json_body._compact_json_size(value) == len(encoded or b"")
 
 
-@SMALL
+@FUZZ
 @given(path=any_text)
 def test_redact_path_never_raises(path: str) -> None:
     assert isinstance(redact_path(path), str)
@@ -817,11 +815,7 @@ def capture_lines(draw: st.DrawFn, good: dict[str, Any]) -> bytes:
     return dumps_or_none(line) or b"{}"
 
 
-@settings(
-    max_examples=150,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(
     audit=st.lists(capture_lines(_GOOD_RECORD), max_size=6),
     events=st.lists(capture_lines(_GOOD_EVENT), max_size=6),
@@ -844,7 +838,7 @@ def test_capture_load_and_report_never_raise(
     orjson.dumps(report.build_report(capture))
 
 
-@SMALL
+@FUZZ
 @given(value=json_values())
 def test_decoders_raise_only_value_error(value: Any) -> None:
     for decode in (decode_record, decode_event, decode_session_end):
