@@ -15,6 +15,48 @@ from modeltap.app.proxy import ProxyConfig
 
 MITM_DECLARED = [o for o in options.OPTIONS if o.mitm_name and o.mitm_name.startswith("modeltap_")]
 
+#: Every option's default as the SPEC and the README state it, written out here
+#: rather than read from the table, so that a changed default fails until both
+#: (and these lines) say so. Unset is None; an off flag is False.
+DEFAULTS: dict[str, Any] = {
+    "listen": "127.0.0.1:8787",  # SPEC 1: "starts the proxy on 127.0.0.1:8787"
+    "out": "./modeltap-out",  # SPEC 1: "--out DIR (default ./modeltap-out)"
+    "mode": None,  # unset: reverse under modeltap run (SPEC 1), mitmproxy's mode under mitmdump
+    "routes": [],  # only extras: the openai, anthropic and gemini routes are built in (SPEC 1)
+    "upstream": None,
+    "upstream_ca": None,
+    "upstream_insecure": False,
+    "strict": False,
+    "fail_closed": False,
+    "image_detail": None,  # images are forwarded as sent unless told
+    "max_body": "64m",  # SPEC 2: "--max-body (default 64 MiB)"; README: "default 64m"
+    "session": None,  # unset: the run id names the session
+    "continuation": "explicit",  # SPEC 3: "The default, explicit, refuses such messages"
+    "ws_allow": [],
+    "max_tool_calls": None,
+    "otlp": None,  # the standard OTEL_EXPORTER_OTLP_* variables decide
+    "otlp_logs": True,  # SPEC 9: "--otlp-logs, on by default when an OTLP endpoint"
+    "capture_content": False,
+    "record": None,
+    "proxyauth": None,
+    "control": "127.0.0.1:0",  # README: "127.0.0.1 on a free port"
+    "allow_open_proxy": False,
+    "upstream_timeout": "connect=10,first-byte=540,idle=540",  # README's limits table
+    "client_timeout": "60",  # README's limits table: --client-timeout S (60)
+    "ui": False,
+    "quiet": False,
+}
+#: README: replay's "--out defaults to ./modeltap-replay" (never into the run's own).
+REPLAY_DEFAULTS = {"out": "./modeltap-replay"}
+
+
+def test_the_table_gives_every_option_its_documented_default() -> None:
+    assert [o.name for o in options.OPTIONS] == list(DEFAULTS)
+    for opt in options.OPTIONS:
+        assert opt.default == DEFAULTS[opt.name], opt.name
+        documented = REPLAY_DEFAULTS.get(opt.name, DEFAULTS[opt.name])
+        assert opt.default_for(options.REPLAY) == documented, opt.name
+
 
 class Declares:
     """An addon that declares every option of the table, as the addons do."""
@@ -29,19 +71,16 @@ def test_proxy_config_has_one_field_per_option_with_its_default() -> None:
     assert set(fields) == rows | {"listen_host", "listen_port", "extra"}
     config = ProxyConfig()
     for name in rows:
-        assert getattr(config, name) == options.option(name).default, name
-    assert f"{config.listen_host}:{config.listen_port}" == options.option("listen").default
+        assert getattr(config, name) == DEFAULTS[name], name
+    assert (config.listen_host, config.listen_port) == ("127.0.0.1", 8787)
 
 
 def test_mitmproxy_sees_the_same_type_default_help_and_choices() -> None:
     with taddons.context(Declares()) as tctx:
         for opt in MITM_DECLARED:
             declared = tctx.options._options[opt.mitm_name]
-            assert (declared.default, declared.help, declared.choices) == (
-                opt.default,
-                opt.help,
-                opt.choices,
-            ), opt.name
+            assert declared.default == DEFAULTS[opt.name], opt.name
+            assert (declared.help, declared.choices) == (opt.help, opt.choices), opt.name
             assert declared.typespec == opt.type
         # Only modeltap_ options are declared: mitmproxy's own (proxyauth, declared by its
         # proxyauth addon, not loaded here) stay mitmproxy's.
@@ -72,17 +111,31 @@ def test_the_command_line_takes_each_option_with_its_help_and_default() -> None:
         action = actions[opt.cli_name]
         assert action.help is not None and action.help.startswith(opt.help), opt.name
         assert opt.cli_flag in action.option_strings
+        shown = DEFAULTS[opt.name]
+        if shown not in (None, False, []):  # what --help says the default is
+            note = "On by default." if shown is True else f"Default: {shown}."
+            assert action.help.endswith(note), opt.name
         assert action.choices == (list(opt.choices) if opt.choices else None) or (
             tuple(action.choices or ()) == opt.choices
         )
+    parsed = vars(parser.parse_args([]))
+    for opt in options.OPTIONS:
+        expected = DEFAULTS[opt.name]
+        if opt.name == "listen":
+            expected = ("127.0.0.1", 8787)  # parsed into host and port
+        assert parsed[opt.cli_name] == expected, opt.name
     assert cli.config_from_args(parser.parse_args([])) == ProxyConfig()
     with pytest.raises(ValueError, match="unknown"):
         ProxyConfig.from_options({"ui": True})  # the command's own, not the proxy's
 
 
 def test_replay_takes_only_its_options() -> None:
-    dests = {a.dest for a in parser_for(options.REPLAY)._actions} - {"help"}
+    parser = parser_for(options.REPLAY)
+    dests = {a.dest for a in parser._actions} - {"help"}
     assert dests == {"listen", "out", "image_detail", "session", "continuation", "quiet"}
+    parsed = vars(parser.parse_args([]))
+    assert parsed.pop("listen") == ("127.0.0.1", 8787)
+    assert parsed == {name: REPLAY_DEFAULTS.get(name, DEFAULTS[name]) for name in parsed}
 
 
 def test_command_line_values_are_checked_and_normalised() -> None:
