@@ -12,20 +12,33 @@ replayed by the same code that audits a live one: after each client
 ``response.create`` this server sends the recorded server messages of that
 turn, or the error event the replayer decided on.
 
-No mitmproxy here: HTTP/1.1 by hand (it only ever talks to the proxy), the
-WebSocket through the ``websockets`` sans-I/O protocol.
+No mitmproxy here. HTTP/1.1 is h11 (sans-I/O, as in
+:mod:`modeltap.app.control`): it parses the requests, keeps the connection
+alive between them, frames each answer (``Content-Length``, or chunked for a
+stream, each chunk written when its recorded time comes) and refuses what is
+not HTTP. A WebSocket upgrade is accepted through h11's protocol switch and
+then spoken by the ``websockets`` sans-I/O protocol, which also checks the
+handshake. The only client is the proxy, so the bounds are those of a server
+that must not be held by a stuck peer: the request head is bounded
+(:data:`MAX_HEAD`), the body is read and dropped, never held, and bounded
+(:data:`MAX_BODY`), and a request that stops arriving halfway is dropped
+after :data:`STALL_TIMEOUT_S`. Between requests a connection stays open as
+long as the proxy keeps it (it closes it with the agent's), as a provider's
+keep-alive would; there is no cap on connections, since the proxy has its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import http as http_status
 import socket
 from collections import deque
+from collections.abc import Mapping
 from typing import Final
 
+import h11
 import orjson
+from websockets.datastructures import Headers
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request
 from websockets.protocol import State
@@ -39,49 +52,24 @@ from modeltap.rules.errors import neutral_error_body
 ENTRY_HEADER: Final = "x-modeltap-replay-entry"
 #: Header on a forwarded WebSocket handshake naming its connection.
 CONNECTION_HEADER: Final = "x-modeltap-replay-connection"
+#: Request line plus headers (what the proxy forwards of the agent's, plus our tag).
+MAX_HEAD: Final = 64 * 1024
+#: A request body is read and dropped; one longer than this is refused (413).
+#: Far above any provider's request limit, and above ``--max-body``'s default:
+#: the proxy refuses larger requests before they get here.
+MAX_BODY: Final = 1024**3
+#: A request that has begun and then sends nothing for this long is dropped.
+STALL_TIMEOUT_S: Final = 30.0
+#: The error code of a request this server cannot read (malformed, too large).
+BAD_REQUEST: Final = "modeltap_replay_bad_request"
+
+_READ_SIZE: Final = 65536
+#: Framing is h11's: a recorded framing header would contradict it.
+_FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connection"})
 
 
-def _parse_head(head: bytes) -> tuple[str, dict[str, str]]:
-    lines = head.decode("latin-1").split("\r\n")
-    method = lines[0].split(" ", 1)[0]
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if sep:
-            headers[name.strip().lower()] = value.strip()
-    return method, headers
-
-
-async def _skip_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
-    """Read and drop a request body (the entry to serve is named by a header)."""
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        while True:
-            size = int((await reader.readline()).split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-                return
-            await reader.readexactly(size + 2)
-    length = headers.get("content-length", "0")
-    if length.isdigit() and int(length):
-        await reader.readexactly(int(length))
-
-
-_FRAMING = frozenset({"content-length", "transfer-encoding"})
-
-
-def _head(status: int, headers: dict[str, str], framing: str) -> bytes:
-    try:
-        phrase = http_status.HTTPStatus(status).phrase
-    except ValueError:
-        phrase = ""
-    lines = [f"HTTP/1.1 {status} {phrase}"]
-    for name, value in headers.items():
-        if name in _FRAMING or "\r" in value or "\n" in value:
-            continue  # we frame the body ourselves; a stored value never splits a header
-        lines.append(f"{name}: {value}")
-    lines.append(framing)
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+class _TooLarge(Exception):
+    """The request body is longer than the server's ``max_body``."""
 
 
 def _ws_error(code: str, message: str) -> bytes:
@@ -95,16 +83,73 @@ def _ws_error(code: str, message: str) -> bytes:
     )
 
 
+def _error_response(status: int, message: str, code: str) -> tuple[h11.Response, bytes]:
+    """A JSON error both SDK families read, and its framed head."""
+    body = neutral_error_body(message, status=status, code=code)
+    headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+    return h11.Response(status_code=status, headers=headers), body
+
+
+def _recorded_headers(stored: Mapping[str, object]) -> list[tuple[bytes, bytes]]:
+    """The recorded response headers h11 can send, in order, framing left to h11.
+
+    A value that is not a valid header value (a line break, a character
+    outside latin-1) is left out rather than sent broken.
+    """
+    kept: list[tuple[bytes, bytes]] = []
+    for name, value in stored.items():
+        try:
+            header = (str(name).lower().encode("ascii"), str(value).encode("latin-1"))
+            h11.Response(status_code=200, headers=[header])  # h11 validates on construction
+        except (UnicodeEncodeError, h11.LocalProtocolError):
+            continue
+        if header[0] not in _FRAMING:
+            kept.append(header)
+    return kept
+
+
+def _is_websocket(request: h11.Request) -> bool:
+    return any(
+        name == b"upgrade" and value.strip().lower() == b"websocket"
+        for name, value in request.headers
+    )
+
+
+def _header(request: h11.Request, name: bytes) -> str:
+    """A request header's value (latin-1), or ``""``."""
+    for key, value in request.headers:
+        if key == name:
+            return value.decode("latin-1")
+    return ""
+
+
 class ReplayServer:
     """The stand-in upstream: serves recorded exchanges over HTTP/1.1 and WebSocket.
 
     The listening socket is bound on construction (so routes can name its
     port before the proxy starts); :meth:`start` serves on the running loop.
+
+    Args:
+        recording: what to serve.
+        fast: serve without the recorded delays.
+        host: the address to listen on.
+        max_body: the longest request body read (and dropped); longer is a 413.
+        stall_timeout_s: how long a request that has begun may send nothing.
     """
 
-    def __init__(self, recording: Recording, *, fast: bool, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        *,
+        fast: bool,
+        host: str = "127.0.0.1",
+        max_body: int = MAX_BODY,
+        stall_timeout_s: float = STALL_TIMEOUT_S,
+    ) -> None:
         self.recording = recording
         self.fast = fast
+        self.max_body = max_body
+        self.stall_timeout_s = stall_timeout_s
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind((host, 0))
         self._sock.listen(64)
@@ -120,7 +165,7 @@ class ReplayServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._client, sock=self._sock, limit=2**20)
+        self._server = await asyncio.start_server(self._client, sock=self._sock)
 
     def close(self) -> None:
         if self._server is not None:
@@ -129,38 +174,82 @@ class ReplayServer:
             self._sock.close()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         try:
-            while await self._one(reader, writer):
-                pass
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
-            pass
+            while True:
+                try:
+                    request = await self._read(conn, reader, writer)
+                except h11.RemoteProtocolError as e:
+                    status = e.error_status_hint
+                    what = "the request head is too large" if status == 431 else "malformed HTTP"
+                    await _send_error(conn, writer, status, what)
+                    return
+                except _TooLarge:
+                    await _send_error(conn, writer, 413, "the request body is too large")
+                    return
+                if request is None:
+                    return
+                if _is_websocket(request):
+                    await self._websocket(conn, request, reader, writer)
+                    return
+                if not await self._answer(conn, request, writer):
+                    return
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (ConnectionError, TimeoutError):
+            pass  # the proxy left, or stopped sending halfway through a request
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            return False
-        _method, headers = _parse_head(head)
-        if headers.get("upgrade", "").lower() == "websocket":
-            await self._websocket(head, headers, reader, writer)
-            return False
-        await _skip_body(reader, headers)
-        index = headers.get(ENTRY_HEADER, "")
+    async def _read(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> h11.Request | None:
+        """The next whole request (its body read and dropped), or None at end of stream.
+
+        Raises:
+            h11.RemoteProtocolError: it is not HTTP/1.1, or its head is too large.
+            _TooLarge: its body is longer than ``max_body``.
+            TimeoutError: it stopped arriving halfway.
+        """
+        request: h11.Request | None = None
+        size = 0
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                begun = request is not None or bool(conn.trailing_data[0])
+                async with asyncio.timeout(self.stall_timeout_s if begun else None):
+                    conn.receive_data(await reader.read(_READ_SIZE))
+            elif isinstance(event, h11.Request):
+                request = event
+                if conn.they_are_waiting_for_100_continue:
+                    writer.write(
+                        _sent(conn, h11.InformationalResponse(status_code=100, headers=[]))
+                    )
+            elif isinstance(event, h11.Data):
+                size += len(event.data)
+                if size > self.max_body:
+                    raise _TooLarge
+            elif isinstance(event, h11.EndOfMessage):
+                return request
+            else:  # ConnectionClosed; PAUSED cannot come before EndOfMessage
+                return None
+
+    async def _answer(
+        self, conn: h11.Connection, request: h11.Request, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Answer one HTTP request; False when the connection must end."""
+        index = _header(request, ENTRY_HEADER.encode())
         entries = self.recording.entries
         if not index.isdigit() or int(index) >= len(entries):
-            body = neutral_error_body(
-                "modeltap replay: not a recorded exchange", status=404, code=UNRECORDED
+            response, body = _error_response(
+                404, "modeltap replay: not a recorded exchange", UNRECORDED
             )
-            head_bytes = _head(
-                404, {"content-type": "application/json"}, f"content-length: {len(body)}"
-            )
-            writer.write(head_bytes + body)
+            writer.write(_sent(conn, response, h11.Data(data=body), h11.EndOfMessage()))
             await writer.drain()
             return True
-        return await self._serve(entries[int(index)], writer)
+        return await self._serve(conn, entries[int(index)], writer)
 
     async def _pause_until(self, deadline: float) -> None:
         if not self.fast:
@@ -168,7 +257,9 @@ class ReplayServer:
             if delay > 0:
                 await asyncio.sleep(delay)
 
-    async def _serve(self, entry: Entry, writer: asyncio.StreamWriter) -> bool:
+    async def _serve(
+        self, conn: h11.Connection, entry: Entry, writer: asyncio.StreamWriter
+    ) -> bool:
         """Write one recorded response; False when the connection must end."""
         resp = entry.line.get("response") or {}
         loop = asyncio.get_running_loop()
@@ -176,19 +267,25 @@ class ReplayServer:
         if isinstance(wait_ms, int | float):
             await self._pause_until(loop.time() + wait_ms / 1000)
         status = resp.get("status")
-        if not isinstance(status, int):
+        if not isinstance(status, int) or not 200 <= status <= 999:
             writer.transport.abort()  # the upstream never answered: neither do we
             return False
-        headers = {str(k): str(v) for k, v in (resp.get("headers") or {}).items()}
+        headers = _recorded_headers(resp.get("headers") or {})
         sha = resp.get("body")
         blob = self.recording.blobs.path(sha) if isinstance(sha, str) else None
         chunks = resp.get("chunks")
         if not isinstance(chunks, list):
             body = blob.read_bytes() if blob is not None else b""
-            writer.write(_head(status, headers, f"content-length: {len(body)}") + body)
+            head = h11.Response(
+                status_code=status, headers=[*headers, (b"content-length", b"%d" % len(body))]
+            )
+            writer.write(_sent(conn, head, h11.Data(data=body), h11.EndOfMessage()))
             await writer.drain()
         else:
-            writer.write(_head(status, headers, "transfer-encoding: chunked"))
+            head = h11.Response(
+                status_code=status, headers=[*headers, (b"transfer-encoding", b"chunked")]
+            )
+            writer.write(_sent(conn, head))
             await writer.drain()
             start = loop.time()
             with contextlib.ExitStack() as stack:
@@ -197,10 +294,10 @@ class ReplayServer:
                     data = source.read(int(size)) if source is not None else b""
                     await self._pause_until(start + float(offset_ms) / 1000)
                     if data:
-                        writer.write(b"%x\r\n%b\r\n" % (len(data), data))
+                        writer.write(_sent(conn, h11.Data(data=data)))
                         await writer.drain()
             if not resp.get("error"):
-                writer.write(b"0\r\n\r\n")
+                writer.write(_sent(conn, h11.EndOfMessage()))
                 await writer.drain()
         if resp.get("error"):
             writer.transport.abort()  # the recorded stream was cut: cut this one too
@@ -211,34 +308,44 @@ class ReplayServer:
 
     async def _websocket(
         self,
-        head: bytes,
-        headers: dict[str, str],
+        conn: h11.Connection,
+        request: h11.Request,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
     ) -> None:
-        proto = ServerProtocol(max_size=None)
-        proto.receive_data(head)
-        events = proto.events_received()
-        if not events or not isinstance(events[0], Request):
-            return
-        decisions = self.connections.get(headers.get(CONNECTION_HEADER, ""))
+        """Serve a replayed WebSocket: h11 switches protocols, ``websockets`` takes over."""
+        # The frames are spoken once h11 has sent the 101, so the protocol
+        # starts OPEN; it still checks the handshake and words the answer.
+        proto = ServerProtocol(max_size=None, state=State.OPEN)
+        decisions = self.connections.get(_header(request, CONNECTION_HEADER.encode()))
         if decisions is None:
-            response = proto.reject(404, "modeltap replay: not a replayed connection\n")
+            handshake = proto.reject(404, "modeltap replay: not a replayed connection\n")
         else:
-            response = proto.accept(events[0])
-        proto.send_response(response)
-        if not await _flush(proto, writer) or decisions is None or proto.state is not State.OPEN:
+            handshake = proto.accept(Request(request.target.decode("latin-1"), Headers(
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw_items()
+            )))  # fmt: skip
+        headers = [
+            (k.encode("latin-1"), v.encode("latin-1")) for k, v in handshake.headers.raw_items()
+        ]
+        if decisions is None or handshake.status_code != 101:
+            refusal = h11.Response(status_code=handshake.status_code, headers=headers)
+            writer.write(
+                _sent(conn, refusal, h11.Data(data=bytes(handshake.body)), h11.EndOfMessage())
+            )
+            await writer.drain()
             return
+        writer.write(_sent(conn, h11.InformationalResponse(status_code=101, headers=headers)))
+        await writer.drain()
+        pending, closed = conn.trailing_data  # frames the client sent behind its handshake
         outbox: asyncio.Queue[Played | None] = asyncio.Queue()
         sender = asyncio.create_task(self._ws_sender(proto, writer, outbox))
         parts: list[bytes] = []
         text = True
         try:
             while True:
-                data = await reader.read(65536)
-                if data:
-                    proto.receive_data(data)
-                else:
+                if pending:
+                    proto.receive_data(pending)
+                if closed:
                     proto.receive_eof()
                 for event in proto.events_received():
                     if not isinstance(event, Frame):
@@ -251,8 +358,10 @@ class ReplayServer:
                         continue
                     if event.fin and text and is_ws_create(b"".join(parts)):
                         outbox.put_nowait(decisions.popleft() if decisions else None)
-                if not await _flush(proto, writer) or not data:
+                if not await _flush(proto, writer) or closed:
                     return
+                pending = await reader.read(_READ_SIZE)
+                closed = not pending
         finally:
             sender.cancel()
 
@@ -295,6 +404,22 @@ class ReplayServer:
                         return
         except Exception:  # the connection went away under us (InvalidState, reset)
             return
+
+
+def _sent(conn: h11.Connection, *events: h11.Event) -> bytes:
+    """The bytes h11 frames for ``events`` (the caller writes them)."""
+    return b"".join(conn.send(event) or b"" for event in events)
+
+
+async def _send_error(
+    conn: h11.Connection, writer: asyncio.StreamWriter, status: int, what: str
+) -> None:
+    """Answer a request this server cannot read, if h11 still lets us answer."""
+    if conn.our_state not in (h11.IDLE, h11.SEND_RESPONSE):
+        return
+    response, body = _error_response(status, f"modeltap replay: {what}", BAD_REQUEST)
+    writer.write(_sent(conn, response, h11.Data(data=body), h11.EndOfMessage()))
+    await writer.drain()
 
 
 async def _flush(proto: ServerProtocol, writer: asyncio.StreamWriter) -> bool:
