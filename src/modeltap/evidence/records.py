@@ -1,9 +1,13 @@
 """Records and events: the one place that knows the JSONL schema.
 
 Everything written to ``audit.jsonl``, ``events.jsonl`` and ``sessions.jsonl``
-is one of the frozen dataclasses below, serialised by :func:`to_json_line`.
-Unknown values are ``None`` (JSON ``null``), never ``0`` or ``""``; an empty
-tuple means "sent, and empty".
+is one of the frozen dataclasses below, serialised by :func:`to_json_line`
+(orjson, every field, in order). Unknown values are ``None`` (JSON ``null``),
+never ``0`` or ``""``; an empty tuple means "sent, and empty". The same types
+are read back (:mod:`modeltap.evidence.capture.lines`). A field added after
+lines were first written has a default (for a nullable one, ``None``:
+unknown), which is what a line an older modeltap wrote reads as; the writer
+always writes it.
 
 Why one module of ~700 lines: the schema is read whole. Splitting the
 dataclasses from their serialiser, or requests from responses, would make a
@@ -51,6 +55,15 @@ def _utc_second(second: int) -> str:
 #: effort, a tool name or type, a call or response id, a status, a finish
 #: reason. Real ones are far shorter; anything longer could be prompt text.
 MAX_ID_CHARS = 256
+
+#: The files of an out dir, as :class:`FileReopenedEvent` names them.
+AUDIT_FILE: Final = "audit.jsonl"
+EVENTS_FILE: Final = "events.jsonl"
+SESSIONS_FILE: Final = "sessions.jsonl"
+OUT_FILES: Final = (AUDIT_FILE, EVENTS_FILE, SESSIONS_FILE)
+#: Why a file was opened again: the path was gone, or named another file.
+REOPEN_MISSING: Final = "missing"
+REOPEN_REPLACED: Final = "replaced"
 
 # --------------------------------------------------------------------------
 # Request side
@@ -164,14 +177,14 @@ class AuditRecord:
     model: str
     #: ``"path"`` or ``"body"`` (:data:`MODEL_SOURCES`). ``None`` only in a line an
     #: older modeltap wrote (read back by :mod:`modeltap.evidence.capture`): unknown.
-    model_source: str | None
+    model_source: str | None = None
     tool_names: tuple[str, ...] | None
     reasoning_effort: str | None
     thinking: Json | None
     image_details: tuple[str | None, ...]
     image_count: int
     instructions_sha256: str | None
-    instructions_parts: tuple[InstructionPart, ...] | None
+    instructions_parts: tuple[InstructionPart, ...] | None = None
     seq: int
     run_id: str
     session_id: str
@@ -182,10 +195,10 @@ class AuditRecord:
     api: str
     #: :data:`OPERATIONS`: ``compact`` for a Responses compaction, else
     #: ``create``. ``None`` only in a line an older modeltap wrote: unknown.
-    operation: str | None
+    operation: str | None = None
     #: The route's real provider, in ``gen_ai.provider.name`` terms. ``None``
     #: only in a line an older modeltap wrote: unknown.
-    provider: str | None
+    provider: str | None = None
     route: str | None
     upstream: str
     path: str
@@ -550,6 +563,27 @@ class FileReopenedEvent(Event):
     #: False on the one event that names no such session (the file was moved
     #: between sessions: nothing of an open session was lost).
     lost_lines: bool = True
+
+
+#: Every kind of ``events.jsonl`` line; a new kind is added here (reading
+#: takes it from this tuple).
+EVENT_TYPES: Final[tuple[type[Event], ...]] = (
+    RejectedEvent,
+    UnauditedEvent,
+    ResponseEvent,
+    ErrorEvent,
+    WsOpenEvent,
+    WsCloseEvent,
+    WsControlEvent,
+    FileReopenedEvent,
+)
+
+
+def kind_of(event_type: type[Event]) -> str:
+    """The ``kind`` an event type writes (its field's fixed default)."""
+    (kind,) = (f.default for f in dataclasses.fields(event_type) if f.name == "kind")
+    assert isinstance(kind, str), f"{event_type.__name__} has no fixed kind"
+    return kind
 
 
 # --------------------------------------------------------------------------

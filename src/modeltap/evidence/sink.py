@@ -55,19 +55,34 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from modeltap.evidence.records import AuditRecord, Event, FileReopenedEvent, to_json_line, utc_now
+from modeltap.evidence.records import (
+    AUDIT_FILE,
+    EVENTS_FILE,
+    REOPEN_MISSING,
+    REOPEN_REPLACED,
+    SESSIONS_FILE,
+    AuditRecord,
+    Event,
+    FileReopenedEvent,
+    to_json_line,
+    utc_now,
+)
 from modeltap.rules.errors import SinkError
 
-AUDIT_FILE = "audit.jsonl"
-EVENTS_FILE = "events.jsonl"
-SESSIONS_FILE = "sessions.jsonl"
+__all__ = [
+    "AUDIT_FILE",
+    "EVENTS_FILE",
+    "REOPEN_MISSING",
+    "REOPEN_REPLACED",
+    "SESSIONS_FILE",
+    "TORN_MARK",
+    "JsonlFile",
+    "LineObserver",
+    "Sink",
+]
 
 #: Written after a torn fragment, before the next line (see the module docstring).
 TORN_MARK = b" <torn write>\n"
-
-#: Why a file was opened again: the path was gone, or named another file.
-REOPEN_MISSING = "missing"
-REOPEN_REPLACED = "replaced"
 
 #: What :attr:`Sink.observer` is called with: the file's name (``audit.jsonl``,
 #: ``events.jsonl`` or ``sessions.jsonl``), the exact bytes appended (one whole

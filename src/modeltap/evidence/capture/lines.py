@@ -1,41 +1,42 @@
 """Reading the evidence files back: each JSONL line decoded into the records.py type it is.
 
 ``audit.jsonl``, ``events.jsonl`` and ``sessions.jsonl`` lines become the
-dataclasses of :mod:`modeltap.evidence.records` (the one place that knows the schema);
-this module only decodes them. Decoding is tolerant in the directions a mixed
-fleet needs: keys a newer writer added are ignored, a nullable field an older
-writer did not write reads as ``None`` (unknown), and an event ``kind`` this
-reader does not know is kept as a plain :class:`modeltap.evidence.records.Event`. A
-line whose known fields have the wrong type is a load error, so nothing
-downstream sums a string. :func:`read_lines` never crashes on file content
-and never drops a line silently: every unreadable line (a torn last line
-included) becomes a :class:`LoadError` naming file and line number.
+dataclasses of :mod:`modeltap.evidence.records` (the one place that knows the
+schema); msgspec converts each parsed line into its type, checking the type of
+every field it knows (orjson parses the line, as it writes it: msgspec here
+only checks and builds the types). Decoding is tolerant in the directions a
+mixed fleet needs: keys a newer writer added are ignored, a field an older
+writer did not write reads as its default (``None`` for a nullable one:
+unknown; records.py gives every field added later a default), and an
+event ``kind`` this reader does not know is kept as a plain
+:class:`modeltap.evidence.records.Event`. A line whose known fields have the
+wrong type is a load error, so nothing downstream sums a string (and a JSON
+integer read into a ``float`` field is a float). :func:`read_lines` never
+crashes on file content and never drops a line silently: every unreadable line
+(a torn last line included) becomes a :class:`LoadError` naming file and line
+number.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import orjson
 
 from modeltap.evidence.records import (
+    AUDIT_FILE,
+    EVENT_TYPES,
+    EVENTS_FILE,
+    SESSIONS_FILE,
     AuditRecord,
-    ErrorEvent,
     Event,
-    FileReopenedEvent,
-    RejectedEvent,
-    ResponseEvent,
     SessionStatus,
-    UnauditedEvent,
-    WsCloseEvent,
-    WsControlEvent,
-    WsOpenEvent,
+    kind_of,
 )
 from modeltap.evidence.sink import TORN_MARK
 
@@ -54,22 +55,10 @@ __all__ = [
     "read_lines",
 ]
 
-AUDIT_FILE: Final = "audit.jsonl"
-EVENTS_FILE: Final = "events.jsonl"
-SESSIONS_FILE: Final = "sessions.jsonl"
 #: The refusal of a request that arrived after its session ended.
 SESSION_ENDED_RULE: Final = "session_ended"
 
-EVENT_KINDS: Final[dict[str, type[Event]]] = {
-    "rejected": RejectedEvent,
-    "unaudited": UnauditedEvent,
-    "response": ResponseEvent,
-    "error": ErrorEvent,
-    "ws_open": WsOpenEvent,
-    "ws_close": WsCloseEvent,
-    "ws_control": WsControlEvent,
-    "file_reopened": FileReopenedEvent,
-}
+EVENT_KINDS: Final[dict[str, type[Event]]] = {kind_of(cls): cls for cls in EVENT_TYPES}
 
 
 class DecodeError(ValueError):
@@ -92,98 +81,42 @@ class LoadError:
         return f"{self.file} line {self.line}: {self.message}"
 
 
-def _accepts_none(hint: Any) -> bool:
-    return hint is type(None) or (
-        typing.get_origin(hint) in (typing.Union, types.UnionType)
-        and type(None) in typing.get_args(hint)
-    )
+def _convert[T](data: Any, cls: type[T]) -> T:
+    """msgspec's conversion, its complaint worded as the rest of the load errors.
 
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    # records.py uses postponed annotations; resolve them once per class.
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _decode(hint: Any, value: Any, where: str) -> Any:
-    """Check ``value`` against a type hint of records.py and convert it.
-
-    Only the shapes records.py uses are supported: scalars, ``X | None``,
-    ``tuple[X, ...]``, ``dict[str, Any]`` and nested dataclasses.
+    Raises:
+        DecodeError: ``data`` is not a ``cls``.
     """
-    if hint is Any:
-        return value
-    if hint is type(None):
-        if value is None:
-            return None
-        raise DecodeError(f"{where}: expected null")
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(hint)
-        if value is None:
-            if type(None) in args:
-                return None
-            raise DecodeError(f"{where}: must not be null")
-        last: DecodeError | None = None
-        for arm in args:
-            if arm is type(None):
-                continue
-            try:
-                return _decode(arm, value, where)
-            except DecodeError as exc:
-                last = exc
-        assert last is not None
-        raise last
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise DecodeError(f"{where}: expected a list")
-        (item_hint, _ellipsis) = typing.get_args(hint)
-        return tuple(_decode(item_hint, item, f"{where}[{i}]") for i, item in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise DecodeError(f"{where}: expected an object")
-        return value
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        if not isinstance(value, dict):
-            raise DecodeError(f"{where}: expected an object")
-        return _build(hint, value, where)
-    # bool is an int subclass in Python; JSON keeps them apart, so do we.
-    if hint is bool:
-        ok = isinstance(value, bool)
-    elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-    elif hint is str:
-        ok = isinstance(value, str)
-    else:  # pragma: no cover - a records.py type this decoder was not taught
-        raise TypeError(f"cannot decode type {hint!r}")
-    if not ok:
-        raise DecodeError(f"{where}: expected {hint.__name__}")
-    return value
+    if not isinstance(data, dict):
+        raise DecodeError("not a JSON object")
+    try:
+        return msgspec.convert(data, cls)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(_worded(str(exc))) from None
 
 
-def _build[T](cls: type[T], data: dict[str, Any], where: str = "") -> T:
-    hints = _hints(cls)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if not f.init:
-            continue
-        name = f"{where}.{f.name}" if where else f.name
-        if f.name in data:
-            kwargs[f.name] = _decode(hints[f.name], data[f.name], name)
-        elif f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
-            continue
-        elif _accepts_none(hints[f.name]):
-            # A nullable field an older writer did not write is unknown.
-            kwargs[f.name] = None
+_AT: Final = re.compile(r"^(?P<what>.*?)(?: - at `\$\.?(?P<where>[^`]*)`)?$", re.DOTALL)
+_MISSING: Final = re.compile(r"^Object missing required field `(?P<name>[^`]*)`$")
+_EXPECTED: Final = re.compile(r"^Expected `(?P<wanted>[^`]*)`, got `(?P<got>[^`]*)`$")
+#: msgspec's names of JSON types, as a load error says them.
+_TYPE_WORDS: Final = {"array": "a list", "object": "an object"}
+
+
+def _worded(message: str) -> str:
+    """``seq: expected int``, ``usage.input_tokens: missing``, ``model: must not be null``."""
+    at = _AT.match(message)
+    assert at is not None  # the pattern matches any text
+    what, where = at["what"], at["where"] or ""
+    if missing := _MISSING.match(what):
+        where = f"{where}.{missing['name']}" if where else missing["name"]
+        what = "missing"
+    elif expected := _EXPECTED.match(what):
+        wanted = [t for t in expected["wanted"].split(" | ") if t != "null"]
+        if expected["got"] == "null":
+            what = "must not be null"
         else:
-            raise DecodeError(f"{name}: missing")
-    return cls(**kwargs)
+            what = "expected " + " or ".join(_TYPE_WORDS.get(t, t) for t in wanted)
+    return f"{where}: {what}" if where else what
 
 
 def decode_record(data: Any) -> AuditRecord:
@@ -199,9 +132,7 @@ def decode_record(data: Any) -> AuditRecord:
         ValueError: the value is not an audit record (a field is missing or
             has the wrong type).
     """
-    if not isinstance(data, dict):
-        raise DecodeError("not a JSON object")
-    return _build(AuditRecord, data)
+    return _convert(data, AuditRecord)
 
 
 def decode_event(data: Any) -> Event:
@@ -221,11 +152,8 @@ def decode_event(data: Any) -> Event:
     kind = data.get("kind")
     if not isinstance(kind, str):
         raise DecodeError("kind: missing or not a string")
-    cls = EVENT_KINDS.get(kind)
-    if cls is None:
-        # A newer writer's kind: keep what every event has, so it is not lost.
-        return _build(Event, data)
-    return _build(cls, data)
+    # A newer writer's kind: keep what every event has, so it is not lost.
+    return _convert(data, EVENT_KINDS.get(kind, Event))
 
 
 def decode_session_end(data: Any) -> SessionEnd:
@@ -240,9 +168,7 @@ def decode_session_end(data: Any) -> SessionEnd:
     Raises:
         ValueError: the value is not a session line.
     """
-    if not isinstance(data, dict):
-        raise DecodeError("not a JSON object")
-    return _build(SessionEnd, data)
+    return _convert(data, SessionEnd)
 
 
 def read_lines[T](
