@@ -52,6 +52,7 @@ def schema(name: str) -> dict[str, Any]:
 
 AUDIT_SCHEMA = jsonschema.Draft202012Validator(schema("audit_record.schema.json"))
 EVENT_SCHEMA = jsonschema.Draft202012Validator(schema("event.schema.json"))
+SESSION_SCHEMA = jsonschema.Draft202012Validator(schema("session.schema.json"))
 
 
 def audit_record(**fields: Any) -> AuditRecord:

@@ -3,16 +3,24 @@
 Everything written to ``audit.jsonl``, ``events.jsonl`` and ``sessions.jsonl``
 is one of the frozen dataclasses below, serialised by :func:`to_json_line`
 (orjson, every field, in order). Unknown values are ``None`` (JSON ``null``),
-never ``0`` or ``""``; an empty tuple means "sent, and empty". The same types
-are read back (:mod:`modeltap.evidence.capture.lines`). A field added after
-lines were first written has a default (for a nullable one, ``None``:
-unknown), which is what a line an older modeltap wrote reads as; the writer
-always writes it.
+never ``0`` or ``""``; an empty tuple means "sent, and empty".
 
-Why one module of ~700 lines: the schema is read whole. Splitting the
+The same types are read back (:mod:`modeltap.evidence.capture.lines`: msgspec
+converts each parsed line into them, checking every field's type) and the
+shipped JSON Schemas are generated from them
+(:mod:`modeltap.evidence.schemas`, ``src/modeltap/schemas/``). A field's
+``Annotated`` metadata says what the schema adds to its type: a description
+(:func:`doc`) and what *this* writer promises (:func:`promise`: the known
+apis, bounded identifiers, hex digests; :data:`NEVER_NULL`), which reading
+does not check, since a newer writer may widen it. Adding a field is one
+edit here: a field added after lines were first written has a default (for a
+nullable one, ``None``: unknown), which is what a line an older modeltap
+wrote reads as; the writer always writes it.
+
+Why one module of ~800 lines: the schema is read whole. Splitting the
 dataclasses from their serialiser, or requests from responses, would make a
 reader hold two files open to learn what one JSONL line can say; most of the
-length is field declarations, each with the comment that documents it.
+length is field declarations, each with the description that documents it.
 """
 
 from __future__ import annotations
@@ -21,13 +29,16 @@ import dataclasses
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
+import msgspec
 import orjson
 
 from modeltap.evidence.redaction import redact_path
 
 Json = dict[str, Any]
+
+TRANSPORTS = ("http", "websocket")
 
 #: A record's ``operation``: what the audited request asks the model to do.
 #: ``create`` is every API's own model turn (a chat completion, a response, a
@@ -64,6 +75,62 @@ OUT_FILES: Final = (AUDIT_FILE, EVENTS_FILE, SESSIONS_FILE)
 #: Why a file was opened again: the path was gone, or named another file.
 REOPEN_MISSING: Final = "missing"
 REOPEN_REPLACED: Final = "replaced"
+#: The settings a continuation of server-held state may leave unstated.
+OMITTABLE_SETTINGS: Final = ("instructions", "tools")
+
+# --------------------------------------------------------------------------
+# What the schema says beyond the types
+
+
+def doc(text: str) -> msgspec.Meta:
+    """A field's description in the generated JSON Schema (and for its reader here)."""
+    return msgspec.Meta(description=text)
+
+
+def promise(**keywords: Any) -> msgspec.Meta:
+    """What this writer promises about a value beyond its type.
+
+    Args:
+        keywords: JSON Schema keywords (``enum``, ``maxLength``, ``pattern``,
+            ``minimum``...), added to the generated schema only: reading does not
+            check them, since a newer writer may widen them (a new api, a new
+            stop reason).
+    """
+    return msgspec.Meta(extra_json_schema=keywords)
+
+
+def named(name: str, **keywords: Any) -> msgspec.Meta:
+    """Like :func:`promise`, for a value the schema names (``api``,
+    ``timestamp``): used more than once in a file, it is written once under
+    ``$defs`` and referred to."""
+    return msgspec.Meta(title=name, extra_json_schema=keywords)
+
+
+#: On a nullable field: this writer never writes null there; the type allows
+#: ``None`` for a line an older modeltap wrote without the field, or for
+#: another event kind that shares it.
+NEVER_NULL: Final = msgspec.Meta(extra_json_schema={"not": {"type": "null"}})
+
+#: An identifier copied from the wire (:data:`MAX_ID_CHARS` at most).
+WireId = Annotated[str, promise(maxLength=MAX_ID_CHARS)]
+Sha256Hex = Annotated[str, promise(pattern="^[0-9a-f]{64}$")]
+Count = Annotated[int, promise(minimum=0)]
+Millis = Annotated[float, promise(minimum=0)]
+NonEmpty = Annotated[str, promise(minLength=1)]
+Timestamp = Annotated[
+    str,
+    named(
+        "timestamp",
+        pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?"
+        r"(Z|[+-][0-9]{2}:[0-9]{2})$",
+    ),
+    doc("UTC time, ISO-8601."),
+]
+#: A wire's name (:attr:`modeltap.apis.contract.Wire.NAME`: ``openai.chat_completions``,
+#: ...). The names are the wire registry's, below this module: the schemas'
+#: enum is filled in from :data:`modeltap.apis.APIS` (:mod:`modeltap.evidence.schemas`).
+ApiName = Annotated[str, named("api")]
+TransportName = Annotated[str, named("transport", enum=list(TRANSPORTS))]
 
 # --------------------------------------------------------------------------
 # Request side
@@ -73,29 +140,24 @@ REOPEN_REPLACED: Final = "replaced"
 class HostedTool:
     """A provider-run or non-function tool advertised in a request."""
 
-    type: str
-    name: str | None
+    type: WireId
+    name: WireId | None
 
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
     """A tool result carried back to the model: its call id and its size."""
 
-    call_id: str | None
-    bytes: int
+    call_id: WireId | None
+    bytes: Count
 
 
 @dataclass(frozen=True, slots=True)
 class InstructionPart:
-    """One instruction text of a request, as ``instructions_parts`` lists it.
+    """One instruction text of a request, as ``instructions_parts`` lists it."""
 
-    Attributes:
-        sha256: SHA-256 (hex) of the text's UTF-8.
-        bytes: the text's length in UTF-8 bytes.
-    """
-
-    sha256: str
-    bytes: int
+    sha256: Annotated[Sha256Hex, doc("SHA-256 (hex) of the text's UTF-8.")]
+    bytes: Annotated[Count, doc("The text's length in UTF-8 bytes.")]
 
 
 #: Where a record's ``model`` was read: the request path (an API that names
@@ -171,45 +233,123 @@ class RequestFacts:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AuditRecord:
-    """One line of ``audit.jsonl``: a validated outgoing model request."""
+    """One line of ``audit.jsonl``: a validated outgoing model request, written
+    before it was forwarded (SPEC section 2)."""
 
-    request_id: str
-    model: str
-    #: ``"path"`` or ``"body"`` (:data:`MODEL_SOURCES`). ``None`` only in a line an
-    #: older modeltap wrote (read back by :mod:`modeltap.evidence.capture`): unknown.
-    model_source: str | None = None
-    tool_names: tuple[str, ...] | None
-    reasoning_effort: str | None
-    thinking: Json | None
-    image_details: tuple[str | None, ...]
-    image_count: int
-    instructions_sha256: str | None
-    instructions_parts: tuple[InstructionPart, ...] | None = None
-    seq: int
-    run_id: str
-    session_id: str
-    ts: str
-    transport: str
-    #: The wire's name (:attr:`modeltap.apis.contract.Wire.NAME`:
-    #: ``openai.chat_completions``, ...); the schemas list every one.
-    api: str
-    #: :data:`OPERATIONS`: ``compact`` for a Responses compaction, else
-    #: ``create``. ``None`` only in a line an older modeltap wrote: unknown.
-    operation: str | None = None
-    #: The route's real provider, in ``gen_ai.provider.name`` terms. ``None``
-    #: only in a line an older modeltap wrote: unknown.
-    provider: str | None = None
-    route: str | None
+    request_id: Annotated[
+        str,
+        doc(
+            "HTTP: x-client-request-id or x-request-id if sent, else the proxy's exchange "
+            "id. WebSocket: the connection's id (repeats per message)."
+        ),
+    ]
+    model: Annotated[
+        str,
+        promise(minLength=1, maxLength=MAX_ID_CHARS),
+        doc(
+            "The model the request asks for: from the path where the API puts it there "
+            "(decoded), else the body's (longer ones are refused, value_too_long). When both "
+            "are sent and differ, the path's: it is what the upstream serves."
+        ),
+    ]
+    model_source: Annotated[
+        str | None,
+        promise(enum=list(MODEL_SOURCES)),
+        NEVER_NULL,
+        doc("Where model was read: the request path or the body (MODEL_SOURCES)."),
+    ] = None
+    tool_names: Annotated[
+        tuple[WireId, ...] | None,
+        doc(
+            "Client-run tools advertised in this request, in order; namespaced tools as "
+            "namespace.name. null when the request did not state its tools "
+            '(omitted_settings holds "tools").'
+        ),
+    ]
+    reasoning_effort: Annotated[WireId | None, doc("The effort actually sent, or null.")]
+    thinking: Annotated[
+        Json | None,
+        doc(
+            "Anthropic only: the thinking setting as sent (type, budget_tokens, display; "
+            'any other key by name only, its value "REDACTED"), else null.'
+        ),
+    ]
+    image_details: Annotated[
+        tuple[WireId | None, ...],
+        doc("The detail of each outgoing image, in order; absent detail is null."),
+    ]
+    image_count: Annotated[Count, doc("len(image_details).")]
+    instructions_sha256: Annotated[
+        Sha256Hex | None,
+        doc(
+            "SHA-256 (hex) of the system/developer texts joined with two newlines; null "
+            "when the request did not state its instructions."
+        ),
+    ]
+    instructions_parts: Annotated[
+        tuple[InstructionPart, ...] | None,
+        doc(
+            "One entry per instruction text (a string, or each text block of a message), "
+            "in the order they are joined into instructions_sha256; null exactly when "
+            "instructions_sha256 is null; [] when no instructions were sent."
+        ),
+    ] = None
+    seq: Annotated[Count, doc("Order within the run; events link to the record by (run_id, seq).")]
+    run_id: NonEmpty
+    session_id: NonEmpty
+    ts: Timestamp
+    transport: TransportName
+    api: ApiName
+    operation: Annotated[
+        str | None,
+        promise(enum=list(OPERATIONS)),
+        NEVER_NULL,
+        doc(
+            "What the request asks the model to do (OPERATIONS): create (the API's own "
+            "model turn) or compact (a Responses compaction pass, POST .../responses/compact)."
+        ),
+    ] = None
+    provider: Annotated[
+        str | None,
+        promise(pattern=r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)*$", maxLength=64),
+        NEVER_NULL,
+        doc(
+            "The route's real provider as gen_ai.provider.name names it (openai, anthropic, "
+            "azure.ai.openai, gcp.gemini, gcp.vertex_ai, aws.bedrock, or what --route "
+            "NAME=URL,provider=P says); else derived from the upstream host; else the "
+            "provider whose wire the API is."
+        ),
+    ] = None
+    route: Annotated[str | None, doc("The route name, or null in forward-proxy mode.")]
     upstream: str
-    path: str
+    path: Annotated[
+        str,
+        doc(
+            "Path with its query string: parameter names kept, values only for "
+            "api-version, beta and alt (harmless shapes), every other value REDACTED; cut "
+            "at 2048 characters."
+        ),
+    ]
     stream: bool
     hosted_tools: tuple[HostedTool, ...]
-    tool_results: tuple[ToolResult, ...]
-    previous_response_id: str | None
-    generate: bool | None
-    omitted_settings: tuple[str, ...]
-    body_bytes: int
-    body_sha256: str
+    tool_results: Annotated[
+        tuple[ToolResult, ...],
+        doc("Tool results this request carries back, in order: ids and sizes only."),
+    ]
+    previous_response_id: WireId | None
+    generate: Annotated[bool | None, doc("As sent; false marks a warm-up that runs no model.")]
+    omitted_settings: Annotated[
+        tuple[Annotated[str, promise(enum=list(OMITTABLE_SETTINGS))], ...],
+        promise(uniqueItems=True),
+        doc(
+            "Continuations of server-held state (Responses previous_response_id, "
+            "conversation or prompt; Anthropic thread continue; WebSocket under "
+            "--continuation as-sent): the settings the request did not state, whose fields "
+            "are then null; [] otherwise."
+        ),
+    ]
+    body_bytes: Count
+    body_sha256: Sha256Hex
 
     @classmethod
     def build(
@@ -288,14 +428,14 @@ class AuditRecord:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token usage as the provider reported it; each count ``None`` if not reported."""
+    """Token usage as the provider reported it; each count null when not reported."""
 
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    total_tokens: int | None = None
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    reasoning_tokens: int | None = None
+    input_tokens: Count | None = None
+    output_tokens: Count | None = None
+    total_tokens: Count | None = None
+    cache_read_tokens: Count | None = None
+    cache_write_tokens: Count | None = None
+    reasoning_tokens: Count | None = None
 
 
 #: The counts of :class:`Usage`, in order: the one usage vocabulary of the
@@ -307,10 +447,10 @@ USAGE_COUNTS: Final = tuple(f.name for f in dataclasses.fields(Usage))
 class ToolCall:
     """A tool call the model asked for, arguments exactly as the model sent them."""
 
-    call_id: str | None
-    name: str | None
-    arguments: str | None
-    namespace: str | None = None
+    call_id: WireId | None
+    name: WireId | None
+    arguments: Annotated[str | None, doc("As sent by the model.")]
+    namespace: WireId | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,23 +458,22 @@ class InvocationMetrics:
     """The provider's own measurements of one invocation, as it reported them.
 
     Bedrock reports them beside the usage: InvokeModel in response headers
-    (``X-Amzn-Bedrock-Invocation-Latency``, ``-Input-Token-Count``,
-    ``-Output-Token-Count``), InvokeModelWithResponseStream in the last
-    chunk's ``amazon-bedrock-invocationMetrics``, Converse in ``metrics``
-    (``latencyMs``). Each value ``None`` when not reported.
-
-    Attributes:
-        input_tokens: ``inputTokenCount``.
-        output_tokens: ``outputTokenCount``.
-        latency_ms: the invocation's latency as the provider measured it
-            (``invocationLatency``, ``latencyMs``), in milliseconds.
-        first_byte_latency_ms: ``firstByteLatency``, in milliseconds.
+    (X-Amzn-Bedrock-Invocation-Latency, -Input-Token-Count, -Output-Token-Count),
+    InvokeModelWithResponseStream in the last chunk's
+    amazon-bedrock-invocationMetrics, Converse in metrics (latencyMs). Each
+    value null when not reported.
     """
 
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    latency_ms: int | None = None
-    first_byte_latency_ms: int | None = None
+    input_tokens: Annotated[Count | None, doc("inputTokenCount.")] = None
+    output_tokens: Annotated[Count | None, doc("outputTokenCount.")] = None
+    latency_ms: Annotated[
+        Count | None,
+        doc(
+            "The invocation's latency as the provider measured it (invocationLatency, "
+            "latencyMs), in milliseconds."
+        ),
+    ] = None
+    first_byte_latency_ms: Annotated[Count | None, doc("firstByteLatency, in milliseconds.")] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,25 +565,27 @@ class Event:
     """Fields every line of ``events.jsonl`` carries."""
 
     kind: str
-    ts: str
-    run_id: str
-    session_id: str
-    seq: int | None = None
+    ts: Timestamp
+    run_id: NonEmpty
+    session_id: NonEmpty
+    seq: Annotated[
+        Count | None, doc("The seq of the audit record the event belongs to; null where none.")
+    ] = None
     request_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RejectedEvent(Event):
-    """A request or WebSocket message refused before forwarding."""
+    """A request or WebSocket message refused before forwarding; it has no audit record."""
 
     kind: str = field(default="rejected", init=False)
-    rule: str
+    rule: NonEmpty
     message: str
-    status: int | None
-    transport: str
+    status: Count | None
+    transport: TransportName
     method: str | None
     path: str
-    api: str | None = None
+    api: ApiName | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -455,28 +596,30 @@ class UnauditedEvent(Event):
     method: str
     host: str | None
     path: str
-    status: int | None
+    status: Count | None
 
 
 @dataclass(frozen=True, slots=True)
 class Cost:
-    """The estimated price of an exchange (SPEC section 5): an estimate, never a bill.
+    """The estimated price of an exchange (SPEC section 5): an estimate by a
+    price table, never a bill."""
 
-    Attributes:
-        estimate_usd: the price in US dollars by the price table, or ``None``
-            when it cannot be estimated (unknown model, a count the table
-            prices not reported): never ``0`` for unknown.
-        source: the price table it comes from, with its version
-            (``genai-prices 0.2.3``).
-        priced_as: the table's provider and model the exchange was priced as
-            (``anthropic/claude-sonnet-4-5``); ``None`` when not found.
-        note: why there is no estimate, when there is none.
-    """
-
-    estimate_usd: float | None
-    source: str
-    priced_as: str | None = None
-    note: str | None = None
+    estimate_usd: Annotated[
+        Annotated[float, promise(minimum=0)] | None,
+        doc(
+            "US dollars, by the price table; null when it cannot be estimated (unknown "
+            "model, a count the table prices not reported), never 0 for unknown."
+        ),
+    ]
+    source: Annotated[NonEmpty, doc("The price table and its version, e.g. 'genai-prices 0.2.3'.")]
+    priced_as: Annotated[
+        str | None,
+        doc(
+            "The table's provider/model the exchange was priced as "
+            "(anthropic/claude-sonnet-4-5); null when the model is not in the table."
+        ),
+    ] = None
+    note: Annotated[str | None, doc("Why there is no estimate, when there is none.")] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -484,25 +627,33 @@ class ResponseEvent(Event):
     """What came back for one audited request (SPEC section 4)."""
 
     kind: str = field(default="response", init=False)
-    api: str
-    transport: str
-    status: int | None
+    seq: Annotated[
+        Count | None, NEVER_NULL, doc("The seq of its audit record: a response always has one.")
+    ] = None
+    api: ApiName
+    transport: TransportName
+    status: Annotated[Count | None, doc("HTTP status (WebSocket: null).")]
     stream: bool
-    response_id: str | None
-    model: str | None
+    response_id: WireId | None
+    model: WireId | None
     usage: Usage
-    finish_reasons: tuple[str, ...] | None
+    finish_reasons: tuple[WireId, ...] | None
     tool_calls: tuple[ToolCall, ...]
-    response_status: str | None
-    ttfb_ms: float | None
-    ttft_ms: float | None
-    duration_ms: float | None
-    evidence_complete: bool
+    response_status: WireId | None
+    ttfb_ms: Millis | None
+    ttft_ms: Millis | None
+    duration_ms: Millis | None
+    evidence_complete: Annotated[
+        bool, doc("The whole response was seen and parsed, terminal event included.")
+    ]
     capture_errors: tuple[str, ...]
-    #: The estimated price (``None`` on lines written before estimates existed).
-    cost: Cost | None = None
-    #: The provider's own measurements of the invocation (Bedrock), else ``None``.
-    invocation_metrics: InvocationMetrics | None = None
+    cost: Annotated[
+        Cost | None, doc("The estimated price; null only on lines written before estimates.")
+    ] = None
+    invocation_metrics: Annotated[
+        InvocationMetrics | None,
+        doc("The provider's own measurements of the invocation (Bedrock), else null."),
+    ] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -510,9 +661,15 @@ class ErrorEvent(Event):
     """Something broke: upstream unreachable, a reset, a client that went away."""
 
     kind: str = field(default="error", init=False)
-    error: str
-    message: str
-    transport: str
+    error: NonEmpty
+    message: Annotated[
+        str,
+        doc(
+            "modeltap's own fixed text for the kind of error; never the upstream's or "
+            "mitmproxy's words."
+        ),
+    ]
+    transport: TransportName
     method: str | None
     path: str | None
 
@@ -535,8 +692,8 @@ class WsCloseEvent(Event):
     code: int | None
     reason: str | None
     closed_by: str | None
-    messages_from_client: int
-    messages_from_server: int
+    messages_from_client: Count
+    messages_from_server: Count
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -544,7 +701,7 @@ class WsControlEvent(Event):
     """An allowed WebSocket control message (e.g. ``response.processed``)."""
 
     kind: str = field(default="ws_control", init=False)
-    type: str
+    type: NonEmpty
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -554,19 +711,25 @@ class FileReopenedEvent(Event):
     the new file (SPEC section 8)."""
 
     kind: str = field(default="file_reopened", init=False)
-    #: Which file: ``audit.jsonl``, ``events.jsonl`` or ``sessions.jsonl``.
-    file: str
-    #: ``missing`` (the path was gone) or ``replaced`` (it named another file).
-    reason: str
-    #: True when this session had lines before the move, which the file may have
-    #: held: they are not in the out dir now, and its ``data`` evidence is partial.
-    #: False on the one event that names no such session (the file was moved
-    #: between sessions: nothing of an open session was lost).
-    lost_lines: bool = True
+    file: Annotated[str, promise(enum=list(OUT_FILES)), doc("Which file.")]
+    reason: Annotated[
+        str,
+        promise(enum=[REOPEN_MISSING, REOPEN_REPLACED]),
+        doc("missing (the path was gone) or replaced (it named another file)."),
+    ]
+    lost_lines: Annotated[
+        bool,
+        doc(
+            "True when this session had lines before the move, which the file may have "
+            "held: they are not in the out dir now, and its data evidence is partial. "
+            "False on the one event that names no such session (the file was moved "
+            "between sessions: nothing of an open session was lost)."
+        ),
+    ] = True
 
 
-#: Every kind of ``events.jsonl`` line; a new kind is added here (reading
-#: takes it from this tuple).
+#: Every kind of ``events.jsonl`` line, in the schema's order; a new kind is
+#: added here (reading and the schema take it from this tuple).
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     RejectedEvent,
     UnauditedEvent,
@@ -606,27 +769,48 @@ STOP_REASONS = (
 class SessionStatus:
     """One line of ``sessions.jsonl``: how a session ended, as the proxy saw it.
 
-    These are execution facts, never a verdict on the agent's task.
+    These are execution facts, never a verdict on the agent's task. The
+    types let each count be null (unknown) for a reader; this writer always
+    knows them.
     """
 
-    run_id: str
-    session_id: str
-    ts: str
-    stop_reason: str | None
-    requests_audited: int | None
-    refusals: int | None
-    tool_calls_admitted: int | None
-    evidence_complete: bool | None
+    run_id: NonEmpty
+    session_id: NonEmpty
+    ts: Timestamp
+    stop_reason: Annotated[
+        str | None,
+        promise(enum=list(STOP_REASONS)),
+        NEVER_NULL,
+        doc("Why the session ended, as the proxy saw it (STOP_REASONS)."),
+    ]
+    requests_audited: Annotated[Count | None, NEVER_NULL]
+    refusals: Annotated[Count | None, NEVER_NULL]
+    tool_calls_admitted: Annotated[
+        Count | None,
+        NEVER_NULL,
+        doc("Requested tool calls whose results were let through to the model."),
+    ]
+    evidence_complete: Annotated[bool | None, NEVER_NULL]
     capture_errors: tuple[str, ...] = ()
-    message: str | None = None
-    #: Log records of this proxy's lines (SPEC 9) known not to reach the OTLP
-    #: collector when this line was written: refused by a full queue or in a
-    #: failed export (the exact total is printed at exit). ``None`` when lines
-    #: are not exported as log records.
-    otlp_logs_dropped: int | None = None
-    #: Upstream TLS certificates were not verified (``--upstream-insecure``):
-    #: whoever answered may not have been the upstream the records name.
-    upstream_insecure: bool = False
+    message: Annotated[
+        str | None, doc("What a session without a single audited request says, else null.")
+    ] = None
+    otlp_logs_dropped: Annotated[
+        Count | None,
+        doc(
+            "Log records of this proxy's lines (SPEC 9) known not to reach the OTLP "
+            "collector when this line was written: refused by a full queue or in a failed "
+            "export (the exact total is printed at exit). null when lines are not exported "
+            "as log records."
+        ),
+    ] = None
+    upstream_insecure: Annotated[
+        bool,
+        doc(
+            "Upstream TLS certificates were not verified (--upstream-insecure): whoever "
+            "answered may not have been the upstream the records name."
+        ),
+    ] = False
 
 
 def to_json_line(record: object) -> bytes:

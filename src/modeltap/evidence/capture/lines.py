@@ -7,7 +7,8 @@ every field it knows (orjson parses the line, as it writes it: msgspec here
 only checks and builds the types). Decoding is tolerant in the directions a
 mixed fleet needs: keys a newer writer added are ignored, a field an older
 writer did not write reads as its default (``None`` for a nullable one:
-unknown; records.py gives every field added later a default), and an
+unknown; records.py gives every field added later a default), values the
+schema's promises do not list (a newer api, a longer id) are kept, and an
 event ``kind`` this reader does not know is kept as a plain
 :class:`modeltap.evidence.records.Event`. A line whose known fields have the
 wrong type is a load error, so nothing downstream sums a string (and a JSON
