@@ -3,6 +3,8 @@ values, audit lines, events and notices out. No proxy, no mitmproxy."""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 from dataclasses import replace
 from typing import Any
 
@@ -10,8 +12,17 @@ import orjson
 import pytest
 
 from modeltap.apis.openai_chat import NAME as API_CHAT
+from modeltap.core.body_audit import (
+    HASH_IN_THREAD_BYTES,
+    Decode,
+    Digest,
+    Hashed,
+    Reencode,
+    Reencoded,
+    RequestBody,
+)
 from modeltap.core.exchange import Exchange
-from modeltap.core.gate import RequestHead, audit_body
+from modeltap.core.gate import RequestHead
 from modeltap.core.notices import Forward, Listener, Outcome, Reply
 from modeltap.core.observe import StreamTap
 from modeltap.rules.routing import RouteTable
@@ -49,9 +60,7 @@ def audited(core: Core, body: bytes = CHAT, t: int = 10 * MS) -> Exchange:
     """An exchange opened at 0, audited and forwarded at ``t``."""
     ex = Exchange.open(core.run, head(), 0)
     assert ex.reply is None and ex.api == API_CHAT
-    facts, rewritten = audit_body(API_CHAT, body, None)
-    assert rewritten is None
-    assert isinstance(ex.forward(facts, body, body, None, {}, t), Forward)
+    assert isinstance(ex.receive_body(RequestBody(body, {}), t), Forward)
     return ex
 
 
@@ -186,21 +195,103 @@ def test_forwarding_writes_the_audit_line_first(core: Core) -> None:
 def test_a_forwarding_listener_tags_or_answers(core: Core) -> None:
     core.heard.answers["forwarding"] = Forward((("x-tag", "1"),))
     ex = Exchange.open(core.run, head(), 0)
-    facts, _ = audit_body(API_CHAT, CHAT, None)
-    assert ex.forward(facts, CHAT, CHAT, None, {}, 1) == Forward((("x-tag", "1"),))
+    assert ex.receive_body(RequestBody(CHAT, {}), 1) == Forward((("x-tag", "1"),))
     core.heard.answers["forwarding"] = Reply(400, b"{}")
     ex = Exchange.open(core.run, head(), 0)
-    assert ex.forward(facts, CHAT, CHAT, None, {}, 1) == Reply(400, b"{}")
+    assert ex.receive_body(RequestBody(CHAT, {}), 1) == Reply(400, b"{}")
     # The audit line was written all the same: the answer replaces the upstream's.
     assert len(core.audit()) == 2
+
+
+def test_a_compressed_body_is_decoded_off_the_loop_then_audited(core: Core) -> None:
+    packed = gzip.compress(CHAT)
+    ex = Exchange.open(core.run, head(), 0)
+    work = ex.receive_body(RequestBody(packed, {"content-encoding": "gzip"}), 1)
+    assert isinstance(work, Decode) and work.codings == ("gzip",)
+    assert core.audit() == []  # nothing is written before the audit is done
+    assert isinstance(ex.resume(work.run(), 2), Forward)
+    (record,) = core.audit()
+    assert (record["body_bytes"], record["body_sha256"]) == (
+        len(packed),
+        hashlib.sha256(packed).hexdigest(),
+    )
+    (_, facts, body, t) = core.heard.args("audited")[0]
+    assert (facts.model, body, t) == ("gpt-5", CHAT, 2)  # listeners get it decoded
+
+
+def test_decoding_stops_at_max_body(core: Core) -> None:
+    body = orjson.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": "hi " * 999}]})
+    core.run.settings = replace(core.run.settings, max_body=len(body) - 1)
+    ex = Exchange.open(core.run, head(), 0)
+    work = ex.receive_body(RequestBody(gzip.compress(body), {"content-encoding": "gzip"}), 1)
+    assert isinstance(work, Decode)
+    reply = ex.resume(work.run(), 2)
+    assert isinstance(reply, Reply) and reply.status == 413
+    assert [e["rule"] for e in core.events("rejected")] == ["body_too_large"]
+    # A body larger than --max-body as received is refused at once.
+    ex = Exchange.open(core.run, head(), 0)
+    reply = ex.receive_body(RequestBody(body, {}), 3)
+    assert isinstance(reply, Reply) and reply.status == 413
+    assert core.audit() == []
+
+
+def test_a_large_body_is_hashed_off_the_loop_or_by_its_arrival(core: Core) -> None:
+    body = orjson.dumps({"model": "gpt-5", "messages": [], "x": "y" * HASH_IN_THREAD_BYTES})
+    ex = Exchange.open(core.run, head(), 0)
+    assert ex.hash_as_it_arrives(str(len(body))) and not ex.hash_as_it_arrives("")
+    work = ex.receive_body(RequestBody(body, {}), 1)
+    assert isinstance(work, Digest) and not work.from_arrival and work.raw is body
+    assert isinstance(ex.resume(work.run(), 2), Forward)
+    # Hashed while it arrived: the glue hands in that digest.
+    ex = Exchange.open(core.run, head(), 0)
+    work = ex.receive_body(RequestBody(body, {}, hashed_as_it_arrived=True), 3)
+    assert isinstance(work, Digest) and work.from_arrival
+    assert isinstance(ex.resume(Hashed("ab" * 32), 4), Forward)
+    assert [r["body_sha256"] for r in core.audit()] == [hashlib.sha256(body).hexdigest(), "ab" * 32]
+
+
+def test_image_detail_forwards_and_audits_the_rewritten_body(core: Core) -> None:
+    core.run.settings = replace(core.run.settings, image_detail="low")
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": [image]}]})
+    ex = Exchange.open(core.run, head(), 0)
+    work = ex.receive_body(RequestBody(body, {}), 1)
+    assert isinstance(work, Reencode)
+    assert orjson.loads(work.content)["messages"][0]["content"][0]["image_url"]["detail"] == "low"
+    sent = b"the rewritten body, encoded as the client sent it"
+    assert isinstance(ex.resume(Reencoded(sent), 2), Forward)
+    (record,) = core.audit()
+    assert (record["body_bytes"], record["body_sha256"], record["image_details"]) == (
+        len(sent),
+        hashlib.sha256(sent).hexdigest(),
+        ["low"],
+    )
+    assert core.heard.args("audited")[0][2] == work.content
+
+
+def test_the_body_audit_fails_closed(core: Core) -> None:
+    ex = Exchange.open(core.run, head(), 0)
+    work = ex.receive_body(RequestBody(gzip.compress(CHAT), {"content-encoding": "gzip"}), 1)
+    assert isinstance(work, Decode)
+    # A result it did not ask for is a bug: refused, never forwarded.
+    reply = ex.resume(Hashed("ab" * 32), 2)
+    assert isinstance(reply, Reply) and b"audit_internal_error" in reply.body
+    # So is work the glue could not do.
+    ex = Exchange.open(core.run, head(), 0)
+    assert isinstance(
+        ex.receive_body(RequestBody(gzip.compress(CHAT), {"content-encoding": "gzip"}), 3), Decode
+    )
+    reply = ex.abandon(RuntimeError("the executor is gone"), 4)
+    assert reply.status == 500 and b"audit_internal_error" in reply.body
+    assert [e["rule"] for e in core.events("rejected")] == ["audit_internal_error"] * 2
+    assert core.audit() == []
 
 
 def test_the_last_gate_refuses_by_session_policy(core: Core) -> None:
     core.run.settings = replace(core.run.settings, fail_closed=True)
     Exchange.open(core.run, head("/openai/v1/chat/../x"), 0)  # a refusal in s1
     ex = Exchange.open(core.run, head(), 0)
-    facts, _ = audit_body(API_CHAT, CHAT, None)
-    reply = ex.forward(facts, CHAT, CHAT, None, {}, 1)
+    reply = ex.receive_body(RequestBody(CHAT, {}), 1)
     assert isinstance(reply, Reply) and reply.status == 400
     assert [e["rule"] for e in core.events("rejected")] == ["noncanonical_path", "fail_closed"]
     assert core.audit() == [] and not ex.audited

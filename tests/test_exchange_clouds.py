@@ -14,8 +14,9 @@ from modeltap.apis.anthropic_messages import NAME as API_ANTHROPIC
 from modeltap.apis.bedrock_converse import NAME as API_BEDROCK_CONVERSE
 from modeltap.apis.bedrock_converse.stream import BedrockStreamDecoder
 from modeltap.apis.openai_chat import NAME as API_CHAT
+from modeltap.core.body_audit import RequestBody, audit_body
 from modeltap.core.exchange import Exchange
-from modeltap.core.gate import SESSION_HEADER, RequestHead, audit_body, take_session
+from modeltap.core.gate import SESSION_HEADER, RequestHead, take_session
 from modeltap.core.notices import Forward
 from modeltap.core.observe import StreamTap, stream_framing, with_header_facts
 from modeltap.evidence.records import ResponseFacts
@@ -72,8 +73,7 @@ def head(
 def forwarded(core: Core, target: str, api: str, body: bytes) -> Exchange:
     ex = Exchange.open(core.run, head(target), 0)
     assert ex.reply is None and ex.api == api
-    facts, _ = audit_body(api, body, None, ex.path)
-    assert isinstance(ex.forward(facts, body, body, None, {}, 0), Forward)
+    assert isinstance(ex.receive_body(RequestBody(body, {}), 0), Forward)
     return ex
 
 

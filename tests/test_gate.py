@@ -1,24 +1,20 @@
-"""The request gate's pure judgements: ids, the control API, the request line,
-codings and the body's audit."""
+"""The request gate's pure judgements: ids, the control API, the request line
+(the body's audit is tests/test_body_audit.py)."""
 
 from __future__ import annotations
 
-import orjson
 import pytest
 
 from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.apis.openai_responses import NAME as API_RESPONSES
+from modeltap.core.body_audit import sha256_hex
 from modeltap.core.gate import (
-    audit_body,
-    body_codings,
     fail_closed,
     identify,
     is_control_address,
     is_control_path,
     judge_request_line,
     overlong_id_header,
-    parse_body,
-    sha256_hex,
 )
 from modeltap.rules.errors import Rejected
 
@@ -95,37 +91,6 @@ def test_the_request_line() -> None:
         with pytest.raises(Rejected) as e:
             judge_request_line(method, path, path, names, websocket)
         assert e.value.rule == rule
-
-
-def test_body_codings() -> None:
-    assert body_codings(10, None, "gzip", 100) == ("gzip",)
-    assert body_codings(10, "chunked", None, 100) == ()
-    for args, rule in (
-        ((101, None, None, 100), "body_too_large"),
-        ((10, "gzip, chunked", None, 100), "undecodable_content_encoding"),
-        ((10, None, "compress", 100), "undecodable_content_encoding"),
-    ):
-        with pytest.raises(Rejected) as e:
-            body_codings(*args)  # type: ignore[arg-type]
-        assert e.value.rule == rule
-
-
-def test_audit_body_rewrites_images_only_when_asked() -> None:
-    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
-    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": [image]}]})
-    facts, rewritten = audit_body(API_CHAT, body, None)
-    assert (facts.model, facts.image_details, rewritten) == ("m", (None,), None)
-    facts, rewritten = audit_body(API_CHAT, body, "low")
-    assert facts.image_details == ("low",) and rewritten is not None
-    assert orjson.loads(rewritten)["messages"][0]["content"][0]["image_url"]["detail"] == "low"
-    with pytest.raises(Rejected, match="missing_model"):
-        audit_body(API_CHAT, b"{}", None)
-
-
-def test_parse_body_names_the_real_fault_behind_an_elided_parse() -> None:
-    with pytest.raises(Rejected, match="duplicate_key"):
-        parse_body(b'{"a": 1, "a": 2}', elide=True)
-    assert parse_body(b'{"a": 1}', elide=True) == {"a": 1}
 
 
 def test_fail_closed_turns_a_bug_into_a_refusal() -> None:

@@ -7,7 +7,7 @@ import gzip
 import orjson
 
 from modeltap.apis.openai_chat import NAME as API_CHAT
-from modeltap.core.gate import audit_body
+from modeltap.core.body_audit import audit_body
 from modeltap.core.observe import StreamTap, observe_body, stream_framing
 from tests.upstream import chat_text_json, chat_text_sse, sse_bytes
 

@@ -710,7 +710,7 @@ def test_large_body_hashed_off_thread_matches_forwarded_bytes(running: Running) 
     import base64
     import hashlib
 
-    from modeltap.core.exchange import HASH_IN_THREAD_BYTES
+    from modeltap.core.body_audit import HASH_IN_THREAD_BYTES
 
     image = "data:image/png;base64," + base64.b64encode(b"\x89PNG" * HASH_IN_THREAD_BYTES).decode()
     oai(running).chat.completions.create(
@@ -731,7 +731,7 @@ def test_large_chunked_body_is_hashed_whole(running: Running) -> None:
     its audit line still carries the SHA-256 of exactly what was forwarded."""
     import base64
 
-    from modeltap.core.exchange import HASH_IN_THREAD_BYTES
+    from modeltap.core.body_audit import HASH_IN_THREAD_BYTES
 
     image = "data:image/png;base64," + base64.b64encode(b"\x89PNG" * HASH_IN_THREAD_BYTES).decode()
     body = orjson.dumps(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import orjson
@@ -13,7 +15,7 @@ from mitmproxy.test import tflow, tutils
 from modeltap.addons import http as http_addon
 from modeltap.addons.deadlines import DEADLINE_KEY, Deadline
 from modeltap.addons.http import VIEW_KEY, Http
-from modeltap.core.exchange import HASH_IN_THREAD_BYTES
+from modeltap.core.body_audit import HASH_IN_THREAD_BYTES
 from modeltap.core.observe import StreamTap
 from tests.addons.conftest import CHAT, json_response, model_flow, tap
 from tests.upstream import chat_text_json
@@ -132,6 +134,26 @@ async def test_a_large_body_is_hashed_off_the_event_loop(tmp_path: Path) -> None
         assert pending is not None
         await pending
         assert t.audit()[0]["body_sha256"] == __import__("hashlib").sha256(body).hexdigest()
+
+
+async def test_work_the_glue_cannot_do_is_a_refusal_never_a_forward(tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    gone = ThreadPoolExecutor(max_workers=1)
+    gone.shutdown()  # run_in_executor now raises RuntimeError
+    loop.set_default_executor(gone)
+    try:
+        with tap(tmp_path) as t:
+            http_ = t.addon(Http)
+            flow = model_flow(body=gzip.compress(CHAT), **{"content-encoding": "gzip"})
+            http_.requestheaders(flow)
+            pending = http_.request(flow)
+            assert pending is not None
+            await pending
+            assert flow.response is not None and flow.response.status_code == 500
+            assert [e["rule"] for e in t.events("rejected")] == ["audit_internal_error"]
+            assert t.audit() == []
+    finally:
+        loop.set_default_executor(ThreadPoolExecutor())
 
 
 async def test_an_event_stream_is_tapped_and_other_bodies_are_not(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from mitmproxy.test import tflow
 from modeltap.addons.http import Http
 from modeltap.addons.replayer import Replayer
 from modeltap.apis.openai_chat import NAME as API_CHAT
-from modeltap.core.gate import audit_body
+from modeltap.core.body_audit import audit_body
 from modeltap.evidence.records import AuditRecord
 from modeltap.replay.matching import Player
 from modeltap.replay.recording import BLOBS_DIR, RECORDING_FILE, Recording, TurnKey

@@ -1,7 +1,8 @@
 """The HTTP addon: mitmproxy's HTTP hooks, turned into calls on the exchange core.
 
 Each hook reads what mitmproxy saw, hands it to :class:`~modeltap.core.exchange.Exchange`
-and acts on the answer (forward, answer, stream through the observer); the
+and acts on the answer (forward, answer, stream through the observer, or do
+the work the body's audit asks for: off the loop on a worker thread); the
 decisions and the lines are the core's. It owns the options of the request
 gate (mode, routes, strict, image detail, max body, the open-proxy refusal).
 
@@ -9,9 +10,6 @@ It also puts modeltap's answers in place of mitmproxy's HTML error page
 (agents' SDKs want JSON in their provider's shape), installs the HTTP/1 body
 reader fix (:mod:`modeltap.addons.patches.mitm_http1`) and the bound on request
 bodies as they arrive (:mod:`modeltap.addons.patches.request_limit`).
-
-A little over 500 lines: one addon's hooks and the options they read, kept
-together as mitmproxy's own addons keep theirs; the decisions are in the core.
 """
 
 from __future__ import annotations
@@ -34,19 +32,20 @@ from modeltap.addons.base import Addon
 from modeltap.addons.deadlines import Deadlines
 from modeltap.addons.patches import error_page, mitm_http1, request_limit
 from modeltap.core import answers
-from modeltap.core.exchange import HASH_IN_THREAD_BYTES, Exchange
-from modeltap.core.gate import (
-    SESSION_HEADER,
-    RequestHead,
-    audit_body,
-    body_codings,
-    fail_closed,
-    sha256_hex,
-    take_session,
+from modeltap.core.body_audit import (
+    Decode,
+    Digest,
+    Hashed,
+    Reencode,
+    Reencoded,
+    RequestBody,
+    Work,
+    WorkDone,
 )
+from modeltap.core.exchange import Exchange
+from modeltap.core.gate import SESSION_HEADER, RequestHead, take_session
 from modeltap.core.notices import Forward, Reply
 from modeltap.core.run import Run, Settings
-from modeltap.evidence.records import RequestFacts
 from modeltap.rules.errors import Rejected, Rule
 from modeltap.rules.failures import FailureFacts, Phase, classify_failure
 from modeltap.rules.listening import (
@@ -56,7 +55,6 @@ from modeltap.rules.listening import (
     open_proxy_message,
 )
 from modeltap.rules.routing import RouteError, RouteTable
-from modeltap.wire.decoding import decode_request_body
 
 logger = logging.getLogger(__name__)
 
@@ -126,11 +124,9 @@ class Http(Addon):
             req.scheme, req.host, req.port = ex.route.scheme, ex.route.host, ex.route.port
             req.path = ex.path
             req.host_header = ex.route.url.split("://", 1)[1].split("/", 1)[0]
-        if ex.api is not None and self.run.settings.image_detail is None:
-            declared = req.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) >= HASH_IN_THREAD_BYTES:
-                # Hashed as it arrives (request_limit), for its audit line.
-                flow.metadata[request_limit.HASH_KEY] = request_limit.BodyHash()
+        if ex.hash_as_it_arrives(req.headers.get("content-length", "")):
+            # Hashed as it arrives (request_limit), for its audit line.
+            flow.metadata[request_limit.HASH_KEY] = request_limit.BodyHash()
 
     def modeltap_request_too_large(self, flow: http.HTTPFlow) -> None:
         """A request body passed --max-body while it arrived (request_limit): refuse
@@ -221,108 +217,45 @@ class Http(Addon):
             flow.metadata[VIEW_KEY] = ex.view  # the WebSocket addon opens its connection
 
     def _audit(self, flow: http.HTTPFlow, ex: Exchange) -> Awaitable[None] | None:
-        """Audit the body, then forward it or refuse it (on a worker thread when large)."""
-        req, settings = flow.request, self.run.settings
-        raw = req.raw_content or b""
-        try:
-            codings = fail_closed(
-                body_codings,
-                len(raw),
-                req.headers.get("transfer-encoding"),
-                req.headers.get("content-encoding"),
-                settings.max_body,
-            )
-        except Rejected as e:
-            _answer(flow, ex.refuse(e, time.perf_counter_ns()))
-            return None
-        digest: asyncio.Future[str] | None = None
-        ahead = flow.metadata.pop(request_limit.HASH_KEY, None)
-        if len(raw) >= HASH_IN_THREAD_BYTES and settings.image_detail is None:
-            if isinstance(ahead, request_limit.BodyHash) and ahead.content is raw:
-                # Hashed while it arrived: the digest is ready, or nearly.
-                digest = ahead.hexdigest()
-            else:
-                # hashlib lets go of the GIL: a large body is hashed on a worker
-                # thread while this one parses and audits it.
-                digest = asyncio.get_running_loop().run_in_executor(None, sha256_hex, raw)
-        if codings:
-            return self._audit_encoded(flow, ex, raw, codings, digest)
-        try:
-            facts, rewritten = fail_closed(
-                audit_body, ex.api or "", raw, settings.image_detail, ex.path, signed=ex.signed
-            )
-        except Rejected as e:
-            _answer(flow, ex.refuse(e, time.perf_counter_ns()))
-            return None
-        if digest is None:
-            self._forward(flow, ex, facts, rewritten or raw, rewritten is not None, None)
-            return None
-        return self._forward_when_hashed(flow, ex, facts, raw, digest)
-
-    async def _audit_encoded(
-        self,
-        flow: http.HTTPFlow,
-        ex: Exchange,
-        raw: bytes,
-        codings: tuple[str, ...],
-        digest: Awaitable[str] | None,
-    ) -> None:
-        """Decode a compressed body on a worker thread, then audit and forward it.
-
-        zlib, Brotli and Zstandard let go of the GIL, so other exchanges go on
-        while a large (or hostile) body inflates; decoding stops at --max-body.
-        """
-        settings = self.run.settings
-        try:
-            decoded = await asyncio.get_running_loop().run_in_executor(
-                None, fail_closed, decode_request_body, raw, codings, settings.max_body
-            )
-            facts, rewritten = fail_closed(
-                audit_body,
-                ex.api or "",
-                decoded,
-                settings.image_detail,
-                ex.path,
-                signed=ex.signed,
-            )
-        except Rejected as e:
-            _answer(flow, ex.refuse(e, time.perf_counter_ns()))
-            return
-        sha = await digest if digest is not None else None
-        self._forward(flow, ex, facts, rewritten or decoded, rewritten is not None, sha)
-
-    async def _forward_when_hashed(
-        self,
-        flow: http.HTTPFlow,
-        ex: Exchange,
-        facts: RequestFacts,
-        sent: bytes,
-        digest: Awaitable[str],
-    ) -> None:
-        self._forward(flow, ex, facts, sent, False, await digest)
-
-    def _forward(
-        self,
-        flow: http.HTTPFlow,
-        ex: Exchange,
-        facts: RequestFacts,
-        sent: bytes,
-        rewritten: bool,
-        digest: str | None,
-    ) -> None:
-        """Write the audit line and let the request go.
-
-        Args:
-            sent: the decoded body that goes upstream.
-            rewritten: ``--image-detail`` rewrote it: forward it (re-encoded as
-                the client sent it), so the audit shows what is actually sent.
-            digest: the SHA-256 of the body, if it was hashed already.
-        """
+        """Hand the body to the core and do what it asks until it answers (the
+        work it sends off the loop on a worker thread)."""
         req = flow.request
-        if rewritten:
-            req.content = sent
-        now = time.perf_counter_ns()
-        _apply(flow, ex.forward(facts, sent, req.raw_content or b"", digest, req.headers, now))
+        raw = req.raw_content or b""
+        ahead = flow.metadata.pop(request_limit.HASH_KEY, None)
+        if not isinstance(ahead, request_limit.BodyHash) or ahead.content is not raw:
+            ahead = None  # the digest is the body's only while the flow holds that very body
+        body = RequestBody(raw, req.headers, hashed_as_it_arrived=ahead is not None)
+        step = _work_here(flow.request, ex, ex.receive_body(body, time.perf_counter_ns()))
+        if isinstance(step, Forward | Reply):
+            _apply(flow, step)
+            return None
+        return self._off_loop(flow, ex, step, ahead)
+
+    async def _off_loop(
+        self,
+        flow: http.HTTPFlow,
+        ex: Exchange,
+        step: Decode | Digest,
+        ahead: request_limit.BodyHash | None,
+    ) -> None:
+        """Do the core's work until it answers: decoding and hashing on a worker
+        thread, so other exchanges go on meanwhile."""
+        loop = asyncio.get_running_loop()
+        while True:
+            done: WorkDone
+            try:
+                if isinstance(step, Digest) and step.from_arrival and ahead is not None:
+                    done = Hashed(await ahead.hexdigest())  # hashed while it arrived
+                else:
+                    done = await loop.run_in_executor(None, step.run)
+            except Exception as e:
+                _apply(flow, ex.abandon(e, time.perf_counter_ns()))
+                return
+            answer = _work_here(flow.request, ex, ex.resume(done, time.perf_counter_ns()))
+            if isinstance(answer, Forward | Reply):
+                _apply(flow, answer)
+                return
+            step = answer
 
 
 # ---------------------------------------------------------------------- helpers
@@ -366,6 +299,23 @@ def _answer(flow: http.HTTPFlow, reply: Reply) -> None:
     if reply.close:
         headers["Connection"] = "close"
     flow.response = http.Response.make(reply.status, reply.body, headers)
+
+
+def _work_here(
+    request: http.Request, ex: Exchange, step: Forward | Reply | Work
+) -> Forward | Reply | Decode | Digest:
+    """Do the work the core asks of the glue itself (:class:`Reencode`) until it
+    asks for work off the loop or answers. Fails closed: mitmproxy would
+    forward a request whose hook raised."""
+    while isinstance(step, Reencode):
+        try:
+            # mitmproxy encodes it with the request's content-encoding.
+            request.content = step.content
+            done = Reencoded(request.raw_content or b"")
+        except Exception as e:
+            return ex.abandon(e, time.perf_counter_ns())
+        step = ex.resume(done, time.perf_counter_ns())
+    return step
 
 
 def _apply(flow: http.HTTPFlow, decision: Forward | Reply) -> None:

@@ -3,7 +3,8 @@
 The HTTP addon reads what mitmproxy saw and hands it here as plain values::
 
     request head   ──▶ Exchange.open()     ──▶ the exchange (or its Reply: refused, no route)
-    request body   ──▶ Exchange.forward()  ──▶ audit line, then upstream
+    request body   ──▶ Exchange.receive_body() ──▶ audit line, then upstream
+                       (or work off the loop first: decode, hash; then Exchange.resume())
                        Exchange.pass_through()  (not a model request, or a WebSocket handshake)
     response head  ──▶ Exchange.started()  ──▶ a StreamTap for a stream, observed as it passes
     response end   ──▶ Exchange.ended()    ──▶ response (or unaudited) event
@@ -21,6 +22,7 @@ steps would hand each other the exchange's state through another module.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -28,6 +30,14 @@ from typing import Final
 
 from modeltap import apis
 from modeltap.core import answers
+from modeltap.core.body_audit import (
+    Audited,
+    BodyAudit,
+    RequestBody,
+    Work,
+    WorkDone,
+    hash_as_it_arrives,
+)
 from modeltap.core.gate import (
     RequestHead,
     fail_closed,
@@ -37,7 +47,6 @@ from modeltap.core.gate import (
     judge_request_line,
     overlong_id_header,
     provider_route,
-    sha256_hex,
     websocket_handshake,
 )
 from modeltap.core.notices import ExchangeView, Forward, Outcome, Reply
@@ -55,10 +64,10 @@ from modeltap.rules.errors import Rejected, Rule, error_message
 from modeltap.rules.failures import ANSWER_STATUS, PHASE_TEXT, Phase
 from modeltap.rules.routing import Route
 
+logger = logging.getLogger("modeltap")
+
 #: Forward as it is (no listener tagged it).
 _FORWARD: Final = Forward()
-#: Bodies at least this large are hashed on a worker thread while being audited.
-HASH_IN_THREAD_BYTES: Final = 1024 * 1024
 
 
 class Exchange:
@@ -99,6 +108,9 @@ class Exchange:
         self.streamed = False
         self.finished = False
         self._view: ExchangeView | None = None
+        #: The audit of its body, once it arrived.
+        self._audit: BodyAudit | None = None
+        self._request_headers: Mapping[str, str] = {}
 
     @classmethod
     def open(cls, run: Run, head: RequestHead, now: int) -> Exchange:
@@ -299,31 +311,79 @@ class Exchange:
         self.t_forward_ns = now
         return self._forwarding(body() if self.run.listeners.hear.forwarding else b"", headers)
 
-    def forward(
-        self,
-        facts: RequestFacts,
-        sent: bytes,
-        raw: bytes,
-        raw_sha256: str | None,
-        headers: Mapping[str, str],
-        now: int,
-    ) -> Forward | Reply:
-        """Write the audit line and let the request go, or refuse it.
+    def hash_as_it_arrives(self, content_length: str) -> bool:
+        """Whether the glue should hash the body while it arrives (its digest
+        is then ready, or nearly, when the body is whole).
 
         Args:
-            facts: the request's audit facts.
-            sent: the decoded body as it goes upstream.
-            raw: the body as it goes upstream (its content coding kept).
-            raw_sha256: the SHA-256 of ``raw`` if it was hashed already.
-            headers: its headers (for the ``forwarding`` listeners).
+            content_length: its ``Content-Length`` as sent (empty when none).
+        """
+        return self.api is not None and hash_as_it_arrives(
+            content_length, self.run.settings.image_detail
+        )
+
+    def receive_body(self, body: RequestBody, now: int) -> Forward | Reply | Work:
+        """The model request's body arrived whole: audit it, then forward or refuse it.
+
+        Args:
+            body: the body, and the headers its audit reads.
             now: when.
 
         Returns:
-            How to forward it, or the answer that replaces it (a refusal, or
-            a listener's: a replay that does not match).
+            How to forward it (its audit line is written), the answer that
+            replaces it (a refusal, or a listener's: a replay that does not
+            match), or the work its audit needs first (:mod:`~modeltap.core.body_audit`):
+            do it, then hand the result to :meth:`resume`.
         """
+        s = self.run.settings
+        assert self.api is not None
+        self._audit = BodyAudit(
+            self.api,
+            self.path,
+            signed=self.signed,
+            image_detail=s.image_detail,
+            max_body=s.max_body,
+        )
+        self._request_headers = body.headers
+        return self._audit_step(self._audit.start, body, now)
+
+    def resume(self, done: WorkDone, now: int) -> Forward | Reply | Work:
+        """The work :meth:`receive_body` asked for is done: go on (as it).
+
+        Args:
+            done: the work's result.
+            now: when.
+        """
+        assert self._audit is not None
+        return self._audit_step(self._audit.resume, done, now)
+
+    def abandon(self, error: Exception, now: int) -> Reply:
+        """The glue could not do the work asked for (``error``): refused, never forwarded.
+
+        Only the exception's type is logged: its message could quote the request.
+        """
+        logger.error("modeltap: internal error while auditing (%s); refused", type(error).__name__)
+        return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
+
+    def _audit_step[T](
+        self, audit: Callable[[T], Work | Audited | Rejected], given: T, now: int
+    ) -> Forward | Reply | Work:
+        """One step of the body's audit, failing closed (a bug is a refusal)."""
         try:
-            self.record = self.run.audit(self.view, facts, len(raw), raw_sha256 or sha256_hex(raw))
+            step = fail_closed(audit, given)
+        except Rejected as e:
+            step = e
+        if isinstance(step, Rejected):
+            return self.refuse(step, now)
+        if isinstance(step, Audited):
+            return self._forward(step, now)
+        return step
+
+    def _forward(self, audited: Audited, now: int) -> Forward | Reply:
+        """Write the audit line and let the request go, or refuse it."""
+        facts = audited.facts
+        try:
+            self.record = self.run.audit(self.view, facts, audited.size, audited.sha256)
         except Rejected as e:
             return self.refuse(e, now)
         self.facts = facts
@@ -332,8 +392,8 @@ class Exchange:
         self.run.in_flight[self.id] = self
         self.t_forward_ns = now
         if self.run.listeners.hear.audited:
-            self.run.listeners.audited(self.view, facts, sent, now)
-        return self._forwarding(sent, headers)
+            self.run.listeners.audited(self.view, facts, audited.sent, now)
+        return self._forwarding(audited.sent, self._request_headers)
 
     def _forwarding(self, body: bytes, headers: Mapping[str, str]) -> Forward | Reply:
         if not self.run.listeners.hear.forwarding:

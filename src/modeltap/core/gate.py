@@ -1,8 +1,9 @@
 """The request gate: what is judged before anything is forwarded (SPEC 2, 5, 8).
 
 Pure functions over plain values: the ids a request carries, whether it asks
-for the control API, its request line, its body's codings, and its body's
-audit. Each either returns what the exchange goes on with or raises
+for the control API, whether it is a WebSocket handshake, and its request
+line (its body's audit is :mod:`modeltap.core.body_audit`). Each either
+returns what the exchange goes on with or raises
 :class:`~modeltap.rules.errors.Rejected` naming the rule; :func:`fail_closed` turns
 any other exception into a refusal, so a bug here never lets a request
 through unaudited.
@@ -10,7 +11,6 @@ through unaudited.
 
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import logging
 import re
@@ -19,15 +19,10 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote
 
-import orjson
-
 from modeltap import apis
-from modeltap.apis import json_body
 from modeltap.evidence.records import (
     MAX_ID_CHARS,
     OPERATION_CREATE,
-    Json,
-    RequestFacts,
 )
 from modeltap.rules.errors import Rejected, Rule
 from modeltap.rules.routing import (
@@ -38,7 +33,6 @@ from modeltap.rules.routing import (
     overrides_path,
     split_target,
 )
-from modeltap.wire.decoding import check_transfer_coding, request_codings
 from modeltap.wire.sigv4 import find_signature
 
 logger = logging.getLogger("modeltap")
@@ -382,80 +376,3 @@ def _bundles_requests(content_type: str | None) -> bool:
     repeated header is joined with commas, and servers differ on which wins).
     """
     return content_type is not None and "multipart/mixed" in content_type.lower()
-
-
-def body_codings(
-    size: int, transfer_encoding: str | None, content_encoding: str | None, max_body: int
-) -> tuple[str, ...]:
-    """The content codings to undo before a body is audited.
-
-    Args:
-        size: the body's length as received.
-        transfer_encoding: its ``Transfer-Encoding`` header, if any.
-        content_encoding: its ``Content-Encoding`` header, if any.
-        max_body: ``--max-body`` in bytes.
-
-    Raises:
-        Rejected: ``body_too_large`` or a refused coding.
-    """
-    if size > max_body:
-        raise Rejected(Rule.BODY_TOO_LARGE)
-    check_transfer_coding(transfer_encoding)
-    return request_codings(content_encoding)
-
-
-def parse_body(decoded: bytes, *, elide: bool) -> Json:
-    """Parse a body for the audit; with ``elide``, without materialising large
-    image payloads (the body forwarded is always the original).
-
-    Raises:
-        Rejected: the body is not a JSON object (or has duplicate keys).
-    """
-    if elide:
-        short = json_body.elide_payloads(decoded)
-        if short is not decoded:
-            try:
-                return json_body.parse_json_object(short)
-            except Rejected:
-                pass  # the full parse below names the real fault
-    return json_body.parse_json_object(decoded)
-
-
-def audit_body(
-    api: str, decoded: bytes, image_detail: str | None, path: str = "", *, signed: bool = False
-) -> tuple[RequestFacts, bytes | None]:
-    """Audit a decoded model request body, rewriting images' detail if asked.
-
-    Args:
-        api: the endpoint's API.
-        decoded: the body, content codings undone.
-        image_detail: ``--image-detail``, if set.
-        path: the request target as it goes upstream: it may name the model
-            (Azure deployments, Bedrock, Vertex), ask for a stream, or ask
-            more of the body (a cloud's native invoke body).
-        signed: the request is SigV4-signed: its body is never rewritten.
-
-    Returns:
-        The request's facts, and the rewritten body when ``--image-detail``
-        changed it (it must be forwarded instead: the audit shows what is
-        actually sent), else None.
-
-    Raises:
-        Rejected: the body breaks a rule, or ``signed_request_rewrite`` when
-            ``--image-detail`` would change a signed body (the signature
-            covers it: a rewrite would make the upstream refuse it).
-    """
-    module = apis.module_for(api)
-    body = parse_body(decoded, elide=image_detail is None)
-    rewritten = None
-    if image_detail is not None and module.set_image_detail(body, image_detail):
-        if signed:
-            raise Rejected(Rule.SIGNED_REQUEST_REWRITE)
-        rewritten = orjson.dumps(body)
-    facts: RequestFacts = module.audit_request(body, apis.match_endpoint(path) if path else None)
-    return facts, rewritten
-
-
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data``, 64 hex digits."""
-    return hashlib.sha256(data).hexdigest()

@@ -20,7 +20,8 @@ import orjson
 from modeltap import apis
 from modeltap.apis.contract import WireApi
 from modeltap.apis.websocket_mode import Control, WebSocketMode
-from modeltap.core.gate import fail_closed, sha256_hex
+from modeltap.core.body_audit import sha256_hex
+from modeltap.core.gate import fail_closed
 from modeltap.core.notices import ExchangeView, Outcome
 from modeltap.core.run import Run
 from modeltap.evidence.records import (
