@@ -18,6 +18,7 @@ from modeltap.core.body_audit import (
     Decode,
     Decoded,
     Digest,
+    Failed,
     Hashed,
     Reencode,
     Reencoded,
@@ -122,8 +123,14 @@ def test_a_signed_body_is_never_rewritten() -> None:
     assert isinstance(refused, Rejected) and refused.rule == "signed_request_rewrite"
 
 
-def test_a_result_it_did_not_ask_for_is_an_error() -> None:
+def test_a_result_it_did_not_ask_for_or_work_not_done_is_a_refusal() -> None:
     body = audit()
     assert isinstance(body.start(RequestBody(CHAT_IMAGE, {})), Audited)
-    with pytest.raises(ValueError, match="did not ask for"):
-        body.resume(Hashed("ab" * 32))
+    refused = body.resume(Hashed("ab" * 32))  # a bug of the caller's
+    assert isinstance(refused, Rejected) and refused.rule == "audit_internal_error"
+    body = audit()
+    assert isinstance(
+        body.start(RequestBody(gzip.compress(CHAT_IMAGE), {"content-encoding": "gzip"})), Decode
+    )
+    refused = body.resume(Failed(RuntimeError("the executor is gone")))
+    assert isinstance(refused, Rejected) and refused.rule == "audit_internal_error"

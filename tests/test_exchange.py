@@ -16,6 +16,7 @@ from modeltap.core.body_audit import (
     HASH_IN_THREAD_BYTES,
     Decode,
     Digest,
+    Failed,
     Hashed,
     Reencode,
     Reencoded,
@@ -281,8 +282,9 @@ def test_the_body_audit_fails_closed(core: Core) -> None:
     assert isinstance(
         ex.receive_body(RequestBody(gzip.compress(CHAT), {"content-encoding": "gzip"}), 3), Decode
     )
-    reply = ex.abandon(RuntimeError("the executor is gone"), 4)
-    assert reply.status == 500 and b"audit_internal_error" in reply.body
+    reply = ex.resume(Failed(RuntimeError("the executor is gone")), 4)
+    assert isinstance(reply, Reply) and reply.status == 500
+    assert b"audit_internal_error" in reply.body
     assert [e["rule"] for e in core.events("rejected")] == ["audit_internal_error"] * 2
     assert core.audit() == []
 

@@ -35,6 +35,7 @@ from modeltap.core import answers
 from modeltap.core.body_audit import (
     Decode,
     Digest,
+    Failed,
     Hashed,
     Reencode,
     Reencoded,
@@ -249,8 +250,7 @@ class Http(Addon):
                 else:
                     done = await loop.run_in_executor(None, step.run)
             except Exception as e:
-                _apply(flow, ex.abandon(e, time.perf_counter_ns()))
-                return
+                done = Failed(e)
             answer = _work_here(flow.request, ex, ex.resume(done, time.perf_counter_ns()))
             if isinstance(answer, Forward | Reply):
                 _apply(flow, answer)
@@ -308,12 +308,13 @@ def _work_here(
     asks for work off the loop or answers. Fails closed: mitmproxy would
     forward a request whose hook raised."""
     while isinstance(step, Reencode):
+        done: Reencoded | Failed
         try:
             # mitmproxy encodes it with the request's content-encoding.
             request.content = step.content
             done = Reencoded(request.raw_content or b"")
         except Exception as e:
-            return ex.abandon(e, time.perf_counter_ns())
+            done = Failed(e)
         step = ex.resume(done, time.perf_counter_ns())
     return step
 

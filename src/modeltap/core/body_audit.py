@@ -22,7 +22,8 @@ closed: an exception other than a refusal is a refusal
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -34,6 +35,8 @@ from modeltap.core.gate import fail_closed
 from modeltap.evidence.records import Json, RequestFacts
 from modeltap.rules.errors import Rejected, Rule
 from modeltap.wire.decoding import check_transfer_coding, decode_request_body, request_codings
+
+logger = logging.getLogger("modeltap")
 
 #: Bodies at least this large are hashed on a worker thread.
 HASH_IN_THREAD_BYTES: Final = 1024 * 1024
@@ -177,6 +180,14 @@ class Reencoded:
 
 
 @dataclass(frozen=True, slots=True)
+class Failed:
+    """The glue could not do the work asked for (its executor is gone, say):
+    the body is refused (``audit_internal_error``), never forwarded."""
+
+    error: Exception
+
+
+@dataclass(frozen=True, slots=True)
 class Decode:
     """Work off the loop: undo the body's content codings.
 
@@ -221,8 +232,8 @@ class Reencode:
 
 #: What the audit may ask for before it is done.
 Work = Decode | Digest | Reencode
-#: What the glue hands back once it did it.
-WorkDone = Decoded | Hashed | Reencoded
+#: What the glue hands back once it did it (or tried).
+WorkDone = Decoded | Hashed | Reencoded | Failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +249,14 @@ class Audited:
 
 
 # ---------------------------------------------------------------------- the audit
+
+
+def _failing_closed[T](step: Callable[[T], Work | Audited], given: T) -> Work | Audited | Rejected:
+    """Run a step of the audit; any exception is its refusal (:func:`fail_closed`)."""
+    try:
+        return fail_closed(step, given)
+    except Rejected as e:
+        return e
 
 
 class BodyAudit:
@@ -272,54 +291,57 @@ class BodyAudit:
 
         Returns:
             The work to do first, the audit's result, or its refusal
-            (``body_too_large``, a refused coding, any rule of the body).
+            (``body_too_large``, a refused coding, any rule of the body, or
+            ``audit_internal_error``: every step fails closed).
         """
-        self._body = body
-        headers = body.headers
-        try:
-            codings = fail_closed(
-                body_codings,
-                len(body.raw),
-                headers.get("transfer-encoding"),
-                headers.get("content-encoding"),
-                self._max_body,
-            )
-        except Rejected as e:
-            return e
-        if codings:
-            return self._ask(Decode(body.raw, codings, self._max_body))
-        return self._audit(body.raw)
+        return _failing_closed(self._start, body)
 
     def resume(self, done: WorkDone) -> Work | Audited | Rejected:
         """The work asked for is done: what to do next (as :meth:`start`).
 
-        Raises:
-            ValueError: ``done`` is not what the audit asked for (a bug of
-                the caller's).
+        Args:
+            done: its result; a result of other work than was asked for is
+                a bug (of the caller's), refused like any other.
         """
+        return _failing_closed(self._resume, done)
+
+    # The steps raise Rejected for a refusal; start and resume hand it back.
+
+    def _start(self, body: RequestBody) -> Work | Audited:
+        self._body = body
+        headers = body.headers
+        te, ce = headers.get("transfer-encoding"), headers.get("content-encoding")
+        codings = body_codings(len(body.raw), te, ce, self._max_body)
+        if codings:
+            return self._ask(Decode(body.raw, codings, self._max_body))
+        return self._audit(body.raw)
+
+    def _resume(self, done: WorkDone) -> Work | Audited:
         asked, self._asked = self._asked, None
+        if isinstance(done, Failed):
+            logger.error(
+                "modeltap: internal error while auditing (%s); refused", type(done.error).__name__
+            )
+            raise Rejected(Rule.AUDIT_INTERNAL_ERROR)
         if isinstance(asked, Decode) and isinstance(done, Decoded):
             if isinstance(done.content, Rejected):
-                return done.content
+                raise done.content
             return self._audit(done.content)
         if isinstance(asked, Reencode) and isinstance(done, Reencoded):
             self._raw = done.raw
             return self._digest()
         if isinstance(asked, Digest) and isinstance(done, Hashed):
             return self._audited(done.sha256)
-        raise ValueError("the body audit was handed a result it did not ask for")
+        raise ValueError("the body audit was handed the result of other work than it asked for")
 
     def _ask(self, work: Work) -> Work:
         self._asked = work
         return work
 
-    def _audit(self, decoded: bytes) -> Work | Audited | Rejected:
-        try:
-            facts, rewritten = fail_closed(
-                audit_body, self._api, decoded, self._image_detail, self._path, signed=self._signed
-            )
-        except Rejected as e:
-            return e
+    def _audit(self, decoded: bytes) -> Work | Audited:
+        facts, rewritten = audit_body(
+            self._api, decoded, self._image_detail, self._path, signed=self._signed
+        )
         self._facts = facts
         if rewritten is not None:
             self._sent = rewritten

@@ -22,7 +22,6 @@ steps would hand each other the exchange's state through another module.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -63,8 +62,6 @@ from modeltap.evidence.records import (
 from modeltap.rules.errors import Rejected, Rule, error_message
 from modeltap.rules.failures import ANSWER_STATUS, PHASE_TEXT, Phase
 from modeltap.rules.routing import Route
-
-logger = logging.getLogger("modeltap")
 
 #: Forward as it is (no listener tagged it).
 _FORWARD: Final = Forward()
@@ -345,34 +342,15 @@ class Exchange:
             max_body=s.max_body,
         )
         self._request_headers = body.headers
-        return self._audit_step(self._audit.start, body, now)
+        return self._audit_step(self._audit.start(body), now)
 
     def resume(self, done: WorkDone, now: int) -> Forward | Reply | Work:
-        """The work :meth:`receive_body` asked for is done: go on (as it).
-
-        Args:
-            done: the work's result.
-            now: when.
-        """
+        """The work :meth:`receive_body` asked for is done (or the glue could not
+        do it: :class:`~modeltap.core.body_audit.Failed`): go on, as it."""
         assert self._audit is not None
-        return self._audit_step(self._audit.resume, done, now)
+        return self._audit_step(self._audit.resume(done), now)
 
-    def abandon(self, error: Exception, now: int) -> Reply:
-        """The glue could not do the work asked for (``error``): refused, never forwarded.
-
-        Only the exception's type is logged: its message could quote the request.
-        """
-        logger.error("modeltap: internal error while auditing (%s); refused", type(error).__name__)
-        return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
-
-    def _audit_step[T](
-        self, audit: Callable[[T], Work | Audited | Rejected], given: T, now: int
-    ) -> Forward | Reply | Work:
-        """One step of the body's audit, failing closed (a bug is a refusal)."""
-        try:
-            step = fail_closed(audit, given)
-        except Rejected as e:
-            step = e
+    def _audit_step(self, step: Work | Audited | Rejected, now: int) -> Forward | Reply | Work:
         if isinstance(step, Rejected):
             return self.refuse(step, now)
         if isinstance(step, Audited):
