@@ -22,7 +22,7 @@ from modeltap.core.body_audit import (
     Reencoded,
     RequestBody,
 )
-from modeltap.core.exchange import Exchange
+from modeltap.core.exchange import Exchange, State
 from modeltap.core.gate import RequestHead
 from modeltap.core.notices import Forward, Listener, Outcome, Reply
 from modeltap.core.observe import StreamTap
@@ -457,6 +457,37 @@ def test_after_an_answer_or_the_end_nothing_more_is_written(core: Core) -> None:
     ex.ended(200, b"{}", None, None, 1)
     ex.failed("client_gone", None, 1, request_complete=True)
     assert [e["kind"] for e in core.events()] == ["rejected"]
+
+
+def test_each_step_moves_the_state_and_a_late_one_changes_nothing(core: Core) -> None:
+    ex = Exchange.open(core.run, head(), 0)
+    assert ex.state is State.OPEN
+    assert isinstance(ex.receive_body(RequestBody(STREAM, {}), 1), Forward)
+    assert ex.state is State.FORWARDED
+    assert isinstance(ex.started(200, {"content-type": "text/event-stream"}, 2), StreamTap)
+    assert ex.state is State.RESPONDING
+    assert ex.started(200, {}, 3) is None  # one response head
+    ex.ended(200, None, None, None, 4)
+    assert ex.state is State.DONE
+    ex.ended(200, None, None, None, 5)
+    assert ex.failed("upstream_reset", None, 6, request_complete=True) is None
+    ex.stop(7)
+    assert [e["kind"] for e in core.events()] == ["response"]
+    # The body of an answered request is never audited, nor forwarded.
+    ex = Exchange.open(core.run, head("/openai/v1/chat/../completions"), 0)
+    assert ex.state is State.ANSWERED
+    reply = ex.receive_body(RequestBody(CHAT, {}), 1)
+    assert isinstance(reply, Reply) and len(core.audit()) == 1
+    assert [e["kind"] for e in core.events()] == ["response", "rejected"]  # written once
+
+
+def test_a_switch_is_refused_even_after_the_exchange_ended(core: Core) -> None:
+    ex = audited(core)
+    assert ex.started(101, {}, 1) is None
+    core.run.stop(2)  # the audited exchange ends (proxy_stopped) before the 101 is handled
+    reply = ex.switched(False, 3)
+    assert reply is not None and reply.close and b"unsupported_upgrade" in reply.body
+    assert [e["kind"] for e in core.events()] == ["error", "response"]  # nothing more
 
 
 # ---------------------------------------------------------------- stopping

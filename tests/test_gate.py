@@ -9,14 +9,18 @@ from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.apis.openai_responses import NAME as API_RESPONSES
 from modeltap.core.body_audit import sha256_hex
 from modeltap.core.gate import (
+    RequestHead,
+    destination,
     fail_closed,
     identify,
     is_control_address,
     is_control_path,
     judge_request_line,
     overlong_id_header,
+    switch_asked,
 )
 from modeltap.rules.errors import Rejected
+from modeltap.rules.routing import RouteTable
 
 
 def test_identify() -> None:
@@ -65,6 +69,40 @@ def test_control_addresses() -> None:
     assert not is_control_address("127.0.0.1", 9001, listener)
     assert not is_control_address("example.com", 9000, listener)
     assert not is_control_address("127.0.0.1", 9000, None)
+
+
+def head(target: str, method: str = "GET", **headers: str) -> RequestHead:
+    fields = tuple((k.encode(), v.encode()) for k, v in headers.items())
+    return RequestHead("f", method, target, "https", "api.openai.com", 443, headers, fields)
+
+
+def test_destination_in_each_mode() -> None:
+    routes = RouteTable.build(["stub=http://127.0.0.1:9/base"], None)
+    found = destination("reverse", routes, head("/stub/v1/chat/completions?x=1"))
+    assert found is not None and found.route is not None
+    assert (found.route.name, found.path, found.upstream, found.host) == (
+        "stub",
+        "/base/v1/chat/completions?x=1",
+        "http://127.0.0.1:9/base",
+        "127.0.0.1",
+    )
+    assert destination("reverse", routes, head("/elsewhere")) is None
+    found = destination("regular", routes, head("/v1/chat/completions"))
+    assert found is not None and found.route is not None and found.route.name == "openai"
+    assert (found.path, found.upstream, found.host) == (
+        "/v1/chat/completions",
+        "https://api.openai.com:443",
+        "api.openai.com",
+    )
+
+
+def test_the_switch_a_head_asks_for() -> None:
+    ws = {"upgrade": "websocket", "sec-websocket-version": "13"}
+    assert switch_asked(head("/v1/responses", **ws)) is True
+    assert switch_asked(head("/v1/responses")) is False
+    assert switch_asked(head("/v1/responses", **ws, **{"content-length": "5"})) is None
+    assert switch_asked(head("/v1/responses", upgrade="h2c")) is False
+    assert switch_asked(head("/v1/responses", upgrade="tls/1.3")) is None
 
 
 def test_the_request_line() -> None:

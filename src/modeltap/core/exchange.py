@@ -2,26 +2,35 @@
 
 The HTTP addon reads what mitmproxy saw and hands it here as plain values::
 
-    request head   ──▶ Exchange.open()     ──▶ the exchange (or its Reply: refused, no route)
-    request body   ──▶ Exchange.receive_body() ──▶ audit line, then upstream
-                       (or work off the loop first: decode, hash; then Exchange.resume())
+    request head   ──▶ Exchange.open()          ──▶ the exchange (or its Reply: refused, no route)
+    request body   ──▶ Exchange.receive_body()  ──▶ audit line, then upstream (or work off
+                       Exchange.resume()             the loop first: decode, hash)
                        Exchange.pass_through()  (not a model request, or a WebSocket handshake)
-    response head  ──▶ Exchange.started()  ──▶ a StreamTap for a stream, observed as it passes
-    response end   ──▶ Exchange.ended()    ──▶ response (or unaudited) event
-    failure        ──▶ Exchange.failed()   ──▶ error event (+ response event if audited)
+    response head  ──▶ Exchange.started()       ──▶ a StreamTap for a stream, observed as it passes
+    response end   ──▶ Exchange.ended()         ──▶ response (or unaudited) event
+    failure        ──▶ Exchange.failed()        ──▶ error event (+ response event if audited)
+
+Where it is in that life is its :class:`State`, as h11 keeps a connection's:
+each step moves it through :meth:`Exchange._enter`, the one transition check
+(:data:`NEXT` says where each state may go), and a step that comes too late
+changes nothing (mitmproxy calls the response hook for modeltap's own answer
+too, and an error may follow the end).
 
 The run (:class:`~modeltap.core.run.Run`) holds what exchanges share and writes
 the lines; each step publishes what happened to the run's listeners. Times
 are ``time.perf_counter_ns()`` readings handed in by the caller, so tests
 choose them. Nothing here imports mitmproxy or OpenTelemetry.
 
-A little over 500 lines, on purpose: it is one life, read in order (open,
-forward, start, end, fail, and the protocol switch a 101 may bring); split, the
-steps would hand each other the exchange's state through another module.
+Over 500 lines, on purpose: about 420 of code, the rest the contracts of its
+steps. The judgements are elsewhere (the head's in :mod:`~modeltap.core.gate`,
+the body's in :mod:`~modeltap.core.body_audit`, the lines in the run); what is
+left is one life that moves one state, read in order, and split it would hand
+that state from module to module.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -39,14 +48,14 @@ from modeltap.core.body_audit import (
 )
 from modeltap.core.gate import (
     RequestHead,
+    destination,
     fail_closed,
     identify,
     is_control_address,
     is_control_path,
     judge_request_line,
     overlong_id_header,
-    provider_route,
-    websocket_handshake,
+    switch_asked,
 )
 from modeltap.core.notices import ExchangeView, Forward, Outcome, Reply
 from modeltap.core.observe import StreamTap, observe_body, stream_framing, with_header_facts
@@ -67,13 +76,46 @@ from modeltap.rules.routing import Route
 _FORWARD: Final = Forward()
 
 
+class State(enum.Enum):
+    """Where an exchange is in its life."""
+
+    #: Its head was judged and it goes on: its body is awaited.
+    OPEN = "open"
+    #: Its body is being audited (work off the loop may be under way).
+    AUDITING = "auditing"
+    #: modeltap answered it itself (refused, no route, stopped): never forwarded.
+    ANSWERED = "answered"
+    #: It went upstream, audited or passed through (or a ``forwarding``
+    #: listener answered in the upstream's place: that answer is its response).
+    FORWARDED = "forwarded"
+    #: The upstream's response head arrived.
+    RESPONDING = "responding"
+    #: It ended: its last line is written.
+    DONE = "done"
+
+
+#: Where each state may go. ANSWERED and DONE go nowhere: the exchange is over.
+NEXT: Final[Mapping[State, frozenset[State]]] = {
+    # Its client may leave before its body is whole (DONE: an error event).
+    State.OPEN: frozenset({State.AUDITING, State.FORWARDED, State.ANSWERED, State.DONE}),
+    State.AUDITING: frozenset({State.FORWARDED, State.ANSWERED, State.DONE}),
+    # A 101 modeltap cannot follow is refused in the switch's place (ANSWERED).
+    State.FORWARDED: frozenset({State.RESPONDING, State.ANSWERED, State.DONE}),
+    State.RESPONDING: frozenset({State.ANSWERED, State.DONE}),
+    State.ANSWERED: frozenset(),
+    State.DONE: frozenset(),
+}
+
+
 class Exchange:
     """One HTTP exchange, from its request head to its end (the HTTP addon's own)."""
 
     def __init__(
-        self, run: Run, id: str, session_id: str, request_id: str, method: str, path: str
+        self, run: Run, id: str, session_id: str, request_id: str, method: str, path: str = ""
     ) -> None:
         self.run = run
+        self.state = State.OPEN
+        # What it is (its view shows it): settled once open() returns.
         self.id = id
         self.session_id = session_id
         self.request_id = request_id
@@ -91,133 +133,166 @@ class Exchange:
         self.signed = False  # AWS SigV4: forwarded byte-for-byte, or refused
         self.traceparent: str | None = None
         self.conversation_id: str | None = None
-        #: Answered by modeltap itself (refused, no route): never forwarded.
+        #: modeltap's own answer (ANSWERED; or the refusal that replaced a 101).
         self.reply: Reply | None = None
+        # What was audited (FORWARDED on).
         self.record: AuditRecord | None = None
         self.facts: RequestFacts | None = None
         self.turn: int | None = None
-        self.status: int | None = None
         self.t_forward_ns = 0
+        # What came back (RESPONDING on).
+        self.status: int | None = None
         self.t_first_byte_ns: int | None = None
         #: Observes an audited event stream as it passes.
         self.tap: StreamTap | None = None
         self.response_headers: Mapping[str, str] | None = None
         self.streamed = False
-        self.finished = False
         self._view: ExchangeView | None = None
-        #: The audit of its body, once it arrived.
+        #: The audit of its body (AUDITING).
         self._audit: BodyAudit | None = None
         self._request_headers: Mapping[str, str] = {}
+
+    def _enter(self, state: State) -> bool:
+        """The one transition check: go to ``state`` if the exchange may from where it is.
+
+        Returns:
+            False, changing nothing, when it may not: the step comes too late
+            (the exchange was answered, or it ended).
+        """
+        if state not in NEXT[self.state]:
+            return False
+        self.state = state
+        return True
+
+    # ------------------------------------------------------------------ the head
 
     @classmethod
     def open(cls, run: Run, head: RequestHead, now: int) -> Exchange:
         """Judge a request's head: the exchange it starts, answered already
-        (``reply``) when it is refused or matches no route.
+        (``reply``, :attr:`State.ANSWERED`) when it is refused or matches no route.
+
+        Three steps, each of which may answer it: who it is and whether it may
+        be heard at all (:meth:`_identify`), where it goes (:meth:`_route`),
+        and what it asks of a route (:meth:`_judge`).
 
         Args:
             run: the run it belongs to.
             head: the request's head.
             now: when it arrived.
         """
-        s = run.settings
-        headers = head.headers
-        fields = tuple(head.fields)
-        upgrades = (
-            [value.decode("latin-1") for name, value in fields if name.lower() == b"upgrade"]
-            if fields
-            else [value for value in (headers.get("upgrade"),) if value is not None]
-        )
-        declared = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
-        switch = websocket_handshake(
-            head.method, upgrades, headers.get("sec-websocket-version"), declared
-        )
-        websocket = switch is True
+        ex, switch = cls._identify(run, head, now)
+        if ex.state is State.OPEN:
+            ex._route(head, now)
+        if ex.state is State.OPEN and ex.route is not None:
+            ex._judge(head, switch, now)
+        if ex.state is State.OPEN and ex.api is not None:
+            ex._start(head, now)
+        return ex
+
+    @classmethod
+    def _identify(cls, run: Run, head: RequestHead, now: int) -> tuple[Exchange, bool | None]:
+        """Its ids (SPEC 2, 5), and whether it may be heard: not after stop, not
+        with an id too long for every line, not in a session the harness ended,
+        never for the control API.
+
+        Returns:
+            The exchange, and what :func:`~modeltap.core.gate.switch_asked` said of it.
+        """
+        s, headers, switch = run.settings, head.headers, switch_asked(head)
         session_id, request_id = identify(
             session_header=head.session,
             client_request_id=headers.get("x-client-request-id"),
             request_id=headers.get("x-request-id"),
-            websocket=websocket,
+            websocket=switch is True,
             fallback_id=head.id,
             default_session=s.session or run.run_id,
         )
-        ex = cls(run, head.id, session_id, request_id, head.method, "")
-        ex.signed = head.signed
-        ex.handshake = websocket
+        ex = cls(run, head.id, session_id, request_id, head.method)
+        ex.signed, ex.handshake = head.signed, switch is True
         if run.stopped:
             ex.reply_after_stop(now)
-            return ex
+            return ex, switch
         overlong = overlong_id_header(request_id, head.session)
         if overlong is not None:
             # Both ids go into every line: one made of prompt text is refused by
             # name (SPEC 8), and the refusal is filed under ids of our own.
             ex.session_id, ex.request_id, ex.path = s.session or run.run_id, head.id, head.target
             ex.refuse(Rejected(Rule.VALUE_TOO_LONG, overlong), now)
-            return ex
+            return ex, switch
         ex.path = head.target
         # A session that only sends other requests still ends (and is reported).
         if run.session(session_id) is None:
             # The harness ended it: nothing more goes through in its name, so a
             # refusal in it can never be followed by traffic that looks complete.
             ex.refuse(Rejected(Rule.SESSION_ENDED), now)
-            return ex
-        regular = s.mode == "regular"
-        if is_control_path(head.target) or (
-            regular and is_control_address(head.host, head.port, run.control_address)
+        elif is_control_path(head.target) or (
+            s.mode == "regular" and is_control_address(head.host, head.port, run.control_address)
         ):
             # The control API is the harness's: never answered or forwarded here.
             ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
-            return ex
-        if regular:
-            ex.route = provider_route(s.routes, head)
-            ex.upstream, ex.host = f"{head.scheme}://{head.host}:{head.port}", head.host
+        return ex, switch
+
+    def _route(self, head: RequestHead, now: int) -> None:
+        """Where it goes (:func:`~modeltap.core.gate.destination`); no route: a
+        404, logged as unaudited."""
+        s = self.run.settings
+        found = destination(s.mode, s.routes, head)
+        if found is None:
+            self.host = head.host
+            self.answer_unrouted(now)
+            return
+        self.route, self.path, self.upstream, self.host = (
+            found.route,
+            found.path,
+            found.upstream,
+            found.host,
+        )
+        self.traceparent = head.headers.get("traceparent")
+        self.conversation_id = head.session or (s.session if not self.handshake else None)
+
+    def _judge(self, head: RequestHead, switch: bool | None, now: int) -> None:
+        """What it asks of its route (SPEC 2): a switch modeltap can follow, a
+        request line it can audit (a model request, a WebSocket audited message
+        by message, another method to a model endpoint), no signature it would
+        break."""
+        if switch is None:
+            # An upstream could switch it into a raw tunnel: nothing in it audited.
+            self.refuse(Rejected(Rule.UNSUPPORTED_UPGRADE), now)
+            return
+        names = (name.decode("latin-1") for name, _ in head.fields)
+        try:
+            kind = head.headers.get("content-type")
+            endpoint = fail_closed(
+                judge_request_line, head.method, head.target, self.path, names, switch, kind
+            )
+        except Rejected as e:
+            self.refuse(e, now)
+            return
+        if switch and apis.websocket_mode(endpoint) is not None:
+            self.websocket = True  # audited message by message once it is open
+        elif head.method == "POST":
+            self.api = endpoint
         else:
-            ex.route = s.routes.match(head.target)
-            if ex.route is None:
-                ex.host = head.host
-                ex.answer_unrouted(now)
-                return ex
-            ex.path = ex.route.upstream_path(head.target)
-            ex.upstream, ex.host = ex.route.url, ex.route.host
-        ex.traceparent = headers.get("traceparent")
-        ex.conversation_id = head.session or (s.session if not websocket else None)
-        if ex.route is not None:
-            if switch is None:
-                # An upstream could switch it into a raw tunnel: nothing in it audited.
-                ex.refuse(Rejected(Rule.UNSUPPORTED_UPGRADE), now)
-                return ex
-            names = (name.decode("latin-1") for name, _ in fields)
-            try:
-                kind = headers.get("content-type")
-                endpoint = fail_closed(
-                    judge_request_line, head.method, head.target, ex.path, names, websocket, kind
-                )
-            except Rejected as e:
-                ex.refuse(e, now)
-                return ex
-            if websocket and apis.websocket_mode(endpoint) is not None:
-                ex.websocket = True  # audited message by message once it is open
-            elif head.method == "POST":
-                ex.api = endpoint
-            else:
-                ex.endpoint = endpoint  # passes only without a body (pass_through)
-            if head.signed and not regular and s.upstreams_check_signatures:
-                # Sent to another host and path, its signature would fail: say so instead.
-                ex.refuse(Rejected(Rule.SIGNED_REQUEST), now)
-                return ex
-        if ex.api is not None:
-            if run.listeners.hear.started:
-                run.listeners.started(ex.view, now)
-            length = headers.get("content-length", "")
-            if length.isdigit() and int(length) > s.max_body:
-                # Refuse before reading a body we would refuse anyway.
-                ex.refuse(Rejected(Rule.BODY_TOO_LARGE), now)
-        return ex
+            self.endpoint = endpoint  # passes only without a body (pass_through)
+        s = self.run.settings
+        if head.signed and s.mode != "regular" and s.upstreams_check_signatures:
+            # Sent to another host and path, its signature would fail: say so instead.
+            self.refuse(Rejected(Rule.SIGNED_REQUEST), now)
+
+    def _start(self, head: RequestHead, now: int) -> None:
+        """A model request starts: its ``started`` notice, then a body declared
+        larger than ``--max-body`` is refused before it is read."""
+        if self.run.listeners.hear.started:
+            self.run.listeners.started(self.view, now)
+        length = head.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.run.settings.max_body:
+            self.refuse(Rejected(Rule.BODY_TOO_LARGE), now)
 
     @classmethod
     def open_tunnel(cls, run: Run, head: RequestHead, now: int) -> Exchange:
         """Judge a CONNECT (regular mode): refused after stop, or to the control listener."""
         session_id = head.session or run.settings.session or run.run_id
-        ex = cls(run, head.id, session_id, head.id, head.method, "")
+        ex = cls(run, head.id, session_id, head.id, head.method)
         if run.stopped:
             ex.reply_after_stop(now)
         elif is_control_address(head.host, head.port, run.control_address):
@@ -255,18 +330,26 @@ class Exchange:
     @property
     def rerouted(self) -> bool:
         """Whether the request must be re-pointed at its route's upstream (reverse mode)."""
-        return self.reply is None and self.route is not None and self.run.settings.mode != "regular"
+        return (
+            self.state is not State.ANSWERED
+            and self.route is not None
+            and self.run.settings.mode != "regular"
+        )
 
     # ------------------------------------------------------------------ answers
 
     def refuse(self, rejected: Rejected, now: int) -> Reply:
-        """Refuse the request: the provider-shaped answer, its event, its notice."""
-        self.reply = answers.refusal(rejected, self.api, self.route)
-        self.run.refused(self.view, rejected, rejected.status, now)
-        return self.reply
+        """Refuse the request: the provider-shaped answer, its event, its notice
+        (once it is over, only the answer: nothing more is written for it)."""
+        reply = answers.refusal(rejected, self.api, self.route)
+        if self._enter(State.ANSWERED):
+            self.reply = reply
+            self.run.refused(self.view, rejected, rejected.status, now)
+        return reply
 
     def reply_after_stop(self, now: int) -> None:
         """After stop the files are final: refuse, write nothing, only the notice."""
+        self._enter(State.ANSWERED)
         rejected = Rejected(Rule.PROXY_STOPPED)
         self.reply = answers.stopping()
         self.run.listeners.finished(
@@ -275,10 +358,11 @@ class Exchange:
 
     def answer_unrouted(self, now: int) -> None:
         """No route matches the path: a 404, logged as an unaudited request."""
+        self._enter(State.ANSWERED)
         self.reply = answers.no_route()
         self._unaudited(404, now)
 
-    # ------------------------------------------------------------------ request
+    # ------------------------------------------------------------------ the body
 
     def pass_through(
         self, body: Callable[[], bytes], headers: Mapping[str, str], body_bytes: int = 0
@@ -305,16 +389,14 @@ class Exchange:
             and not apis.is_models_listing(self.method, self.path)
         ):
             return self.refuse(Rejected(Rule.STRICT_UNAUDITED), now)
+        if not self._enter(State.FORWARDED):
+            return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
         self.t_forward_ns = now
         return self._forwarding(body() if self.run.listeners.hear.forwarding else b"", headers)
 
     def hash_as_it_arrives(self, content_length: str) -> bool:
-        """Whether the glue should hash the body while it arrives (its digest
-        is then ready, or nearly, when the body is whole).
-
-        Args:
-            content_length: its ``Content-Length`` as sent (empty when none).
-        """
+        """Whether the glue should hash the body while it arrives, given its
+        ``Content-Length`` (:func:`~modeltap.core.body_audit.hash_as_it_arrives`)."""
         return self.api is not None and hash_as_it_arrives(
             content_length, self.run.settings.image_detail
         )
@@ -333,7 +415,8 @@ class Exchange:
             do it, then hand the result to :meth:`resume`.
         """
         s = self.run.settings
-        assert self.api is not None
+        if self.api is None or not self._enter(State.AUDITING):
+            return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
         self._audit = BodyAudit(
             self.api,
             self.path,
@@ -347,7 +430,9 @@ class Exchange:
     def resume(self, done: WorkDone, now: int) -> Forward | Reply | Work:
         """The work :meth:`receive_body` asked for is done (or the glue could not
         do it: :class:`~modeltap.core.body_audit.Failed`): go on, as it."""
-        assert self._audit is not None
+        if self._audit is None or self.state is not State.AUDITING:
+            # It ended while the work was under way: never forwarded.
+            return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
         return self._audit_step(self._audit.resume(done), now)
 
     def _audit_step(self, step: Work | Audited | Rejected, now: int) -> Forward | Reply | Work:
@@ -364,6 +449,7 @@ class Exchange:
             self.record = self.run.audit(self.view, facts, audited.size, audited.sha256)
         except Rejected as e:
             return self.refuse(e, now)
+        self._enter(State.FORWARDED)
         self.facts = facts
         self.turn = self.run.sessions.open[self.session_id].requests_audited
         self._view = None
@@ -388,7 +474,7 @@ class Exchange:
             the observer), True (stream it untouched), or None (mitmproxy
             reads it whole).
         """
-        if self.reply is not None or self.finished:
+        if not self._enter(State.RESPONDING):
             return None
         self.status = status
         self.t_first_byte_ns = now
@@ -439,18 +525,20 @@ class Exchange:
             or None when the switch is the WebSocket modeltap follows, or the
             exchange is not on a route.
         """
-        if self.route is None or self.reply is not None or (self.handshake and websocket_opened):
+        if self.route is None or self.state is State.ANSWERED:
+            return None  # not on a route, or the answer is modeltap's own (never a 101)
+        if self.handshake and websocket_opened:
             return None
         rejected = Rejected(Rule.UNSUPPORTED_UPGRADE)
-        if self.audited:
+        if self.audited and self._enter(State.DONE):
             # A model request answered by a switch: the upstream broke HTTP; its
             # response event says the evidence is incomplete.
             self._fail("upstream_protocol_error", None, now, request_complete=True)
-            self.reply = answers.refusal(rejected, self.api, self.route)
+            reply = answers.refusal(rejected, self.api, self.route)
         else:
-            self.refuse(rejected, now)
-        assert self.reply is not None
-        self.reply = replace(self.reply, close=True)
+            # Refused even once it is over (the run stopped meanwhile): never a tunnel.
+            reply = self.refuse(rejected, now)
+        self.reply = replace(reply, close=True)
         return self.reply
 
     def ended(
@@ -472,7 +560,8 @@ class Exchange:
                 limit, looks whole to mitmproxy, but modeltap ended it.
             now: when.
         """
-        if self.reply is not None or self.finished or self.run.stopped:
+        # After stop the files are final: nothing more is written.
+        if self.run.stopped or not self._enter(State.DONE):
             return
         if self.websocket and status == 101:
             return  # the connection is reported by ws_open / ws_close
@@ -506,7 +595,8 @@ class Exchange:
             The answer the agent gets when no response reached it yet and
             modeltap ended the exchange (a 504 for ``upstream_timeout``).
         """
-        if self.reply is not None or self.finished or self.run.stopped:
+        # After stop the files are final: nothing more is written.
+        if self.run.stopped or not self._enter(State.DONE):
             return None
         if kind == "client_gone" and self.audited and self.tap is not None and self.tap.done:
             # Clients (the sync openai SDK) close right after the terminal event, before
@@ -522,11 +612,15 @@ class Exchange:
 
     def stop(self, now: int) -> None:
         """Shutdown: an audited exchange whose response has not ended ends here."""
+        if not self._enter(State.DONE):
+            return
         if self.tap is not None and self.tap.done:
             # The whole answer was seen; only its last bytes had not gone through.
             self._respond(self.tap.finish(), now)
             return
         self._fail("proxy_stopped", None, now, request_complete=True)
+
+    # ------------------------------------------------------------------ the lines of its end
 
     def _fail(self, kind: str, expired: Phase | None, now: int, *, request_complete: bool) -> None:
         """An error event, then (if audited) the response event."""
@@ -558,7 +652,6 @@ class Exchange:
         body: bytes | None = None,
         content: bytes | None = None,
     ) -> None:
-        self.finished = True
         self.run.in_flight.pop(self.id, None)
         facts = with_header_facts(facts, self.api, self.route, self.response_headers)
         event = self.run.respond(
@@ -592,7 +685,6 @@ class Exchange:
     ) -> None:
         """The exchange ended: tell the listeners how (the :class:`Outcome`'s fields,
         built only if anyone hears it)."""
-        self.finished = True
         if self.run.listeners.hear.finished:
             outcome = Outcome(
                 self.view, now, status=status, response=response, unaudited=unaudited,

@@ -59,7 +59,7 @@ class RequestHead:
     host: str
     port: int
     headers: Mapping[str, str]
-    fields: Iterable[tuple[bytes, bytes]] = ()
+    fields: tuple[tuple[bytes, bytes], ...] = ()
     #: ``x-modeltap-session``, already taken off the request (it never goes
     #: upstream), or left on a signed one (:func:`take_session`).
     session: str | None = None
@@ -84,6 +84,43 @@ class RequestHead:
         if self.sni:
             found.append((self.sni, self.port))
         return tuple(found)
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a request goes (:func:`destination`)."""
+
+    #: Its route; None for a regular-mode target that is no provider's.
+    route: Route | None
+    #: The target as it goes upstream.
+    path: str
+    #: ``scheme://host[:port]`` of the upstream.
+    upstream: str
+    host: str
+
+
+def destination(mode: str, routes: RouteTable, head: RequestHead) -> Destination | None:
+    """Where a request goes.
+
+    Args:
+        mode: ``regular`` (the client names its target) or ``reverse``.
+        routes: the proxy's routes.
+        head: the request's head.
+
+    Returns:
+        In regular mode its target, on a provider's route if any name it goes
+        by has one (:func:`provider_route`); in reverse mode the route its
+        path names, re-pointed there; None when no route does (a 404).
+    """
+    if mode == "regular":
+        route = provider_route(routes, head)
+        return Destination(
+            route, head.target, f"{head.scheme}://{head.host}:{head.port}", head.host
+        )
+    route = routes.match(head.target)
+    if route is None:
+        return None
+    return Destination(route, route.upstream_path(head.target), route.url, route.host)
 
 
 def provider_route(routes: RouteTable, head: RequestHead) -> Route | None:
@@ -283,6 +320,21 @@ def websocket_handshake(
     ):
         return True
     return None
+
+
+def switch_asked(head: RequestHead) -> bool | None:
+    """What a request's head asks to switch to (:func:`websocket_handshake`): its
+    ``Upgrade`` fields read one by one, its body as its framing headers declare it."""
+    headers = head.headers
+    upgrades = (
+        [value.decode("latin-1") for name, value in head.fields if name.lower() == b"upgrade"]
+        if head.fields
+        else [value for value in (headers.get("upgrade"),) if value is not None]
+    )
+    declared = headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+    return websocket_handshake(
+        head.method, upgrades, headers.get("sec-websocket-version"), declared
+    )
 
 
 def judge_request_line(
