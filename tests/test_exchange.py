@@ -204,6 +204,20 @@ def test_a_forwarding_listener_tags_or_answers(core: Core) -> None:
     assert len(core.audit()) == 2
 
 
+def test_the_match_and_the_parsed_body_are_kept_on_the_view(core: Core) -> None:
+    audited(core)
+    ((view, _, body, _),) = core.heard.args("audited")
+    assert view.endpoint is not None and view.endpoint.api == API_CHAT
+    assert view.body == orjson.loads(CHAT) and view.parsed_body(body) is view.body
+    # A body whose large payloads the audit never read is parsed whole by who needs it.
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 65536}}
+    big = orjson.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": [image]}]})
+    ex = Exchange.open(core.run, head(), 0)
+    assert isinstance(ex.receive_body(RequestBody(big, {}), 1), Forward)
+    view = core.heard.args("audited")[1][0]
+    assert view.body is None and view.parsed_body(big) == orjson.loads(big)
+
+
 def test_a_compressed_body_is_decoded_off_the_loop_then_audited(core: Core) -> None:
     packed = gzip.compress(CHAT)
     ex = Exchange.open(core.run, head(), 0)

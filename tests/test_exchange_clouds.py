@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from modeltap import apis
 from modeltap.apis.anthropic_messages import NAME as API_ANTHROPIC
 from modeltap.apis.bedrock_converse import NAME as API_BEDROCK_CONVERSE
 from modeltap.apis.bedrock_converse.stream import BedrockStreamDecoder
@@ -147,15 +148,15 @@ CHAT_IMAGE = orjson.dumps(
 
 
 def test_image_detail_never_rewrites_a_signed_body() -> None:
-    facts, rewritten = audit_body(API_CHAT, CHAT_IMAGE, "low", "/openai/v1/chat/completions")
+    chat = apis.match_endpoint("/openai/v1/chat/completions")
+    facts, rewritten = audit_body(API_CHAT, CHAT_IMAGE, "low", chat)
     assert rewritten is not None and facts.image_details == ("low",)
     with pytest.raises(Rejected) as refused:
-        audit_body(API_CHAT, CHAT_IMAGE, "low", "/openai/v1/chat/completions", signed=True)
+        audit_body(API_CHAT, CHAT_IMAGE, "low", chat, signed=True)
     assert refused.value.rule == "signed_request_rewrite"
     # Nothing to rewrite: a signed body goes as it is.
-    facts, rewritten = audit_body(
-        API_BEDROCK_CONVERSE, CONVERSE, "low", f"/model/{SONNET}/converse", signed=True
-    )
+    converse = apis.match_endpoint(f"/model/{SONNET}/converse")
+    facts, rewritten = audit_body(API_BEDROCK_CONVERSE, CONVERSE, "low", converse, signed=True)
     assert rewritten is None and facts.model == "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from modeltap.apis.openai_chat import NAME as API_CHAT
@@ -105,18 +107,21 @@ def test_the_switch_a_head_asks_for() -> None:
     assert switch_asked(head("/v1/responses", upgrade="tls/1.3")) is None
 
 
+def line_api(*args: Any) -> str | None:
+    """The API of the endpoint :func:`judge_request_line` found, if any."""
+    found = judge_request_line(*args)
+    return None if found is None else found.api
+
+
 def test_the_request_line() -> None:
-    assert (
-        judge_request_line("POST", "/v1/chat/completions", "/v1/chat/completions", [], False)
-        == API_CHAT
-    )
-    assert judge_request_line("GET", "/x/v1/responses", "/v1/responses", [], True) == API_RESPONSES
+    assert line_api("POST", "/v1/chat/completions", "/v1/chat/completions", [], False) == API_CHAT
+    assert line_api("GET", "/x/v1/responses", "/v1/responses", [], True) == API_RESPONSES
     compact = "/v1/responses/compact"
-    assert judge_request_line("POST", compact, compact, [], False) == API_RESPONSES
-    assert (
-        judge_request_line("GET", "/v1/models", "/v1/models", ["X-HTTP-Method-Override"], False)
-        is None
-    )
+    assert line_api("POST", compact, compact, [], False) == API_RESPONSES
+    assert line_api("GET", "/v1/models", "/v1/models", ["X-HTTP-Method-Override"], False) is None
+    # The match is the one the whole exchange keeps: its operation, its model.
+    found = judge_request_line("POST", compact, compact, [], False)
+    assert found is not None and found.operation == "compact"
     for method, path, names, websocket, rule in (
         ("POST", "/v1/chat/./completions", [], False, "noncanonical_path"),
         ("POST", "/v1/x", ["X-Original-URL"], False, "noncanonical_path"),

@@ -148,6 +148,8 @@ def test_provider_by_route_then_path_then_wire() -> None:
     assert apis.provider_for(stub, API, "/v1/publishers/google/models/g:generateContent") == VERTEX
     assert apis.provider_for(stub, API, "/v1beta/models/g:generateContent") == "gcp.gemini"
     assert apis.provider_for(stub, API) == "gcp.gemini"
+    # The gate's match, kept on the exchange, says the same as its path.
+    assert apis.provider_for(stub, API, endpoint=apis.match_endpoint(vertex_path)) == VERTEX
     developer = parse_upstream_url("gemini", "https://generativelanguage.googleapis.com")
     assert apis.provider_for(developer, API, vertex_path) == "gcp.gemini"  # the route says
     said = parse_upstream_url("gw", "http://127.0.0.1:9", provider="gcp.vertex_ai")

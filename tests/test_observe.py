@@ -6,6 +6,7 @@ import gzip
 
 import orjson
 
+from modeltap import apis
 from modeltap.apis.openai_chat import NAME as API_CHAT
 from modeltap.core.body_audit import audit_body
 from modeltap.core.observe import StreamTap, observe_body, stream_framing
@@ -68,8 +69,9 @@ def test_a_cut_stream_says_why() -> None:
 def test_stream_framing_sse_always_json_array_only_for_a_gemini_stream() -> None:
     gemini = "gemini.generate_content"
     path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
-    streamed, _ = audit_body(gemini, b'{"contents": []}', None, path)
-    whole, _ = audit_body(gemini, b'{"contents": []}', None, path.replace("streamG", "g"))
+    streamed, _ = audit_body(gemini, b'{"contents": []}', None, apis.match_endpoint(path))
+    unary = apis.match_endpoint(path.replace("streamG", "g"))
+    whole, _ = audit_body(gemini, b'{"contents": []}', None, unary)
     assert stream_framing("Text/Event-Stream; charset=utf-8", None, None, 200) == "sse"
     assert stream_framing("text/event-stream", API_CHAT, FACTS, 200) == "sse"
     assert stream_framing("application/json; charset=UTF-8", gemini, streamed, 200) == "json_array"

@@ -47,6 +47,14 @@ def server(conn: Connection, n: int, t: int) -> None:
         conn.server_message(orjson.dumps(event), True, t + i)
 
 
+def test_a_turn_carries_its_connections_match_and_its_parsed_message(core: Core) -> None:
+    conn = connect(core)
+    conn.client_message(orjson.dumps(CREATE), True, 10 * MS)
+    ((view, _, body, _),) = core.heard.args("audited")
+    assert view.endpoint is not None and view.endpoint.api == "openai.responses"
+    assert view.body == CREATE and view.parsed_body(body) is view.body  # not parsed again
+
+
 def test_a_turn_is_audited_and_answered(core: Core) -> None:
     conn = connect(core)
     verdict = conn.client_message(orjson.dumps(CREATE), True, 10 * MS)

@@ -110,7 +110,7 @@ class Recorder(Addon, Listener):
         if view.parent is not None:
             self._start_turn(view, body)
         elif view.record is not None:
-            key = TurnKey.of(view.record, orjson.loads(body))
+            key = TurnKey.of(view.record, view.parsed_body(body))
             self._start_exchange(view, index_line("http", view, key), body, headers)
         elif view.route is not None and not view.websocket:
             self._start_exchange(view, index_line("unaudited", view, None), body, headers)
@@ -200,7 +200,7 @@ class Recorder(Addon, Listener):
     def _start_turn(self, view: ExchangeView, body: bytes) -> None:
         assert self.blobs is not None and view.parent is not None and view.record is not None
         self._flush(self._turns.pop(view.parent, None))
-        line = index_line("websocket", view, TurnKey.of(view.record, orjson.loads(body)))
+        line = index_line("websocket", view, TurnKey.of(view.record, view.parsed_body(body)))
         try:
             line["request"] = {"headers": {}, "body": self.blobs.put(body)}
         except OSError:

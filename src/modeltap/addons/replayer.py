@@ -73,7 +73,7 @@ class Replayer(Listener):
             if entry is None:
                 return _reply(view, 404, "this request is not in the recording", UNRECORDED)
             return Forward(((ENTRY_HEADER, str(entry.index)),))
-        parsed = orjson.loads(body or b"null")
+        parsed = view.parsed_body(body)
         key = TurnKey.of(view.record, parsed)
         played = self.player.play(view.session_id, "http", view.api, key, parsed)
         self._note(played.problems)
@@ -96,7 +96,7 @@ class Replayer(Listener):
         decisions = self.server.connections.get(view.parent or "")
         if decisions is None or view.record is None:
             return
-        parsed = orjson.loads(body)
+        parsed = view.parsed_body(body)
         key = TurnKey.of(view.record, parsed)
         played = self.player.play(view.session_id, "websocket", view.api, key, parsed)
         self._note(played.problems)

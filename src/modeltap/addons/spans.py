@@ -93,7 +93,7 @@ class Spans(Addon, Listener):
                 traceparent=view.traceparent,
                 start_ns=epoch_ns(t_ns),
                 conversation_id=view.conversation_id,
-                provider=apis.provider_for(view.route, view.api, view.path),
+                provider=apis.provider_for(view.route, view.api, endpoint=view.endpoint),
                 upstream=view.upstream,
                 api=view.api,
             )
@@ -103,7 +103,13 @@ class Spans(Addon, Listener):
         span = self._exchanges.get(view.id)
         if span is not None and view.record is not None:
             content = body if self.telemetry.capture_content else None
-            span.audited(view.record, content, forwarded_ns=epoch_ns(t_ns), settings=facts.settings)
+            span.audited(
+                view.record,
+                content,
+                parsed=view.body,
+                forwarded_ns=epoch_ns(t_ns),
+                settings=facts.settings,
+            )
 
     def first_byte(
         self, view: ExchangeView, status: int | None, headers: Mapping[str, str], t_ns: int

@@ -182,9 +182,9 @@ def match_endpoint(path: str) -> EndpointMatch | None:
 def _judged_endpoint(path: str) -> EndpointMatch | tuple[Rule, str | None] | None:
     """:func:`match_endpoint`'s answer for a path, a refusal as its rule and detail.
 
-    Memoised: one request asks it several times (the gate, the body's audit,
-    the record, the provider of the record, the response, the span), and it
-    is a pure function of the path (:class:`EndpointMatch` is frozen).
+    Memoised: a client sends its few endpoints again and again (each request
+    is matched once, by the gate, which keeps the match on the exchange), and
+    it is a pure function of the path (:class:`EndpointMatch` is frozen).
     """
     return _judge_endpoint(path)
 
@@ -261,7 +261,13 @@ def model_from_path(path: str) -> str | None:
     return None if found is None else found.model_from_path
 
 
-def provider_for(route: Route | None, api: str, path: str | None = None) -> str:
+def provider_for(
+    route: Route | None,
+    api: str,
+    path: str | None = None,
+    *,
+    endpoint: EndpointMatch | None = None,
+) -> str:
     """The record's ``provider``: the route's real provider, else the path's, else the wire's.
 
     Args:
@@ -271,6 +277,8 @@ def provider_for(route: Route | None, api: str, path: str | None = None) -> str:
         api: the record's ``api`` value.
         path: the request target, when known: a path may name its provider
             (:attr:`EndpointMatch.provider`, Vertex AI's Gemini paths).
+        endpoint: the path's match, when already made (then ``path`` is not
+            matched again).
 
     Returns:
         A ``gen_ai.provider.name`` value: the route's provider, else the
@@ -282,13 +290,14 @@ def provider_for(route: Route | None, api: str, path: str | None = None) -> str:
     """
     if route is not None and route.provider is not None:
         return route.provider
-    if path is not None:
+    found = endpoint
+    if found is None and path is not None:
         try:
             found = match_endpoint(path)
         except Rejected:
             found = None
-        if found is not None and found.api == api and found.provider is not None:
-            return found.provider
+    if found is not None and found.api == api and found.provider is not None:
+        return found.provider
     return module_for(api).PROVIDER
 
 

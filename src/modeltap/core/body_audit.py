@@ -31,6 +31,7 @@ import orjson
 
 from modeltap import apis
 from modeltap.apis import json_body
+from modeltap.apis.contract import EndpointMatch
 from modeltap.core.gate import fail_closed
 from modeltap.evidence.records import Json, RequestFacts
 from modeltap.rules.errors import Rejected, Rule
@@ -80,9 +81,13 @@ def body_codings(
     return request_codings(content_encoding)
 
 
-def parse_body(decoded: bytes, *, elide: bool) -> Json:
+def parse_body(decoded: bytes, *, elide: bool) -> tuple[Json, bool]:
     """Parse a body for the audit; with ``elide``, without materialising large
     image payloads (the body forwarded is always the original).
+
+    Returns:
+        The parsed body, and whether it is the whole body (nothing elided):
+        only then is it what the listeners would parse themselves.
 
     Raises:
         Rejected: the body is not a JSON object (or has duplicate keys).
@@ -91,22 +96,29 @@ def parse_body(decoded: bytes, *, elide: bool) -> Json:
         short = json_body.elide_payloads(decoded)
         if short is not decoded:
             try:
-                return json_body.parse_json_object(short)
+                return json_body.parse_json_object(short), False
             except Rejected:
                 pass  # the full parse below names the real fault
-    return json_body.parse_json_object(decoded)
+    return json_body.parse_json_object(decoded), True
 
 
-def audit_body(
-    api: str, decoded: bytes, image_detail: str | None, path: str = "", *, signed: bool = False
+def audit_parsed(
+    api: str,
+    body: Json,
+    image_detail: str | None,
+    endpoint: EndpointMatch | None = None,
+    *,
+    signed: bool = False,
 ) -> tuple[RequestFacts, bytes | None]:
-    """Audit a decoded model request body, rewriting images' detail if asked.
+    """Audit a parsed model request body, rewriting images' detail if asked.
 
     Args:
         api: the endpoint's API.
-        decoded: the body, content codings undone.
+        body: the parsed body (:func:`parse_body`); ``--image-detail``
+            rewrites it in place.
         image_detail: ``--image-detail``, if set.
-        path: the request target as it goes upstream: it may name the model
+        endpoint: what the request's path said (the gate's
+            :func:`~modeltap.apis.match_endpoint`): it may name the model
             (Azure deployments, Bedrock, Vertex), ask for a stream, or ask
             more of the body (a cloud's native invoke body).
         signed: the request is SigV4-signed: its body is never rewritten.
@@ -122,14 +134,27 @@ def audit_body(
             covers it: a rewrite would make the upstream refuse it).
     """
     module = apis.module_for(api)
-    body = parse_body(decoded, elide=image_detail is None)
     rewritten = None
     if image_detail is not None and module.set_image_detail(body, image_detail):
         if signed:
             raise Rejected(Rule.SIGNED_REQUEST_REWRITE)
         rewritten = orjson.dumps(body)
-    facts: RequestFacts = module.audit_request(body, apis.match_endpoint(path) if path else None)
+    facts: RequestFacts = module.audit_request(body, endpoint)
     return facts, rewritten
+
+
+def audit_body(
+    api: str,
+    decoded: bytes,
+    image_detail: str | None,
+    endpoint: EndpointMatch | None = None,
+    *,
+    signed: bool = False,
+) -> tuple[RequestFacts, bytes | None]:
+    """Parse and audit a decoded model request body (:func:`parse_body`, then
+    :func:`audit_parsed`, which says what it returns and raises)."""
+    body, _ = parse_body(decoded, elide=image_detail is None)
+    return audit_parsed(api, body, image_detail, endpoint, signed=signed)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -246,6 +271,9 @@ class Audited:
     #: The size of the body as it goes upstream (its content codings kept).
     size: int
     sha256: str
+    #: ``sent``, parsed, when the audit read it whole (None when it elided
+    #: large payloads): kept on the exchange so listeners need not parse it again.
+    body: Json | None = None
 
 
 # ---------------------------------------------------------------------- the audit
@@ -265,17 +293,23 @@ class BodyAudit:
 
     Args:
         api: the endpoint's API.
-        path: the request target as it goes upstream (see :func:`audit_body`).
+        endpoint: what the request's path said (see :func:`audit_parsed`).
         signed: the request is SigV4-signed (never rewritten).
         image_detail: ``--image-detail``, if set.
         max_body: ``--max-body`` in bytes.
     """
 
     def __init__(
-        self, api: str, path: str, *, signed: bool, image_detail: str | None, max_body: int
+        self,
+        api: str,
+        endpoint: EndpointMatch | None,
+        *,
+        signed: bool,
+        image_detail: str | None,
+        max_body: int,
     ) -> None:
         self._api = api
-        self._path = path
+        self._endpoint = endpoint
         self._signed = signed
         self._image_detail = image_detail
         self._max_body = max_body
@@ -283,6 +317,7 @@ class BodyAudit:
         #: The work asked for and not yet handed back.
         self._asked: Work | None = None
         self._facts: RequestFacts | None = None
+        self._parsed: Json | None = None
         self._sent = b""
         self._raw = b""
 
@@ -339,10 +374,12 @@ class BodyAudit:
         return work
 
     def _audit(self, decoded: bytes) -> Work | Audited:
-        facts, rewritten = audit_body(
-            self._api, decoded, self._image_detail, self._path, signed=self._signed
+        body, whole = parse_body(decoded, elide=self._image_detail is None)
+        facts, rewritten = audit_parsed(
+            self._api, body, self._image_detail, self._endpoint, signed=self._signed
         )
-        self._facts = facts
+        # A rewrite changed the parsed body in place: it is what goes upstream.
+        self._facts, self._parsed = facts, body if whole else None
         if rewritten is not None:
             self._sent = rewritten
             return self._ask(Reencode(rewritten))
@@ -358,4 +395,4 @@ class BodyAudit:
 
     def _audited(self, sha256: str) -> Audited:
         assert self._facts is not None
-        return Audited(self._facts, self._sent, len(self._raw), sha256)
+        return Audited(self._facts, self._sent, len(self._raw), sha256, self._parsed)

@@ -21,7 +21,7 @@ the lines; each step publishes what happened to the run's listeners. Times
 are ``time.perf_counter_ns()`` readings handed in by the caller, so tests
 choose them. Nothing here imports mitmproxy or OpenTelemetry.
 
-Over 500 lines, on purpose: about 420 of code, the rest the contracts of its
+Over 500 lines, on purpose: about 430 of code, the rest the contracts of its
 steps. The judgements are elsewhere (the head's in :mod:`~modeltap.core.gate`,
 the body's in :mod:`~modeltap.core.body_audit`, the lines in the run); what is
 left is one life that moves one state, read in order, and split it would hand
@@ -37,6 +37,7 @@ from dataclasses import replace
 from typing import Final
 
 from modeltap import apis
+from modeltap.apis.contract import EndpointMatch
 from modeltap.core import answers
 from modeltap.core.body_audit import (
     Audited,
@@ -63,6 +64,7 @@ from modeltap.core.run import Run
 from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
+    Json,
     RequestFacts,
     ResponseEvent,
     ResponseFacts,
@@ -128,8 +130,9 @@ class Exchange:
         self.websocket = False
         #: The request was the WebSocket handshake modeltap follows (any endpoint).
         self.handshake = False
-        #: The model endpoint a request by another method than POST names.
-        self.endpoint: str | None = None
+        #: The model endpoint its path names (judged once, by the gate), by
+        #: whatever method: a request by another than POST passes only without a body.
+        self.endpoint: EndpointMatch | None = None
         self.signed = False  # AWS SigV4: forwarded byte-for-byte, or refused
         self.traceparent: str | None = None
         self.conversation_id: str | None = None
@@ -138,6 +141,8 @@ class Exchange:
         # What was audited (FORWARDED on).
         self.record: AuditRecord | None = None
         self.facts: RequestFacts | None = None
+        #: The audited body, parsed (:attr:`Audited.body`).
+        self.body: Json | None = None
         self.turn: int | None = None
         self.t_forward_ns = 0
         # What came back (RESPONDING on).
@@ -262,18 +267,17 @@ class Exchange:
         names = (name.decode("latin-1") for name, _ in head.fields)
         try:
             kind = head.headers.get("content-type")
-            endpoint = fail_closed(
+            self.endpoint = fail_closed(
                 judge_request_line, head.method, head.target, self.path, names, switch, kind
             )
         except Rejected as e:
             self.refuse(e, now)
             return
-        if switch and apis.websocket_mode(endpoint) is not None:
+        api = self.endpoint.api if self.endpoint is not None else None
+        if switch and apis.websocket_mode(api) is not None:
             self.websocket = True  # audited message by message once it is open
         elif head.method == "POST":
-            self.api = endpoint
-        else:
-            self.endpoint = endpoint  # passes only without a body (pass_through)
+            self.api = api
         s = self.run.settings
         if head.signed and s.mode != "regular" and s.upstreams_check_signatures:
             # Sent to another host and path, its signature would fail: say so instead.
@@ -319,6 +323,8 @@ class Exchange:
                 websocket=self.websocket,
                 record=self.record,
                 turn=self.turn,
+                endpoint=self.endpoint,
+                body=self.body,
             )
         return self._view
 
@@ -381,7 +387,7 @@ class Exchange:
             body_bytes: the size of its body as received.
         """
         now = time.perf_counter_ns()
-        if self.endpoint is not None and body_bytes:
+        if self.endpoint is not None and not self.websocket and body_bytes:
             return self.refuse(Rejected(Rule.METHOD_OVERRIDE), now)
         if (
             not self.websocket
@@ -419,7 +425,7 @@ class Exchange:
             return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
         self._audit = BodyAudit(
             self.api,
-            self.path,
+            self.endpoint,
             signed=self.signed,
             image_detail=s.image_detail,
             max_body=s.max_body,
@@ -450,7 +456,7 @@ class Exchange:
         except Rejected as e:
             return self.refuse(e, now)
         self._enter(State.FORWARDED)
-        self.facts = facts
+        self.facts, self.body = facts, audited.body
         self.turn = self.run.sessions.open[self.session_id].requests_audited
         self._view = None
         self.run.in_flight[self.id] = self

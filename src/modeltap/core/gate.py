@@ -20,6 +20,7 @@ from typing import Final
 from urllib.parse import unquote
 
 from modeltap import apis
+from modeltap.apis.contract import EndpointMatch
 from modeltap.evidence.records import (
     MAX_ID_CHARS,
     OPERATION_CREATE,
@@ -344,7 +345,7 @@ def judge_request_line(
     header_names: Iterable[str],
     websocket: bool,
     content_type: str | None = None,
-) -> str | None:
+) -> EndpointMatch | None:
     """Judge a routed request's line before anything is forwarded (SPEC 2).
 
     Args:
@@ -357,7 +358,8 @@ def judge_request_line(
             body bundles whole HTTP requests: Google's batch envelope).
 
     Returns:
-        The API whose endpoint the decoded path names, or None.
+        The endpoint the decoded path names (its API, and what the path says:
+        :func:`modeltap.apis.match_endpoint`, the one match of a request), or None.
 
     Raises:
         Rejected: ``noncanonical_path`` (also for an ``X-Original-URL`` or
@@ -373,9 +375,8 @@ def judge_request_line(
     if overrides_path(names):
         raise Rejected(Rule.NONCANONICAL_PATH, "path override header")
     found = apis.match_endpoint(path)
-    endpoint = None if found is None else found.api
     posted = method.upper() == "POST" or overrides_method(names, path)
-    if endpoint is None:
+    if found is None:
         unsupported = apis.unsupported_endpoint(path)
         if unsupported is None and _bundles_requests(content_type):
             unsupported = "a batch of HTTP requests (multipart/mixed)"
@@ -385,9 +386,9 @@ def judge_request_line(
             raise Rejected(Rule.UNSUPPORTED_ENDPOINT, unsupported)
         return None
     if websocket:
-        if apis.websocket_mode(endpoint) is None:
+        if apis.websocket_mode(found.api) is None:
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT)
-        if found is not None and found.operation != OPERATION_CREATE:
+        if found.operation != OPERATION_CREATE:
             # The socket speaks response.create; a compaction has no WebSocket mode.
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, "Responses compaction")
     elif method == "POST" and not _utf8(content_type):
@@ -396,7 +397,7 @@ def judge_request_line(
         # Another method that could be read as POST (an override, or "post": some
         # servers fold a method's case, others refuse it) is not forwarded.
         raise Rejected(Rule.METHOD_OVERRIDE)
-    return endpoint
+    return found
 
 
 #: A ``charset`` parameter of a ``Content-Type`` (repeated fields are joined with commas).

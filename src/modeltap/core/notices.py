@@ -15,9 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+import orjson
+
+from modeltap.apis.contract import EndpointMatch
 from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
+    Json,
     RequestFacts,
     ResponseEvent,
     ResponseFacts,
@@ -61,6 +65,25 @@ class ExchangeView:
     record: AuditRecord | None = None
     #: Its 1-based place among its session's audited requests.
     turn: int | None = None
+    #: The model endpoint its path names, matched once by the gate: read it
+    #: rather than matching ``path`` again.
+    endpoint: EndpointMatch | None = None
+    #: The audited request body as it went upstream, parsed once by the audit
+    #: (None before the audit, or when the audit elided large payloads):
+    #: read it, never change it; :meth:`parsed_body` falls back to a parse.
+    body: Json | None = None
+
+    def parsed_body(self, sent: bytes) -> Json:
+        """The audited request body as it went upstream, parsed.
+
+        Args:
+            sent: that body (a ``forwarding`` or ``audited`` notice's), parsed
+                only when the audit did not keep its own parse (:attr:`body`).
+        """
+        if self.body is not None:
+            return self.body
+        parsed: Json = orjson.loads(sent)
+        return parsed
 
 
 @dataclass(frozen=True, slots=True)

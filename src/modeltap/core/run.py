@@ -164,7 +164,7 @@ class Run:
         if self.settings.fail_closed and session.refusals:
             raise Rejected(Rule.FAIL_CLOSED)
         session.admit(facts.tool_results)
-        endpoint = apis.match_endpoint(view.path)
+        endpoint = view.endpoint  # matched once, by the gate
         record = AuditRecord.build(
             facts,
             request_id=view.request_id,
@@ -173,7 +173,7 @@ class Run:
             session_id=view.session_id,
             transport=view.transport,
             api=view.api,
-            provider=apis.provider_for(view.route, view.api, view.path),
+            provider=apis.provider_for(view.route, view.api, endpoint=endpoint),
             route=view.route.name if view.route else None,
             upstream=view.upstream,
             path=view.path,

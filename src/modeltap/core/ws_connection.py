@@ -71,8 +71,8 @@ class Connection:
         if run.stopped or not view.websocket:
             return None
         # The gate let the handshake through only to an endpoint whose wire has
-        # a WebSocket mode (the Responses API's).
-        wire = apis.find(apis.endpoint_of(view.path))
+        # a WebSocket mode (the Responses API's), and kept its match on the view.
+        wire = apis.find(view.endpoint.api if view.endpoint is not None else None)
         if wire is None or wire.WEBSOCKET is None:
             return None
         conn = cls(run, view, wire, wire.WEBSOCKET, now)
@@ -141,6 +141,7 @@ class Connection:
             parent=self.view.id,
             record=record,
             turn=session.requests_audited,
+            body=seen.body,
         )
         self.observer.expect(record.seq, seen.facts)
         self.pending[record.seq] = _Turn(view, now)

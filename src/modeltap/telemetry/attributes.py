@@ -237,18 +237,19 @@ def content_values(values: dict[str, Any]) -> Attributes:
     return out
 
 
-def content_attributes(api: str, content: bytes) -> Attributes:
+def content_attributes(api: str, content: bytes, parsed: Json | None = None) -> Attributes:
     """The request's content attributes, in the conventions' shapes.
 
     Args:
         api: the record's ``api``.
         content: the decoded request body (audited, so a JSON object).
+        parsed: ``content`` parsed already (the exchange's), if it was.
 
     Returns:
         ``gen_ai.input.messages``, ``gen_ai.system_instructions`` and
         ``gen_ai.tool.definitions``, each only when the body carries it.
     """
-    body = _parse_object(content)
+    body = parsed if parsed is not None else _parse_object(content)
     module = apis.find(api)
     if body is None or module is None:
         return {}

@@ -29,6 +29,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
+    Json,
     RequestSettings,
     ResponseEvent,
     ResponseFacts,
@@ -137,6 +138,7 @@ class ExchangeSpan:
         record: AuditRecord,
         content: bytes | None = None,
         *,
+        parsed: Json | None = None,
         forwarded_ns: int | None = None,
         settings: RequestSettings | None = None,
     ) -> None:
@@ -145,6 +147,7 @@ class ExchangeSpan:
         Args:
             record: the record just written for this request.
             content: the decoded request body; used only with content capture.
+            parsed: ``content`` parsed already (the exchange's), if it was.
             forwarded_ns: when the request went upstream (epoch ns); starts the
                 ``wait upstream`` phase. Default: the exchange's start.
             settings: the generation settings the request sent (its facts').
@@ -153,7 +156,7 @@ class ExchangeSpan:
             return
         attributes = start_attributes(record, settings, self._conversation_id)
         if content is not None and self._tree.capture_content:
-            attributes |= content_attributes(record.api, content)
+            attributes |= content_attributes(record.api, content, parsed)
         # Kept only once the record proved usable, so finish() can rely on it.
         self._record = record
         self._forwarded_ns = forwarded_ns
