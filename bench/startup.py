@@ -77,10 +77,23 @@ def fixture_cost(n: int, env: dict[str, str]) -> dict[str, float]:
         (work / "test_fixture_cost.py").write_text(TESTS.format(n=n))
         (work / "conftest.py").write_text(CONFTEST)
         out = work / "durations.json"
-        run_env = {**env, "BENCH_DURATIONS": str(out)}
+        # The plugin of the measured tree, not the installed one's entry point
+        # (``--modeltap-src`` may name a tree from before the plugin moved).
+        run_env = {**env, "BENCH_DURATIONS": str(out), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         run_env.pop("PYTEST_ADDOPTS", None)
+        plugin = _plugin_module(Path(env["PYTHONPATH"]) if "PYTHONPATH" in env else None)
         subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(work)],
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "-p",
+                plugin,
+                str(work),
+            ],
             cwd=work,
             env=run_env,
             stdout=subprocess.DEVNULL,
@@ -98,6 +111,13 @@ def fixture_cost(n: int, env: dict[str, str]) -> dict[str, float]:
     )
     assert with_f and without
     return {"per_test_s": max(0.0, per - statistics.median(without)), "first_s": first}
+
+
+def _plugin_module(src: Path | None) -> str:
+    """The pytest plugin's module in tree ``src`` (None: the installed tree)."""
+    if src is not None and not (src / "modeltap" / "app" / "pytest_plugin.py").exists():
+        return "modeltap.pytest_plugin"
+    return "modeltap.app.pytest_plugin"
 
 
 def child_env(src: Path | None) -> dict[str, str]:
