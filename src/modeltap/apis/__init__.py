@@ -16,10 +16,13 @@ Adding a wire is:
 2. one entry in :data:`APIS`;
 3. its samples under ``tests/data/<wire>/`` (requests, ``refused/``,
    ``responses/``, ``streams/``), which ``tests/test_samples.py`` runs;
+4. the JSON Schemas regenerated (``python scripts/make_schemas.py``: their
+   ``api`` enum is the registry's; ``tests/test_schemas.py`` fails until the
+   committed files match).
 
-and, while the JSON Schemas are written by hand, its ``api`` name in their
-enums (``tests/test_capture.py`` says so when it is missing). Nothing else
-changes: ``tests/test_import_graph.py`` fails if a module outside ``apis/``
+A wire that brings a new provider also adds its host, its start-up
+``export`` lines and its price-table id (``docs/ARCHITECTURE.md``, "Where to
+add"). Nothing else changes: ``tests/test_import_graph.py`` fails if a module outside ``apis/``
 imports a wire's package or spells a wire's name.
 
 The pieces the wires share are modules of this package: ``contract`` (the

@@ -1,6 +1,7 @@
 """The core: one exchange and one connection as data.
 
-The request gate (:mod:`~modeltap.core.gate`), the HTTP exchange's life
+The request gate (:mod:`~modeltap.core.gate`), the audit of a request's body
+(:mod:`~modeltap.core.body_audit`), the HTTP exchange's life
 (:mod:`~modeltap.core.exchange`) and the WebSocket connection's
 (:mod:`~modeltap.core.ws_connection`), what they share (:mod:`~modeltap.core.run`,
 :mod:`~modeltap.core.sessions`), what they publish (:mod:`~modeltap.core.notices`)

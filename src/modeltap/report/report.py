@@ -3,7 +3,7 @@
 :func:`build_report` turns a :class:`~modeltap.evidence.capture.Capture` into a JSON-able
 dict (its shape is ``schemas/report.schema.json``); :func:`render_text`
 (:mod:`modeltap.report.text`) prints that dict for a terminal; :func:`main` is
-the command (``cli.py`` delegates to it).
+the command (:mod:`modeltap.app.cli` delegates to it).
 
 One audited request is one model turn. Turns are numbered from 1, like
 ``seq``: ``turn`` (and ``[turn N]`` in every message, ``result_turn``,

@@ -1,4 +1,5 @@
-"""Content-encoding decoders for response bodies, streamed or whole.
+"""Content-encoding decoders: response bodies, streamed or whole, and the
+request bodies the audit reads.
 
 :class:`StreamDecompressor` undoes ``Content-Encoding`` chunk by chunk so the
 SSE observer sees text as it arrives, without buffering the response;
@@ -6,6 +7,9 @@ SSE observer sees text as it arrives, without buffering the response;
 ``identity``, ``gzip``/``x-gzip``, ``deflate`` (zlib-wrapped, or raw deflate as
 some servers wrongly send and browsers accept), ``br`` and ``zstd``, stacked
 with commas (``"gzip, br"`` was applied gzip first, so it is undone br first).
+For a request body the audit reads, :func:`decode_request_body` undoes the
+codings :func:`request_codings` names, stopping past a limit, and
+:func:`check_transfer_coding` refuses any transfer-coding but ``chunked``.
 
 Brotli comes from ``brotli`` and Zstandard from ``compression.zstd`` (Python
 3.14+) or its backport ``backports.zstd``: the libraries mitmproxy itself
