@@ -464,3 +464,19 @@ def test_stream_never_raises(events: list[object]) -> None:
         # json, not orjson: it also writes what orjson refuses (NaN, huge ints).
         observer.feed(SSEEvent(event=None, data=json.dumps(value)))
     observer.finish()
+
+
+@pytest.mark.parametrize(
+    ("sent", "flag"), [(None, False), (False, False), (True, True), ("yes", None)]
+)
+def test_anthropic_tool_result_is_error(sent: object, flag: bool | None) -> None:
+    block: dict[str, object] = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}
+    if sent is not None:
+        block["is_error"] = sent
+    body = {
+        "model": "claude-x",
+        "max_tokens": 5,
+        "messages": [{"role": "user", "content": [block]}],
+    }
+    facts = anthropic_messages.audit_request(body)
+    assert [(r.call_id, r.is_error) for r in facts.tool_results] == [("toolu_1", flag)]

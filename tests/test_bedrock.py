@@ -389,3 +389,29 @@ def test_bad_metric_headers_are_unknown_and_the_bodys_metrics_are_kept() -> None
 def test_other_providers_headers_change_nothing() -> None:
     facts = ResponseFacts(model="gpt-5")
     assert with_response_headers(facts, headers(x_request_id="req_1")) is facts
+
+
+@pytest.mark.parametrize(
+    ("status", "flag"),
+    [(None, False), ("success", False), ("error", True), ("failed", None), (1, None)],
+)
+def test_converse_tool_result_status_is_its_error_flag(status: object, flag: bool | None) -> None:
+    from modeltap.apis import bedrock_converse
+
+    result: dict[str, object] = {"toolUseId": "t1", "content": [{"text": "done"}]}
+    if status is not None:
+        result["status"] = status
+    body = {
+        "messages": [
+            {"role": "user", "content": [{"text": "go"}]},
+            {
+                "role": "assistant",
+                "content": [{"toolUse": {"toolUseId": "t1", "name": "x", "input": {}}}],
+            },
+            {"role": "user", "content": [{"toolResult": result}]},
+        ]
+    }
+    facts = bedrock_converse.audit_request(
+        body, bedrock_converse.match_endpoint("/model/m/converse")
+    )
+    assert [(r.call_id, r.is_error) for r in facts.tool_results] == [("t1", flag)]

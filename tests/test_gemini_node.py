@@ -80,7 +80,7 @@ def test_node_sdk_tool_loop_image_stream_and_refusal(running: Running) -> None:
     assert [r["stream"] for r in (first, second, streamed)] == [False, False, True]
     # The result: {"temp_c":14} is 13 bytes; no id on the wire. Its image counts.
     assert first["tool_results"] == [] and first["image_count"] == 0
-    assert second["tool_results"] == [{"call_id": None, "bytes": 13}]
+    assert second["tool_results"] == [{"call_id": None, "bytes": 13, "is_error": None}]
     assert (second["image_count"], second["image_details"]) == (1, [None])
 
     calls, answered, stream = running.events("response")

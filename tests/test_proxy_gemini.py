@@ -126,7 +126,10 @@ def test_tool_loop_without_ids_audits_both_turns_and_pairs_calls_by_position(
         assert record["stream"] is False
     assert one["tool_results"] == []
     # {"temp_c":14} and {"temp_c":19}: 13 bytes each, no ids on the wire.
-    assert two["tool_results"] == [{"call_id": None, "bytes": 13}, {"call_id": None, "bytes": 13}]
+    assert two["tool_results"] == [
+        {"call_id": None, "bytes": 13, "is_error": None},
+        {"call_id": None, "bytes": 13, "is_error": None},
+    ]
     # What the upstream got is what the client sent: the thought signature of
     # the call went back untouched.
     sent = running.upstream.received[1]

@@ -199,7 +199,7 @@ def test_chat_completions_record(running: Running, stream: bool) -> None:
         "instructions_sha256": CHAT_SHA,
         "stream": stream,
         "hosted_tools": [],
-        "tool_results": [{"call_id": "call_1", "bytes": 11}],
+        "tool_results": [{"call_id": "call_1", "bytes": 11, "is_error": None}],
         "previous_response_id": None,
         "generate": None,
         "omitted_settings": [],
@@ -236,7 +236,7 @@ def test_responses_record(running: Running, stream: bool) -> None:
         "instructions_sha256": RESP_SHA,
         "stream": stream,
         "hosted_tools": [{"type": "web_search", "name": None}],
-        "tool_results": [{"call_id": "call_9", "bytes": 114}],
+        "tool_results": [{"call_id": "call_9", "bytes": 114, "is_error": None}],
         "previous_response_id": "resp_prev",
         "generate": None,
         "omitted_settings": [],
@@ -275,7 +275,7 @@ def test_anthropic_messages_record(running: Running, stream: bool) -> None:
         "instructions_sha256": ANTH_SHA,
         "stream": stream,
         "hosted_tools": [{"type": "web_search_20250305", "name": "web_search"}],
-        "tool_results": [{"call_id": "toolu_1", "bytes": 120}],
+        "tool_results": [{"call_id": "toolu_1", "bytes": 120, "is_error": False}],
         "previous_response_id": None,
         "generate": None,
         "omitted_settings": [],
@@ -820,7 +820,7 @@ def test_anthropic_tool_runner_thread_continue_is_recorded_as_sent(running: Runn
     assert second["omitted_settings"] == ["instructions", "tools"]
     assert second["instructions_sha256"] is None and second["tool_names"] is None
     assert second["tool_results"] == [
-        {"call_id": "toolu_lookup1", "bytes": len("3 results for weather")}
+        {"call_id": "toolu_lookup1", "bytes": len("3 results for weather"), "is_error": False}
     ]
 
 

@@ -1056,7 +1056,7 @@ def test_compaction_is_audited_as_a_responses_request(running: Running) -> None:
         "path": "/v1/responses/compact",
         "stream": False,
     }
-    assert record["tool_results"] == [{"call_id": "call_1", "bytes": 8}]
+    assert record["tool_results"] == [{"call_id": "call_1", "bytes": 8, "is_error": None}]
     assert record["previous_response_id"] == "resp_prev1"
     # Instructions stated, tools not: a continuation records what it left out.
     assert record["tool_names"] is None and record["omitted_settings"] == ["tools"]

@@ -344,7 +344,7 @@ def test_explicit_continuation(running: Running) -> None:
             "image_details": [],
             "instructions_sha256": KEEP_GOING_SHA,
             "hosted_tools": [],
-            "tool_results": [{"call_id": "call_1", "bytes": 8}],  # "42 files"
+            "tool_results": [{"call_id": "call_1", "bytes": 8, "is_error": None}],  # "42 files"
             "previous_response_id": "resp_ws1",
             "generate": None,
             "omitted_settings": [],
@@ -491,7 +491,7 @@ def test_implicit_continuation_audited_as_sent(start_proxy: Callable[..., Runnin
             "image_details": [],
             "instructions_sha256": None,
             "hosted_tools": [],
-            "tool_results": [{"call_id": "call_1", "bytes": 8}],
+            "tool_results": [{"call_id": "call_1", "bytes": 8, "is_error": None}],
             "previous_response_id": "resp_ws1",
             "generate": None,
             "omitted_settings": ["instructions", "tools"],

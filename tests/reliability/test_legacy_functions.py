@@ -35,5 +35,5 @@ def test_deprecated_functions_are_in_the_record(
     )
     (record,) = read_jsonl(tmp_path / "audit.jsonl")
     assert record["tool_names"] == ["ls", "rm_rf"]
-    assert record["tool_results"] == [{"call_id": None, "bytes": 3}]
+    assert record["tool_results"] == [{"call_id": None, "bytes": 3, "is_error": None}]
     assert len(upstream.received) == 1

@@ -146,10 +146,19 @@ class HostedTool:
 
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """A tool result carried back to the model: its call id and its size."""
+    """A tool result carried back to the model: its call id, its size and its
+    error flag (never its text)."""
 
     call_id: WireId | None
     bytes: Count
+    is_error: Annotated[
+        bool | None,
+        doc(
+            "The wire's error flag: Anthropic's tool_result is_error, Bedrock's toolResult "
+            'status "error" (an absent flag is the wire\'s default, false); null on wires '
+            "that have none (OpenAI chat and Responses, Gemini) and for a flag of another type."
+        ),
+    ] = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,10 +240,12 @@ def _read_blocks(
             images.append(None)
         elif kind == "tool_result":
             content = block.get("content")
+            flag = block.get("is_error", False)  # absent: the API's default, not an error
             tool_results.append(
                 ToolResult(
                     optional_name(block.get("tool_use_id"), f"{here}.tool_use_id"),
                     0 if content is None else utf8_len(content),
+                    flag if isinstance(flag, bool) else None,
                 )
             )
             if isinstance(content, list):

@@ -316,6 +316,17 @@ def _instruction_texts(system: Any) -> list[str]:
     return texts
 
 
+def _result_failed(status: object) -> bool | None:
+    """A ``toolResult``'s ``status`` as an error flag: ``"error"`` is one,
+    ``"success"`` or no status (the API's default) is not; anything else is
+    unknown."""
+    if status is None or status == "success":
+        return False
+    if status == "error":
+        return True
+    return None
+
+
 def _read_blocks(
     blocks: list[Any], where: str, images: list[str | None], tool_results: list[ToolResult]
 ) -> None:
@@ -337,6 +348,7 @@ def _read_blocks(
                 ToolResult(
                     optional_name(result.get("toolUseId"), f"{here}.toolUseId"),
                     0 if content is None else utf8_len(content),
+                    _result_failed(result.get("status")),
                 )
             )
             if content is not None:
