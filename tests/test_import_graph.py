@@ -50,7 +50,14 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     (f"{PACKAGE}.app",),
     (TELEMETRY,),
     (f"{PACKAGE}.addons",),
-    (*PLUGIN, f"{PACKAGE}.app.cli", f"{PACKAGE}.app.proxy", f"{PACKAGE}.__main__"),
+    (
+        *PLUGIN,
+        f"{PACKAGE}.app.cli",
+        f"{PACKAGE}.app.proxy",
+        f"{PACKAGE}.__main__",
+        # Public names users import: modeltap.match re-exports the matchers.
+        f"{PACKAGE}.match",
+    ),
 )
 
 

@@ -333,7 +333,12 @@ def error_shape_for(api: str | None, route: Route | None) -> ErrorShape:
 
 
 def stream_framing(
-    content_type: str, api: str | None, facts: RequestFacts | None, status: int
+    content_type: str,
+    api: str | None,
+    facts: RequestFacts | None,
+    status: int,
+    *,
+    stream: bool | None = None,
 ) -> Framing | None:
     """How a response streams, to be observed piece by piece as it arrives.
 
@@ -346,6 +351,8 @@ def stream_framing(
         api: the request's API (``None``: not a model request).
         facts: the request's audit facts (``None``: not audited).
         status: the response's HTTP status (an error answers with one object).
+        stream: whether the request asked for a stream, where there are no
+            ``facts`` to say it (a recorded exchange read back).
 
     Returns:
         The framing, or ``None`` for a body read whole (an error body of a
@@ -353,7 +360,8 @@ def stream_framing(
     """
     media = content_type.split(";", 1)[0].strip().lower()
     module = find(api)
-    asked = facts is not None and facts.stream and 200 <= status < 300
+    streamed = stream if stream is not None else facts is not None and facts.stream
+    asked = streamed and 200 <= status < 300
     for framing in module.FRAMINGS if module is not None else ():
         if framing.media_type == media and (asked or not framing.streamed_requests_only):
             return framing

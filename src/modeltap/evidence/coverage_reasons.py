@@ -122,3 +122,14 @@ def qualified_tool_name(call: ToolCall) -> str | None:
     if call.name is None:
         return None
     return f"{call.namespace}.{call.name}" if call.namespace else call.name
+
+
+def tool_call_matches(call: ToolCall, name: str) -> bool:
+    """Whether ``name`` designates ``call``: its bare name or ``namespace.name``.
+
+    Args:
+        call: a tool call of a response.
+        name: ``"read"`` designates ``read`` in any namespace; ``"fs.read"``
+            only ``read`` in namespace ``fs`` (or a call named ``fs.read``).
+    """
+    return call.name is not None and name in (call.name, qualified_tool_name(call))

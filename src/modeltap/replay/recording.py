@@ -1,75 +1,62 @@
-"""What a recording is: its format, turn keys, the blob store, and reading it back.
+"""The proxy's half of a recording: what goes into a ``recording.jsonl`` line.
 
-The recorder addon (:mod:`modeltap.addons.recorder`) writes, the replayer
-addon (:mod:`modeltap.addons.replayer`) and the replay upstream
-(:mod:`modeltap.replay.upstream`) read; ``modeltap replay`` is in
-:mod:`modeltap.app.cli`.
-
-A ``--record DIR`` holds:
-
-``DIR/recording.jsonl``
-    One line per exchange, written with one append (see :mod:`modeltap.evidence.sink`):
-    an audited HTTP request (``kind: "http"``), one ``response.create`` of a
-    WebSocket with the messages that followed it (``kind: "websocket"``), or a
-    request passed through unaudited (``kind: "unaudited"``, e.g. ``GET
-    .../models``). Fields: ``v`` (1), ``kind``, ``session_id``, ``order`` (the
-    turn's 1-based position in its session, audit order; null when
-    unaudited), ``seq`` (the audit record's, HTTP only), ``transport``,
-    ``api``, ``method``, ``path`` (secret query values redacted), ``route``,
-    ``provider`` (the route's), ``upstream``, ``key`` (see
-    :class:`TurnKey`), ``request`` (``headers``, ``body``), ``response``
-    (``status``, ``headers``, ``wait_ms`` from the request leaving to the
-    response head, ``body``, ``chunks``, ``error``: a fixed text when the
-    exchange broke, never the upstream's words) and, for a WebSocket,
-    ``messages``.
-
-``DIR/blobs/<sha256>``
-    Bodies, content-addressed, so identical bodies are kept once. A request
-    body is kept decoded (as audited); a response body exactly as the
-    upstream sent it, with its ``content-encoding``. A streamed (SSE, or
-    Bedrock's binary event stream) response is one blob written as it
-    arrives (never held in memory) and ``chunks`` lists ``[offset_ms,
-    nbytes]`` per chunk, the offset counted from the response head.
-    WebSocket ``messages`` are ``{"ms", "from": "client"|"server", "text"}``
-    (or ``"blob"`` for binary or large ones), ``ms`` counted from the
-    ``response.create`` they follow.
-
-Headers are kept from :data:`KEPT_HEADERS` only, so ``authorization``,
-``x-api-key``, ``api-key`` and cookies never reach the recording; paths keep
-query values only for ``api-version``, ``beta`` and ``alt``
-(:func:`~modeltap.evidence.redaction.redact_path`).
-
-A replayed run is matched against a recording by :mod:`modeltap.replay.matching`.
-
-The format above is the module's documentation; writing a recording and
-reading it back stay beside it so they cannot drift.
+The format, turn keys, the blob store and reading a recording back are
+:mod:`modeltap.evidence.recordings`' (a capture reads its recording too, and
+sits below this layer); they are re-exported here for the replay code. What
+only the proxy knows is here: the start of an exchange's line
+(:func:`index_line`, from the exchange's view), which headers are kept
+(:data:`KEPT_HEADERS`), when a WebSocket message goes to a blob
+(:data:`INLINE_LIMIT`) and which client frame starts a turn
+(:func:`is_ws_create`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
-import uuid
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, BinaryIO, Final
-from urllib.parse import urlsplit
+from typing import Any, Final
 
 import orjson
 
 from modeltap import apis
 from modeltap.core.notices import ExchangeView
-from modeltap.evidence.records import AuditRecord, Json
+from modeltap.evidence.recordings import (
+    BLOBS_DIR,
+    FORMAT_VERSION,
+    RECORDING_FILE,
+    VOLATILE_FIELDS,
+    BlobStore,
+    BlobWriter,
+    Entry,
+    Recording,
+    RecordingError,
+    TurnKey,
+    comparable_body,
+    input_sha256,
+)
+from modeltap.evidence.records import Json
 from modeltap.evidence.redaction import redact_path
-from modeltap.evidence.sink import AUDIT_FILE
-from modeltap.rules.routing import PROVIDER_NAME, UPSTREAM_ROUTE
 
-RECORDING_FILE: Final = "recording.jsonl"
-BLOBS_DIR: Final = "blobs"
+__all__ = [
+    "BLOBS_DIR",
+    "DIFF_FILE",
+    "FORMAT_VERSION",
+    "INLINE_LIMIT",
+    "KEPT_HEADERS",
+    "RECORDING_FILE",
+    "VOLATILE_FIELDS",
+    "BlobStore",
+    "BlobWriter",
+    "Entry",
+    "Recording",
+    "RecordingError",
+    "TurnKey",
+    "comparable_body",
+    "index_line",
+    "input_sha256",
+    "is_ws_create",
+    "kept_headers",
+]
+
 DIFF_FILE: Final = "replay-diff.jsonl"
-FORMAT_VERSION: Final = 1
-
 #: The only headers a recording keeps (request and response): these, and those
 #: a wire reads facts from (:func:`modeltap.apis.response_headers`: Bedrock's
 #: request id, as Converse bodies have none, and InvokeModel's metrics).
@@ -82,128 +69,8 @@ KEPT_HEADERS: Final = (
     "request-id",
     *apis.response_headers(),
 )
-
-#: Top-level request fields left out of the input hash: they change from run to
-#: run without the agent doing anything different (per-session cache keys,
-#: end-user ids, free-form metadata such as Claude Code's ``metadata.user_id``).
-VOLATILE_FIELDS: Final = frozenset(
-    {"metadata", "user", "prompt_cache_key", "safety_identifier", "client_metadata"}
-)
 #: WebSocket messages longer than this go to a blob instead of the index line.
 INLINE_LIMIT: Final = 64 * 1024
-
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-
-# --------------------------------------------------------------------------
-# Turn keys, headers, blobs
-
-
-def input_sha256(body: object, api: str | None = None) -> str:
-    """The input hash of a request body.
-
-    SHA-256 (hex) of the canonical JSON of ``body`` (orjson, keys sorted, no
-    whitespace) without the :data:`VOLATILE_FIELDS` at its top level. It
-    covers everything else the request says (messages, tools, settings), so
-    any change of model, tools or instructions changes it too.
-
-    A wire's requests also leave out what its client makes up on every run
-    (:meth:`~modeltap.apis.contract.Wire.comparable_body`): Gemini CLI
-    gives each call the server sent without an id one of its own
-    (``read_file_<epoch ms>_<n>``), so Gemini's call ids count by their order
-    of first appearance (:mod:`modeltap.apis.gemini.replay`).
-
-    Args:
-        body: the parsed request body (a WebSocket ``response.create``
-            message, ``type`` included).
-        api: the request's API (``None``: compared as sent).
-
-    Returns:
-        64 hex digits.
-    """
-    body = comparable_body(body, api)
-    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
-
-
-def comparable_body(body: Any, api: str | None = None) -> Any:
-    """What of a request body a replay compares: the body without the
-    :data:`VOLATILE_FIELDS`, and without what its wire's client makes up per run
-    (:meth:`~modeltap.apis.contract.Wire.comparable_body`: Gemini's made-up
-    ids).
-
-    Args:
-        body: the parsed request body.
-        api: the request's API (``None``: as sent).
-
-    Returns:
-        The body :func:`input_sha256` hashes (and the replay diff walks).
-    """
-    if isinstance(body, dict):
-        body = {k: v for k, v in body.items() if k not in VOLATILE_FIELDS}
-        module = apis.find(api)
-        if module is not None:
-            body = module.comparable_body(body)
-    return body
-
-
-@dataclass(frozen=True, slots=True)
-class TurnKey:
-    """What a replayed request is compared on: audit fields plus the input hash."""
-
-    model: str
-    tool_names: tuple[str, ...] | None
-    instructions_sha256: str | None
-    image_count: int
-    stream: bool
-    input_sha256: str
-
-    @classmethod
-    def of(cls, record: AuditRecord, body: object) -> TurnKey:
-        """The key of an audited request.
-
-        Args:
-            record: its audit record.
-            body: its parsed body, as forwarded.
-        """
-        return cls(
-            model=record.model,
-            tool_names=record.tool_names,
-            instructions_sha256=record.instructions_sha256,
-            image_count=record.image_count,
-            stream=record.stream,
-            input_sha256=input_sha256(body, record.api),
-        )
-
-    def to_json(self) -> Json:
-        return {
-            "model": self.model,
-            "tool_names": None if self.tool_names is None else list(self.tool_names),
-            "instructions_sha256": self.instructions_sha256,
-            "image_count": self.image_count,
-            "stream": self.stream,
-            "input_sha256": self.input_sha256,
-        }
-
-    @classmethod
-    def from_json(cls, data: Json) -> TurnKey:
-        """Read a key back from a recording line.
-
-        Raises:
-            ValueError: if a field is missing or has the wrong type.
-        """
-        try:
-            tools = data["tool_names"]
-            key = cls(
-                model=str(data["model"]),
-                tool_names=None if tools is None else tuple(str(t) for t in tools),
-                instructions_sha256=data["instructions_sha256"],
-                image_count=int(data["image_count"]),
-                stream=bool(data["stream"]),
-                input_sha256=str(data["input_sha256"]),
-            )
-        except (KeyError, TypeError) as e:
-            raise ValueError(f"bad turn key: {e}") from None
-        return key
 
 
 def index_line(kind: str, view: ExchangeView, key: TurnKey | None) -> Json:
@@ -222,6 +89,8 @@ def index_line(kind: str, view: ExchangeView, key: TurnKey | None) -> Json:
         "session_id": view.session_id,
         "order": view.turn if key is not None else None,
         "seq": view.record.seq if kind == "http" and view.record is not None else None,
+        # Which run's audit record this is: seq and session repeat from run to run.
+        "run_id": view.record.run_id if view.record is not None else None,
         "transport": "websocket" if websocket else "http",
         "api": view.api,
         # A WebSocket turn is filed under its connection's handshake, a GET.
@@ -246,234 +115,3 @@ def is_ws_create(content: bytes | str) -> bool:
     except orjson.JSONDecodeError:
         return False
     return isinstance(message, dict) and message.get("type") == "response.create"
-
-
-class BlobStore:
-    """``DIR/blobs``: bodies stored under their SHA-256."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def path(self, sha: str) -> Path:
-        """Where blob ``sha`` lives.
-
-        Raises:
-            ValueError: if ``sha`` is not 64 lower-case hex digits (a
-                recording line must not name a file outside the store).
-        """
-        if not _SHA256.match(sha):
-            raise ValueError("a blob name must be 64 hex digits")
-        return self.root / sha
-
-    def put(self, data: bytes) -> str:
-        """Store ``data`` (once) and return its SHA-256.
-
-        Raises:
-            OSError: if it cannot be written.
-        """
-        sha = hashlib.sha256(data).hexdigest()
-        target = self.root / sha
-        if not target.exists():
-            tmp = self.root / f".{sha}.{uuid.uuid4().hex}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, target)
-        return sha
-
-    def writer(self) -> BlobWriter:
-        """A blob written piece by piece (a stream), named when finished."""
-        return BlobWriter(self.root)
-
-
-class BlobWriter:
-    """One blob being written as a stream arrives; memory stays flat."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._tmp = root / f".stream.{uuid.uuid4().hex}.tmp"
-        self._file: BinaryIO | None = None
-        self._hash = hashlib.sha256()
-        self.failed = False
-
-    def write(self, data: bytes) -> None:
-        if self.failed:
-            return
-        try:
-            if self._file is None:
-                self._file = self._tmp.open("wb")
-            self._file.write(data)
-        except OSError:
-            # The agent's stream goes on; the recording of it is lost.
-            self.failed = True
-            return
-        self._hash.update(data)
-
-    def finish(self) -> str | None:
-        """Close and name the blob; None if writing failed."""
-        try:
-            if self._file is None:
-                self._tmp.write_bytes(b"")
-            else:
-                self._file.close()
-            if self.failed:
-                self._tmp.unlink(missing_ok=True)
-                return None
-            sha = self._hash.hexdigest()
-            os.replace(self._tmp, self.root / sha)
-        except OSError:
-            self.failed = True
-            return None
-        return sha
-
-
-# --------------------------------------------------------------------------
-# Reading a recording back
-
-
-class RecordingError(ValueError):
-    """A recording directory cannot be read (missing, or a line is malformed)."""
-
-
-def _not_a_recording(root: Path) -> str:
-    """Why ``root`` holds no recording, and what to give instead (a new user
-    often passes the run's ``--out`` dir, or a ``--record`` dir nothing went through)."""
-    record = "a recording is the DIR of `modeltap run --record DIR`"
-    if not root.is_dir():
-        return f"no such directory: {root} ({record})"
-    if (root / AUDIT_FILE).exists():
-        return (
-            f"{root} is a capture (a run's --out), not a recording: no {RECORDING_FILE} ({record})"
-        )
-    return (
-        f"{root} holds no {RECORDING_FILE}: nothing was recorded there (no exchange "
-        f"went through `modeltap run --record {root}`)"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One line of ``recording.jsonl``."""
-
-    index: int
-    line: Json
-    key: TurnKey | None
-    session_id: str | None
-    order: int | None
-    transport: str
-    api: str | None
-
-    @property
-    def kind(self) -> str:
-        return str(self.line.get("kind"))
-
-    @property
-    def method(self) -> str | None:
-        method = self.line.get("method")
-        return method if isinstance(method, str) else None
-
-    @property
-    def path(self) -> str | None:
-        path = self.line.get("path")
-        return path if isinstance(path, str) else None
-
-
-class Recording:
-    """A ``--record`` directory, read back."""
-
-    def __init__(self, root: Path, entries: list[Entry]) -> None:
-        self.root = root
-        self.entries = entries
-        self.blobs = BlobStore(root / BLOBS_DIR)
-        #: Recorded sessions in order of first appearance, each turn list in order.
-        self.sessions: dict[str, list[Entry]] = {}
-        self.unaudited: list[Entry] = []
-        for entry in entries:
-            if entry.kind == "unaudited":
-                self.unaudited.append(entry)
-            elif entry.session_id is not None:
-                self.sessions.setdefault(entry.session_id, []).append(entry)
-        for turns in self.sessions.values():
-            turns.sort(key=lambda e: e.order or 0)
-
-    @classmethod
-    def load(cls, directory: str | Path) -> Recording:
-        """Read ``DIR/recording.jsonl``.
-
-        Raises:
-            RecordingError: the file is missing or a line is not a recording line.
-        """
-        root = Path(directory)
-        try:
-            raw = (root / RECORDING_FILE).read_bytes()
-        except FileNotFoundError:
-            raise RecordingError(_not_a_recording(root)) from None
-        except OSError as e:
-            raise RecordingError(f"cannot read {root / RECORDING_FILE}: {e.strerror}") from None
-        entries: list[Entry] = []
-        for number, text in enumerate(raw.splitlines(), 1):
-            if not text.strip():
-                continue
-            try:
-                line = orjson.loads(text)
-                if not isinstance(line, dict) or line.get("v") != 1:
-                    raise ValueError("not a version 1 recording line")
-                key = line.get("key")
-                entries.append(
-                    Entry(
-                        index=len(entries),
-                        line=line,
-                        key=TurnKey.from_json(key) if isinstance(key, dict) else None,
-                        session_id=line.get("session_id"),
-                        order=line.get("order"),
-                        transport=str(line.get("transport") or "http"),
-                        api=line.get("api"),
-                    )
-                )
-            except (orjson.JSONDecodeError, ValueError) as e:
-                raise RecordingError(f"{RECORDING_FILE} line {number}: {e}") from None
-        return cls(root, entries)
-
-    def request_body(self, entry: Entry) -> Any:
-        """The recorded request body of ``entry``, parsed; ``None`` when it is
-        not there (no blob, unreadable, not JSON)."""
-        request = entry.line.get("request")
-        sha = request.get("body") if isinstance(request, dict) else None
-        if not isinstance(sha, str):
-            return None
-        try:
-            return orjson.loads(self.blobs.path(sha).read_bytes())
-        except (OSError, ValueError):
-            return None
-
-    def recorded_routes(self) -> tuple[list[str], str | None, dict[str, int]]:
-        """The routes as they were when recording: ``NAME=URL`` of each recorded
-        route's upstream, the ``--upstream`` URL if one was recorded, and how many
-        turns each route recorded (what the replay start-up screen shows)."""
-        upstreams: dict[str, str] = {}
-        turns: dict[str, int] = {}
-        for entry in self.entries:
-            name, upstream = entry.line.get("route"), entry.line.get("upstream")
-            if isinstance(name, str) and isinstance(upstream, str):
-                upstreams[name] = upstream
-                if entry.kind != "unaudited":
-                    turns[name] = turns.get(name, 0) + 1
-        upstream_url = upstreams.pop(UPSTREAM_ROUTE, None)
-        return [f"{n}={u}" for n, u in upstreams.items()], upstream_url, turns
-
-    def routes_to(self, url: str) -> tuple[list[str], str | None]:
-        """Routes (``NAME=URL[,provider=P]``) and ``--upstream`` that send every
-        recorded route, and the default ones, to the replay upstream at ``url``,
-        each keeping its recorded base path so replayed paths equal recorded
-        ones, and its recorded provider (a replayed Bedrock route still answers
-        and is recorded as Bedrock)."""
-        bases: dict[str, str] = {"openai": "", "anthropic": ""}
-        options: dict[str, str] = {}
-        for entry in self.entries:
-            name, upstream = entry.line.get("route"), entry.line.get("upstream")
-            if isinstance(name, str) and isinstance(upstream, str):
-                bases[name] = urlsplit(upstream).path.rstrip("/")
-                provider = entry.line.get("provider")
-                if isinstance(provider, str) and PROVIDER_NAME.fullmatch(provider):
-                    options[name] = f",provider={provider}"
-        upstream_base = bases.pop(UPSTREAM_ROUTE, None)
-        routes = [f"{name}={url}{base}{options.get(name, '')}" for name, base in bases.items()]
-        return routes, (None if upstream_base is None else url + upstream_base)

@@ -47,7 +47,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from modeltap.evidence.capture.grouping import data_reasons, group
+from modeltap.evidence.capture.grouping import data_reasons, group, with_output
 from modeltap.evidence.capture.lines import (
     AUDIT_FILE,
     EVENTS_FILE,
@@ -81,7 +81,9 @@ from modeltap.evidence.coverage import (
     EvidenceCoverage,
     qualified_tool_name,
 )
+from modeltap.evidence.recordings import Recording
 from modeltap.evidence.records import AuditRecord, Event, UnauditedEvent
+from modeltap.evidence.verdicts import Expect, Scope
 
 # Coverage lives in modeltap.evidence.coverage; readers have always found it here too.
 __all__ = [
@@ -128,9 +130,28 @@ class Capture(TurnQueries):
     #: Unaudited pass-throughs (``GET .../models``) of ids that saw no model
     #: traffic: not sessions, so they lower no coverage.
     pass_through: tuple[UnauditedEvent, ...] = ()
+    #: The ``--record`` directory the turns' output text was read from, or ``None``.
+    recording: Path | None = None
 
     def _turns(self) -> Iterable[Turn]:
         return (turn for session in self.sessions.values() for turn in session.turns)
+
+    @property
+    def expect(self) -> Expect:
+        """Assertions on the whole capture (:class:`~modeltap.evidence.verdicts.Expect`):
+        ``capture.expect.tool_not_called("delete_account")`` is ``passed``,
+        ``failed`` or ``unavailable`` (the proxy did not see enough to tell)."""
+        sessions = list(self.sessions.values())
+        return Expect(
+            Scope(
+                label="the capture",
+                turns=list(self._turns()),
+                sessions=sessions,
+                coverage=self.coverage,
+                target=self,
+                several_sessions=len(sessions) > 1,
+            )
+        )
 
     @property
     def run_ids(self) -> list[str]:
@@ -188,13 +209,22 @@ class Capture(TurnQueries):
         return out
 
     @classmethod
-    def load(cls, directory: str | os.PathLike[str]) -> Capture:
+    def load(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        record: str | os.PathLike[str] | None = None,
+    ) -> Capture:
         """Read a capture directory.
 
         Args:
             directory: a directory holding any of ``audit.jsonl``,
                 ``events.jsonl`` and ``sessions.jsonl`` (only the last: the
                 agent bypassed the proxy, and the sessions say so).
+            record: the run's ``--record`` directory: each turn's output
+                text is read from it (``Turn.output_text``, the ``messages``
+                channel of its coverage), for ``final_text_contains``.
+                Without it message content is unavailable.
 
         Returns:
             The capture. Unreadable lines are listed in ``load_errors``.
@@ -203,6 +233,8 @@ class Capture(TurnQueries):
             NotADirectoryError: ``directory`` is not a directory.
             FileNotFoundError: it holds none of the three files.
             OSError: a file could not be read.
+            modeltap.evidence.recordings.RecordingError: ``record`` is not a
+                readable recording (a ``ValueError``).
         """
         root = Path(directory)
         if not root.is_dir():
@@ -221,6 +253,9 @@ class Capture(TurnQueries):
         events = [e for _, e in read_lines(root / EVENTS_FILE, decode_event, errors)]
         ends = [s for _, s in read_lines(root / SESSIONS_FILE, decode_session_end, errors)]
         sessions, pass_through = group(records, events, ends, tuple(errors))
+        recording = Recording.load(Path(record)) if record is not None else None
+        if recording is not None:
+            sessions = {sid: with_output(s, recording) for sid, s in sessions.items()}
         return cls(
             directory=root,
             records=tuple(records),
@@ -229,4 +264,5 @@ class Capture(TurnQueries):
             sessions=sessions,
             load_errors=tuple(errors),
             pass_through=pass_through,
+            recording=recording.root if recording is not None else None,
         )

@@ -41,6 +41,8 @@ from modeltap.evidence.capture.lines import (
 from modeltap.evidence.capture.retries import find_retries
 from modeltap.evidence.capture.turns import Session, ToolInvocation, Turn, ms_between, parse_ts
 from modeltap.evidence.coverage import EvidenceCoverage, SessionEvidence
+from modeltap.evidence.recorded_output import not_in_recording, recorded_output
+from modeltap.evidence.recordings import Recording, find_exchange
 from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
@@ -51,7 +53,7 @@ from modeltap.evidence.records import (
     UnauditedEvent,
 )
 
-__all__ = ["data_reasons", "group"]
+__all__ = ["data_reasons", "group", "with_output"]
 
 
 def data_reasons(load_errors: Iterable[LoadError]) -> list[str]:
@@ -291,6 +293,42 @@ def _invocations(
                     if answered_by is not None and turn.response is not None
                     else None
                 ),
+                result_is_error=(
+                    _error_flag(answered_by, call.call_id) if answered_by is not None else None
+                ),
             )
         )
     return tuple(out)
+
+
+def _error_flag(answered_by: Turn, call_id: str | None) -> bool | None:
+    """The error flag of the result that answered call ``call_id`` (None: no id, no flag)."""
+    for result in answered_by.record.tool_results:
+        if call_id is not None and result.call_id == call_id:
+            return result.is_error
+    return None
+
+
+def with_output(session: Session, recording: Recording) -> Session:
+    """``session`` with each turn's output text read from ``recording``.
+
+    A turn's exchange is found by its session, ``seq`` (HTTP) or position
+    among its run's turns (WebSocket), and turn key
+    (:func:`~modeltap.evidence.recordings.find_exchange`); its ``messages``
+    channel then says how much of the text was seen
+    (:mod:`modeltap.evidence.recorded_output`).
+    """
+    turns: list[Turn] = []
+    position: dict[str, int] = {}
+    for turn in session.turns:
+        run = turn.record.run_id
+        position[run] = position.get(run, 0) + 1
+        entry = find_exchange(recording, session.session_id, turn.record, position[run])
+        read = (
+            recorded_output(recording, entry, turn.record)
+            if entry is not None
+            else not_in_recording(recording.root)
+        )
+        coverage = dataclasses.replace(turn.coverage, messages=read.messages)
+        turns.append(dataclasses.replace(turn, output_text=read.text, coverage=coverage))
+    return dataclasses.replace(session, turns=tuple(turns))

@@ -58,6 +58,7 @@ from modeltap.evidence.coverage import (
     turn_number,
     worst_of_turns,
 )
+from modeltap.evidence.coverage_reasons import tool_call_matches
 from modeltap.evidence.records import (
     AuditRecord,
     Cost,
@@ -69,6 +70,7 @@ from modeltap.evidence.records import (
     UnauditedEvent,
     Usage,
 )
+from modeltap.evidence.verdicts import Expect, Scope
 
 __all__ = [
     "Session",
@@ -81,11 +83,6 @@ __all__ = [
     "sum_usage",
     "tool_call_matches",
 ]
-
-
-def tool_call_matches(call: ToolCall, name: str) -> bool:
-    """Whether ``name`` designates ``call``: its bare name or ``namespace.name``."""
-    return call.name is not None and name in (call.name, qualified_tool_name(call))
 
 
 def parse_ts(ts: str | None) -> datetime | None:
@@ -163,6 +160,9 @@ class ToolInvocation:
     #: when the response ended) to the ``ts`` of the request that carried the
     #: result; ``None`` when either is unknown.
     duration_ms: float | None
+    #: The result's error flag as its wire carries it (``ToolResult.is_error``);
+    #: ``None`` where the wire has none, or when no result came back.
+    result_is_error: bool | None = None
 
     @property
     def name(self) -> str | None:
@@ -196,6 +196,23 @@ class Turn:
     attempt: int = 1
     #: The index of the first attempt of this turn's call (its own when it is one).
     first_attempt: int | None = None
+    #: The output text of the response, read from a ``--record`` directory
+    #: (``Capture.load(DIR, record=RDIR)``): content, so ``None`` without a
+    #: recording; ``coverage.messages`` says how much of it was seen.
+    output_text: str | None = None
+
+    @property
+    def expect(self) -> Expect:
+        """Assertions on this turn alone (:class:`~modeltap.evidence.verdicts.Expect`)."""
+        return Expect(
+            Scope(
+                label=f"turn {self.number} of session {self.record.session_id}",
+                turns=(self,),
+                sessions=(),
+                coverage=self.coverage,
+                target=self,
+            )
+        )
 
     @property
     def number(self) -> int:
@@ -372,6 +389,20 @@ class Session(TurnQueries):
 
     def _turns(self) -> Iterable[Turn]:
         return self.turns
+
+    @property
+    def expect(self) -> Expect:
+        """Assertions on this session (:class:`~modeltap.evidence.verdicts.Expect`);
+        tool calls are counted across its turns in call order."""
+        return Expect(
+            Scope(
+                label=f"session {self.session_id}",
+                turns=self.turns,
+                sessions=(self,),
+                coverage=self.coverage,
+                target=self,
+            )
+        )
 
     @property
     def tool_invocations(self) -> list[ToolInvocation]:

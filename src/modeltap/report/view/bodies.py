@@ -24,14 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from modeltap.evidence.capture import Capture, Turn
+from modeltap.evidence.capture import Capture
+from modeltap.evidence.recordings import Entry, Recording, RecordingError, find_exchange
 from modeltap.rules.errors import ModelTapError
 from modeltap.wire.decoding import StreamDecompressor
-
-if TYPE_CHECKING:
-    from modeltap.replay.recording import Entry, Recording
 
 Json = dict[str, Any]
 
@@ -60,63 +58,10 @@ def load_recording(directory: Path) -> Recording:
     Raises:
         RecordingUnreadable: it is not one (no readable ``recording.jsonl``).
     """
-    # Imported only when asked for: most pages are made without a recording.
-    from modeltap.replay.recording import Recording, RecordingError
-
     try:
         return Recording.load(directory)
     except RecordingError as e:
         raise RecordingUnreadable(str(e)) from None
-
-
-def _key_matches(entry: Entry, turn: Turn) -> bool:
-    key, record = entry.key, turn.record
-    if key is None:
-        return False
-    return (
-        key.model == record.model
-        and key.tool_names == record.tool_names
-        and key.instructions_sha256 == record.instructions_sha256
-        and key.image_count == record.image_count
-        and key.stream == record.stream
-    )
-
-
-def _request_sha(entry: Entry) -> str | None:
-    request = entry.line.get("request")
-    body = request.get("body") if isinstance(request, dict) else None
-    return body if isinstance(body, str) else None
-
-
-def find_exchange(recording: Recording, session_id: str, turn: Turn, position: int) -> Entry | None:
-    """The recorded exchange of one turn, or ``None``.
-
-    Args:
-        recording: the loaded recording.
-        session_id: the turn's session.
-        turn: the turn.
-        position: 1-based position of the turn among its session's turns of its run.
-
-    Returns:
-        The entry whose session, ``seq`` (HTTP) or position (WebSocket) and
-        turn key agree with the turn; one whose request body hash equals the
-        record's ``body_sha256`` first.
-    """
-    record = turn.record
-    found: list[Entry] = []
-    for entry in recording.sessions.get(session_id, ()):
-        if entry.kind == "http":
-            if entry.line.get("seq") != record.seq or record.transport != "http":
-                continue
-        elif entry.kind == "websocket":
-            if entry.order != position or record.transport != "websocket":
-                continue
-        else:
-            continue
-        if _key_matches(entry, turn):
-            found.append(entry)
-    found.sort(key=lambda e: _request_sha(e) != record.body_sha256)
-    return found[0] if found else None
 
 
 def _read_blob(recording: Recording, sha: Any, limit: int, encoding: str | None) -> Json:
@@ -242,7 +187,7 @@ def attach_bodies(
         for turn in session.turns:
             run = turn.record.run_id
             position[run] = position.get(run, 0) + 1
-            entry = find_exchange(recording, session.session_id, turn, position[run])
+            entry = find_exchange(recording, session.session_id, turn.record, position[run])
             if entry is None:
                 page.turns_without += 1
                 turns[turn.index]["bodies"] = None

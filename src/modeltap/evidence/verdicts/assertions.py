@@ -1,0 +1,802 @@
+"""The assertions of ``capture.expect``, ``session.expect`` and ``turn.expect`` (pure).
+
+Each returns a :class:`~modeltap.evidence.verdicts.verdict.Verdict` by the
+rule of ``seeds/002`` ("How coverage changes assertion results"):
+
+* a **positive** assertion (a call was made, text was said, a model was
+  used) that finds matching evidence passes whatever the coverage; one that
+  finds none fails when its channel is complete, and is ``unavailable``
+  otherwise: a collection gap cannot show that the agent did not act;
+* a **negative** assertion (not called, only these tools, no tool errors)
+  or an **upper bound** (at most N calls, tokens, cost) is judged only when
+  its channel is complete, else ``unavailable``; but evidence that
+  contradicts it fails it whatever the coverage (a seen call of a forbidden
+  tool, a count already past its bound).
+
+Channels: tool calls read ``actions``; usage and cost ``usage``; response
+text ``messages``; completion ``status``; model, advertised tools and
+instructions the audit records (every audited turn has one: ``data``, and
+``unavailable`` when there is no audited request at all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
+
+from modeltap.evidence.coverage import CHANNELS, ChannelCoverage
+from modeltap.evidence.coverage_reasons import (
+    MESSAGES_NOT_RECORDED,
+    NO_REQUESTS,
+    tool_call_matches,
+)
+from modeltap.evidence.records import ToolCall
+from modeltap.evidence.verdicts.match import (
+    INVALID_JSON,
+    Matcher,
+    decode_arguments,
+    describe,
+    mismatch,
+    to_json,
+)
+from modeltap.evidence.verdicts.scope import Scope, TurnFacts
+from modeltap.evidence.verdicts.verdict import (
+    FAILED,
+    PASSED,
+    REMEDIES,
+    UNAVAILABLE,
+    Status,
+    Verdict,
+    Verdicts,
+    verdicts,
+)
+
+__all__ = ["TOKEN_KINDS", "Expect"]
+
+#: ``max_tokens(kind=...)``: which count is bounded.
+TOKEN_KINDS: Final = ("input", "output", "total")
+#: How many calls an unmatched reason goes through one by one.
+_LISTED: Final = 5
+#: How much of a final text a failed verdict quotes.
+_QUOTED: Final = 200
+
+
+def _names(items: Iterable[str]) -> str:
+    return "[" + ", ".join(repr(n) for n in items) + "]"
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+class Expect:
+    """Assertions over one :class:`~modeltap.evidence.verdicts.scope.Scope`.
+
+    Every method returns a :class:`Verdict`; none raises on what the
+    evidence holds. Names are matched as ``tool_was_called`` matches them:
+    the bare name, or ``namespace.name``.
+    """
+
+    __slots__ = ("_calls", "scope")
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self._calls: list[tuple[TurnFacts, ToolCall]] | None = None
+
+    # ------------------------------------------------------------ plumbing
+
+    def _verdict(
+        self,
+        status: Status,
+        name: str,
+        reason: str,
+        channel: str | None,
+        *,
+        details: tuple[dict[str, Any], ...] | None = None,
+        coverage: ChannelCoverage | None = None,
+        hint: str | None = None,
+    ) -> Verdict:
+        if status == UNAVAILABLE and channel is not None:
+            hint = hint or REMEDIES.get(channel.split("+")[0])
+            if coverage is not None and coverage.status != "complete":
+                reason = (
+                    f"{reason}; the {channel} channel is {coverage.status}: "
+                    f"{coverage.reason or 'no reason recorded'}"
+                )
+        return Verdict(
+            status=status,
+            name=name,
+            reason=reason,
+            channel=channel,
+            details=details,
+            scope=self.scope.label,
+            hint=hint,
+        )
+
+    def _channel(self, name: str) -> ChannelCoverage:
+        if name == "data":
+            return self._audit()
+        return self.scope.coverage.channel(name)
+
+    def _audit(self) -> ChannelCoverage:
+        """What the audit records are worth: ``data``, none at all unavailable."""
+        data = self.scope.coverage.data
+        if not self.scope.turns:
+            return data.lower("unavailable", NO_REQUESTS)
+        return data
+
+    def _positive(
+        self,
+        name: str,
+        channel: str,
+        found: str | None,
+        missing: str,
+        *,
+        details: tuple[dict[str, Any], ...] | None = None,
+        coverage: ChannelCoverage | None = None,
+        hint: str | None = None,
+    ) -> Verdict:
+        """Found: passed. Not found: failed on a complete channel, else unavailable."""
+        if found is not None:
+            return self._verdict(PASSED, name, found, channel, details=details)
+        coverage = coverage if coverage is not None else self._channel(channel)
+        if coverage.status == "complete":
+            return self._verdict(FAILED, name, missing, channel, details=details)
+        return self._verdict(
+            UNAVAILABLE, name, missing, channel, details=details, coverage=coverage, hint=hint
+        )
+
+    def _bounded(
+        self,
+        name: str,
+        channel: str,
+        contradiction: str | None,
+        holds: str,
+        *,
+        coverage: ChannelCoverage | None = None,
+    ) -> Verdict:
+        """Contradicted: failed. Else passed on a complete channel, else unavailable."""
+        if contradiction is not None:
+            return self._verdict(FAILED, name, contradiction, channel)
+        coverage = coverage if coverage is not None else self._channel(channel)
+        if coverage.status == "complete":
+            return self._verdict(PASSED, name, holds, channel)
+        return self._verdict(UNAVAILABLE, name, holds, channel, coverage=coverage)
+
+    @property
+    def calls(self) -> list[tuple[TurnFacts, ToolCall]]:
+        """The scope's tool calls in call order (a session's flattened over its turns)."""
+        if self._calls is None:
+            self._calls = [(turn, call) for turn in self.scope.turns for call in turn.tool_calls]
+        return self._calls
+
+    def _call_label(self, index: int) -> str:
+        turn, call = self.calls[index]
+        return f"call {index} ({call.name} at {self.scope.turn_label(turn)})"
+
+    def _seen(self) -> str:
+        names = [call.name or "(unnamed)" for _, call in self.calls]
+        if not names:
+            return "no tool call was seen"
+        shown = ", ".join(names[:20]) + (f", ... ({len(names)} in all)" if len(names) > 20 else "")
+        return f"calls seen: {shown}"
+
+    # ------------------------------------------------------------ tool calls
+
+    def tool_called(self, name: str, /, **args: Any) -> Verdict:
+        """A call of ``name`` whose arguments match every given matcher.
+
+        Args:
+            name: the tool, bare or ``namespace.name``.
+            args: argument name -> plain value or :mod:`modeltap.match`
+                matcher; arguments not named are not looked at.
+
+        Returns:
+            The verdict; ``details`` holds one entry (``expected_tool``,
+            ``args_asserted``, ``matched_call_index``, ``unmatched_reason``).
+        """
+        shown_args = ", ".join(f"{k}={describe(v)}" for k, v in args.items())
+        verdict_name = f"tool_called({name!r}{', ' + shown_args if shown_args else ''})"
+        matched = -1
+        why: list[str] = []
+        candidates = 0
+        for index, (_turn, call) in enumerate(self.calls):
+            if not tool_call_matches(call, name):
+                continue
+            candidates += 1
+            problem = _arguments_mismatch(call, args)
+            if problem is None:
+                matched = index
+                break
+            why.append(f"call {index}: {problem}")
+        if matched >= 0:
+            unmatched = None
+        elif not candidates:
+            unmatched = f"no call to {name!r} found ({self._seen()})"
+        else:
+            listed = why[:_LISTED]
+            more = f"; and {candidates - _LISTED} more" if candidates > _LISTED else ""
+            unmatched = "; ".join(listed) + more
+        details = (
+            {
+                "expected_tool": name,
+                "args_asserted": to_json(args),
+                "matched_call_index": matched,
+                "unmatched_reason": unmatched,
+            },
+        )
+        found = f"found {self._call_label(matched)}" if matched >= 0 else None
+        expected = f"expected a call of {name!r}" + (f" with {shown_args}" if shown_args else "")
+        return self._positive(
+            verdict_name, "actions", found, f"{expected}; {unmatched}", details=details
+        )
+
+    def tool_not_called(self, name: str) -> Verdict:
+        """No call of ``name`` (judged only on complete ``actions``)."""
+        seen = [i for i, (_, call) in enumerate(self.calls) if tool_call_matches(call, name)]
+        contradiction = (
+            f"expected no call of {name!r}; found {_plural(len(seen), 'call')}: "
+            + ", ".join(self._call_label(i) for i in seen[:_LISTED])
+            if seen
+            else None
+        )
+        return self._bounded(
+            f"tool_not_called({name!r})",
+            "actions",
+            contradiction,
+            f"no call of {name!r} was seen",
+        )
+
+    def tool_call_count(
+        self,
+        name: str,
+        *,
+        exactly: int | None = None,
+        at_least: int | None = None,
+        at_most: int | None = None,
+    ) -> Verdict:
+        """How many calls of ``name`` were made, against the bounds given.
+
+        Raises:
+            ValueError: no bound was given, or a bound is negative.
+        """
+        bounds = {"exactly": exactly, "at_least": at_least, "at_most": at_most}
+        given = {k: v for k, v in bounds.items() if v is not None}
+        if not given:
+            raise ValueError("tool_call_count() needs exactly=, at_least= or at_most=")
+        if any(v < 0 for v in given.values()):
+            raise ValueError("tool_call_count() bounds must not be negative")
+        verdict_name = f"tool_call_count({name!r}, " + ", ".join(
+            f"{k}={v}" for k, v in given.items()
+        )
+        verdict_name += ")"
+        count = sum(1 for _, call in self.calls if tool_call_matches(call, name))
+        said = f"{_plural(count, 'call')} of {name!r} seen"
+        ceiling = min((v for k, v in given.items() if k in ("exactly", "at_most")), default=None)
+        if ceiling is not None and count > ceiling:
+            return self._verdict(
+                FAILED, verdict_name, f"{said}, more than {ceiling} allowed", "actions"
+            )
+        floor = max((v for k, v in given.items() if k in ("exactly", "at_least")), default=0)
+        coverage = self._channel("actions")
+        if coverage.status == "complete":
+            if count < floor:
+                return self._verdict(
+                    FAILED, verdict_name, f"{said}, fewer than {floor} expected", "actions"
+                )
+            return self._verdict(PASSED, verdict_name, said, "actions")
+        if ceiling is None and count >= floor:
+            return self._verdict(PASSED, verdict_name, said, "actions")
+        return self._verdict(UNAVAILABLE, verdict_name, said, "actions", coverage=coverage)
+
+    def tools_in_order(self, names: Sequence[str]) -> Verdict:
+        """Calls of ``names`` in this order, other calls between them allowed."""
+        wanted = list(names)
+        verdict_name = f"tools_in_order({_names(wanted)})"
+        at: list[int] = []
+        position = 0
+        for index, (_, call) in enumerate(self.calls):
+            if position < len(wanted) and tool_call_matches(call, wanted[position]):
+                at.append(index)
+                position += 1
+        found = (
+            f"found in order at calls {', '.join(map(str, at))}"
+            if position == len(wanted)
+            else None
+        )
+        missing = (
+            f"expected {_names(wanted)} in this order (gaps allowed); "
+            f"matched {position} of {len(wanted)}; {self._seen()}"
+        )
+        return self._positive(verdict_name, "actions", found, missing)
+
+    def only_tools(self, names: Sequence[str]) -> Verdict:
+        """No call of a tool outside ``names`` (judged only on complete ``actions``)."""
+        allowed = list(names)
+        outside = [
+            i
+            for i, (_, call) in enumerate(self.calls)
+            if not any(tool_call_matches(call, n) for n in allowed)
+        ]
+        contradiction = (
+            f"called tools outside {_names(allowed)}: "
+            + ", ".join(self._call_label(i) for i in outside[:_LISTED])
+            if outside
+            else None
+        )
+        return self._bounded(
+            f"only_tools({_names(allowed)})",
+            "actions",
+            contradiction,
+            f"every call seen is one of {_names(allowed)} ({self._seen()})",
+        )
+
+    def max_tool_calls(self, n: int) -> Verdict:
+        """At most ``n`` tool calls in all (judged only on complete ``actions``)."""
+        count = len(self.calls)
+        said = f"{_plural(count, 'tool call')} seen"
+        contradiction = f"{said}, more than the {n} allowed" if count > n else None
+        return self._bounded(f"max_tool_calls({n})", "actions", contradiction, said)
+
+    def no_tool_errors(self) -> Verdict:
+        """No tool result came back marked an error.
+
+        Judged on the wires whose tool results carry an error flag
+        (Anthropic's ``is_error``, Bedrock's ``status: "error"``); where the
+        flag does not exist (OpenAI, Gemini) it is unavailable, saying so.
+        It reads the results the scope's requests carried back, and the
+        ``actions`` channel (a call without its result could have failed).
+        """
+        verdict_name = "no_tool_errors()"
+        failed: list[str] = []
+        unflagged: dict[str, int] = {}
+        count = 0
+        seen: set[str] = set()
+        for turn in self.scope.turns:
+            for result in turn.record.tool_results:
+                if result.call_id is not None:
+                    if result.call_id in seen:
+                        continue  # the history sent again: one result, counted once
+                    seen.add(result.call_id)
+                count += 1
+                flag = result.is_error
+                if flag is True:
+                    failed.append(f"{result.call_id} (sent back in {self.scope.turn_label(turn)})")
+                elif flag is None:
+                    unflagged[turn.record.api] = unflagged.get(turn.record.api, 0) + 1
+        if failed:
+            return self._verdict(
+                FAILED,
+                verdict_name,
+                f"{_plural(len(failed), 'tool result')} came back marked an error: "
+                + ", ".join(failed[:_LISTED]),
+                "actions",
+            )
+        said = f"no error flag set on {_plural(count, 'tool result')}"
+        if unflagged:
+            wires = ", ".join(f"{api} ({_plural(n, 'result')})" for api, n in unflagged.items())
+            return self._verdict(
+                UNAVAILABLE,
+                verdict_name,
+                f"{said}, but the tool results of {wires} carry no error flag on the wire: "
+                "a failed tool cannot be told from one that worked",
+                "actions",
+                hint="tool results on a wire that flags errors (Anthropic's is_error, "
+                "Bedrock's status: \"error\", MCP's isError)",
+            )
+        return self._bounded(verdict_name, "actions", None, said)
+
+    # ------------------------------------------------------------ text
+
+    def final_text_contains(self, text: str, *, case_sensitive: bool = False) -> Verdict:
+        """The last response's output text contains ``text``.
+
+        It reads the ``messages`` channel: content, so only from a recording
+        (``Capture.load(DIR, record=RDIR)``, ``--record RDIR``); without one
+        the verdict is unavailable and says how to get it.
+        """
+        verdict_name = f"final_text_contains({text!r}" + (
+            ", case_sensitive=True)" if case_sensitive else ")"
+        )
+        turns = self.scope.turns
+        if not turns:
+            coverage = ChannelCoverage("unavailable", (NO_REQUESTS,))
+            return self._positive(
+                verdict_name, "messages", None, "no turn to read", coverage=coverage
+            )
+        last = max(turns, key=lambda t: (t.record.ts, t.record.seq))
+        coverage = last.coverage.messages
+        hint = (
+            None
+            if MESSAGES_NOT_RECORDED in coverage.reasons
+            else "a recording that holds this turn's response, seen to its end"
+        )
+        said = last.output_text
+        where = f"the final text ({self.scope.turn_label(last)})"
+        if said is None:
+            return self._positive(
+                verdict_name,
+                "messages",
+                None,
+                f"{where} was not read",
+                coverage=coverage,
+                hint=hint,
+            )
+        haystack, needle = (said, text) if case_sensitive else (said.casefold(), text.casefold())
+        if needle in haystack:
+            return self._verdict(PASSED, verdict_name, f"found in {where}", "messages")
+        quoted = said if len(said) <= _QUOTED else said[:_QUOTED] + "..."
+        return self._positive(
+            verdict_name,
+            "messages",
+            None,
+            f"expected {text!r} in {where}; it says {quoted!r}",
+            coverage=coverage,
+            hint=hint,
+        )
+
+    # ------------------------------------------------------------ audit records
+
+    def model_used(self, name: str) -> Verdict:
+        """A request asked for model ``name`` (the audit record's ``model``)."""
+        used = [t for t in self.scope.turns if t.record.model == name]
+        found = f"{self.scope.turn_label(used[0])} asked for {name!r}" if used else None
+        return self._positive(
+            f"model_used({name!r})",
+            "data",
+            found,
+            f"no request asked for {name!r} (models used: {_names(self._models())})",
+        )
+
+    def _models(self) -> list[str]:
+        return list(dict.fromkeys(t.record.model for t in self.scope.turns))
+
+    def only_models(self, names: Sequence[str]) -> Verdict:
+        """Every request asked for one of ``names``."""
+        allowed = list(names)
+        outside = [t for t in self.scope.turns if t.record.model not in allowed]
+        contradiction = (
+            f"requests asked for models outside {_names(allowed)}: "
+            + ", ".join(
+                f"{self.scope.turn_label(t)}: {t.record.model!r}" for t in outside[:_LISTED]
+            )
+            if outside
+            else None
+        )
+        return self._bounded(
+            f"only_models({_names(allowed)})",
+            "data",
+            contradiction,
+            f"models used: {_names(self._models())}",
+        )
+
+    def tools_advertised(
+        self, includes: Sequence[str] = (), excludes: Sequence[str] = ()
+    ) -> Verdict:
+        """Tools the requests advertised: each of ``includes`` in some request,
+        none of ``excludes`` in any (a continuation that did not state its
+        tools leaves them unknown)."""
+        parts = []
+        if includes:
+            parts.append(f"includes={_names(includes)}")
+        if excludes:
+            parts.append(f"excludes={_names(excludes)}")
+        verdict_name = f"tools_advertised({', '.join(parts)})"
+        advertised: dict[str, None] = {}
+        unknown = []
+        for turn in self.scope.turns:
+            if turn.record.tool_names is None:
+                unknown.append(self.scope.turn_label(turn))
+            for tool in turn.record.tool_names or ():
+                advertised.setdefault(tool, None)
+        coverage = self._audit()
+        if unknown:
+            coverage = coverage.lower(
+                "partial",
+                f"{', '.join(unknown)} did not state {'its' if len(unknown) == 1 else 'their'} "
+                "tools (a continuation of server-held state)",
+            )
+        said = f"advertised: {_names(advertised)}"
+        banned = [tool for tool in excludes if tool in advertised]
+        if banned:
+            return self._verdict(
+                FAILED, verdict_name, f"{_names(banned)} advertised; {said}", "data"
+            )
+        missing = [tool for tool in includes if tool not in advertised]
+        if missing:
+            return self._positive(
+                verdict_name,
+                "data",
+                None,
+                f"{_names(missing)} never advertised; {said}",
+                coverage=coverage,
+            )
+        if not excludes:
+            return self._verdict(PASSED, verdict_name, said, "data")
+        return self._bounded(verdict_name, "data", None, said, coverage=coverage)
+
+    def instructions_unchanged(self) -> Verdict:
+        """Every request sent the same instructions (``instructions_sha256``)."""
+        verdict_name = "instructions_unchanged()"
+        first: TurnFacts | None = None
+        unknown = []
+        for turn in self.scope.turns:
+            sha = turn.record.instructions_sha256
+            if sha is None:
+                unknown.append(self.scope.turn_label(turn))
+                continue
+            if first is None:
+                first = turn
+            elif sha != first.record.instructions_sha256:
+                changed = _changed_parts(first, turn)
+                return self._verdict(
+                    FAILED,
+                    verdict_name,
+                    f"the instructions of {self.scope.turn_label(turn)} differ from those of "
+                    f"{self.scope.turn_label(first)}{changed}",
+                    "data",
+                )
+        coverage = self._audit()
+        if unknown:
+            coverage = coverage.lower(
+                "partial",
+                f"{', '.join(unknown)} did not state {'its' if len(unknown) == 1 else 'their'} "
+                "instructions (a continuation of server-held state)",
+            )
+        if first is None and self.scope.turns:
+            coverage = coverage.lower("unavailable", "no request stated its instructions")
+        count = len(self.scope.turns) - len(unknown)
+        return self._bounded(
+            verdict_name,
+            "data",
+            None,
+            f"{_plural(count, 'request')} sent the same instructions",
+            coverage=coverage,
+        )
+
+    # ------------------------------------------------------------ usage and cost
+
+    def max_tokens(self, n: int, *, kind: str = "total") -> Verdict:
+        """At most ``n`` tokens of ``kind`` (``input``, ``output``, ``total``) in all.
+
+        A turn counts once its response was seen whole and reported the
+        count; a total is the reported one, or the sum of the parts on a
+        wire that reports none (Anthropic). Known counts already past ``n``
+        fail it whatever the rest.
+
+        Raises:
+            ValueError: ``kind`` is not one of :data:`TOKEN_KINDS`.
+        """
+        if kind not in TOKEN_KINDS:
+            raise ValueError(f"max_tokens(kind=...) is one of {', '.join(TOKEN_KINDS)}")
+        verdict_name = f"max_tokens({n}" + (f", kind={kind!r})" if kind != "total" else ")")
+        known = 0
+        unknown: list[str] = []
+        for turn in self.scope.turns:
+            value = _tokens(turn, kind)
+            if value is None or turn.coverage.events.status != "complete":
+                unknown.append(self.scope.turn_label(turn))
+            if value is not None:
+                known += value
+        noun = "tokens" if kind == "total" else f"{kind} tokens"
+        if known > n:
+            return self._verdict(
+                FAILED, verdict_name, f"{known} {noun} counted, more than the {n} allowed", "usage"
+            )
+        coverage = self._audit()
+        if unknown:
+            coverage = coverage.lower(
+                "partial",
+                f"{kind} tokens unknown for {', '.join(unknown[:_LISTED])}"
+                + (f" and {len(unknown) - _LISTED} more" if len(unknown) > _LISTED else ""),
+            )
+            coverage = _with_usage_reasons(coverage, self.scope.coverage.usage)
+        return self._bounded(
+            verdict_name, "usage", None, f"{known} {noun} counted", coverage=coverage
+        )
+
+    def max_cost(self, usd: float) -> Verdict:
+        """At most ``usd`` US dollars by modeltap's estimate (an estimate, never a bill).
+
+        A turn nobody can price (unknown model, an unreported count) leaves
+        the verdict unavailable, naming its model.
+        """
+        verdict_name = f"max_cost({usd!r})"
+        known = 0.0
+        priced = 0
+        unpriced: dict[tuple[str, str], list[str]] = {}
+        for turn in self.scope.turns:
+            cost = turn.cost
+            if cost is None or cost.estimate_usd is None:
+                note = cost.note if cost is not None and cost.note else "no estimate"
+                unpriced.setdefault((turn.record.model, note), []).append(
+                    self.scope.turn_label(turn)
+                )
+            else:
+                priced += 1
+                known += cost.estimate_usd
+        said = f"estimated ${known:.6f}"
+        if unpriced:
+            said += f" for the {priced} of {len(self.scope.turns)} turns that could be priced"
+        if known > usd:
+            return self._verdict(FAILED, verdict_name, f"{said}, more than ${usd}", "usage")
+        coverage = self._audit()
+        if unpriced:
+            groups = [
+                f"{_plural(len(labels), 'turn')} of model {model!r} ({note}"
+                + (f": {labels[0]}" if len(labels) == 1 else f": {labels[0]}, ...")
+                + ")"
+                for (model, note), labels in unpriced.items()
+            ]
+            coverage = coverage.lower(
+                "unavailable", "could not be priced: " + "; ".join(groups[:_LISTED])
+            )
+        return self._bounded(verdict_name, "usage", None, said, coverage=coverage)
+
+    # ------------------------------------------------------------ status
+
+    def completed(self) -> Verdict:
+        """The scope ran to completion: every session ended with ``stop_reason:
+        completed`` and complete evidence (a turn: answered in full, no error)."""
+        verdict_name = "completed()"
+        if not self.scope.sessions:
+            return self._turns_completed(verdict_name)
+        stopped: list[str] = []
+        open_sessions: list[str] = []
+        for session in self.scope.sessions:
+            reasons = [e.stop_reason for e in session.ends if e.stop_reason != "completed"]
+            if reasons:
+                why = ", ".join(map(str, dict.fromkeys(reasons)))
+                said = "; ".join(session.coverage.status.reasons[:_LISTED])
+                stopped.append(
+                    f"session {session.session_id!r} stopped with {why}"
+                    + (f" ({said})" if said else "")
+                )
+            elif not session.ends:
+                open_sessions.append(session.session_id)
+        if stopped:
+            return self._verdict(FAILED, verdict_name, "; ".join(stopped), "status")
+        coverage = _evidence_coverage(self.scope.coverage)
+        if open_sessions:
+            coverage = coverage.lower(
+                "partial",
+                f"not ended (no sessions.jsonl line): {', '.join(open_sessions[:_LISTED])}",
+            )
+        return self._positive(
+            verdict_name,
+            "status",
+            "every session completed with complete evidence"
+            if coverage.status == "complete"
+            else None,
+            "the sessions' completion is not shown",
+            coverage=coverage,
+        )
+
+    def _turns_completed(self, verdict_name: str) -> Verdict:
+        broken = []
+        for turn in self.scope.turns:
+            label = self.scope.turn_label(turn)
+            if turn.error_events:
+                broken.append(f"{label}: {turn.error_events[0].error}")
+            elif turn.response is not None and (turn.response.status or 0) >= 400:
+                broken.append(f"{label}: upstream answered HTTP {turn.response.status}")
+        if broken:
+            return self._verdict(FAILED, verdict_name, "; ".join(broken), "status")
+        coverage = _evidence_coverage(self.scope.coverage)
+        if not self.scope.turns:
+            coverage = coverage.lower("unavailable", NO_REQUESTS)
+        return self._positive(
+            verdict_name,
+            "status",
+            "answered in full" if coverage.status == "complete" else None,
+            "the answer was not seen in full",
+            coverage=coverage,
+        )
+
+    # ------------------------------------------------------------ your own
+
+    def that(
+        self,
+        fn: Callable[[Any], str | None],
+        *,
+        needs: Sequence[str] = (),
+        name: str | None = None,
+    ) -> Verdict:
+        """Your own check: ``fn(scope)`` returns ``None`` or a failure text.
+
+        A failure text fails it; ``None`` passes it only when every channel in
+        ``needs`` is complete, else it is unavailable (``fn`` could not see
+        what was never collected).
+
+        Args:
+            fn: called with the Capture, Session or Turn.
+            needs: the channels ``fn`` reads (:data:`~modeltap.evidence.coverage.CHANNELS`).
+            name: how the verdict names it (default: ``that(<fn's name>)``).
+
+        Raises:
+            ValueError: ``needs`` names an unknown channel.
+            TypeError: ``fn`` returned something else than ``None`` or a string.
+        """
+        wrong = [c for c in needs if c not in CHANNELS]
+        if wrong:
+            raise ValueError(f"that(needs=...) names unknown channels {wrong}; known: {CHANNELS}")
+        verdict_name = name or f"that({getattr(fn, '__name__', 'check')})"
+        channel = "+".join(needs) or None
+        result = fn(self.scope.target)
+        if result is not None and not isinstance(result, str):
+            raise TypeError(
+                f"that(): {verdict_name} returned {type(result).__name__}; return None "
+                "(no problem found) or a failure text"
+            )
+        if result is not None:
+            return self._verdict(FAILED, verdict_name, result, channel)
+        for needed in needs:
+            coverage = self._channel(needed)
+            if coverage.status != "complete":
+                return self._verdict(
+                    UNAVAILABLE, verdict_name, "no problem found", needed, coverage=coverage
+                )
+        return self._verdict(PASSED, verdict_name, "no problem found", channel)
+
+    # ------------------------------------------------------------ roll-up
+
+    def all(self, *items: Verdict | Verdicts) -> Verdicts:
+        """Roll verdicts up (:func:`modeltap.verdicts`), named after this scope."""
+        return verdicts(*items, name=self.scope.label)
+
+
+def _arguments_mismatch(call: ToolCall, args: dict[str, Any]) -> str | None:
+    """Why a call's arguments do not match ``args``, or ``None``."""
+    if not args:
+        return None
+    decoded = decode_arguments(call.arguments)
+    if decoded is INVALID_JSON:
+        if all(isinstance(v, Matcher) and v.describe() == "anything()" for v in args.values()):
+            return None
+        what = "were not recorded" if call.arguments is None else "are not valid JSON"
+        return f"the call's arguments {what} (only anything() matches them)"
+    if not isinstance(decoded, dict):
+        return "the call's arguments are not a JSON object"
+    for key, expected in args.items():
+        if key not in decoded:
+            return f"arg {key!r} missing (arguments: {', '.join(map(repr, decoded)) or 'none'})"
+        problem = mismatch(expected, decoded[key], f"arg {key!r}")
+        if problem is not None:
+            return problem
+    return None
+
+
+def _changed_parts(first: TurnFacts, later: TurnFacts) -> str:
+    """Which instruction parts differ, when both records list them."""
+    a, b = first.record.instructions_parts, later.record.instructions_parts
+    if a is None or b is None:
+        return ""
+    if len(a) != len(b):
+        return f" ({len(a)} instruction parts, then {len(b)})"
+    changed = [str(i + 1) for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+    noun = "part" if len(changed) == 1 else "parts"
+    return f" ({noun} {', '.join(changed)} of {len(a)} changed)" if changed else ""
+
+
+def _tokens(turn: TurnFacts, kind: str) -> int | None:
+    if kind == "input":
+        return turn.usage.input_tokens
+    if kind == "output":
+        return turn.usage.output_tokens
+    return turn.total_tokens
+
+
+def _with_usage_reasons(coverage: ChannelCoverage, usage: ChannelCoverage) -> ChannelCoverage:
+    for reason in usage.reasons:
+        coverage = coverage.lower(coverage.status, reason)
+    return coverage
+
+
+def _evidence_coverage(coverage: Any) -> ChannelCoverage:
+    """The four channels of complete evidence as one: worst status, every reason."""
+    merged = ChannelCoverage()
+    for name in ("status", "events", "actions", "data"):
+        channel: ChannelCoverage = coverage.channel(name)
+        for reason in channel.reasons:
+            merged = merged.lower(channel.status, reason)
+    return merged
