@@ -31,8 +31,10 @@ from tests.factories import (
 
 GENERATED = schemas.generated()
 REPORT = "report.schema.json"
+#: The JSON of `modeltap check --expect --json` (modeltap.report.case_report).
+VERDICTS = "verdicts.schema.json"
 #: Schemas in src/modeltap/schemas/ that no type generates.
-HAND_WRITTEN = (REPORT,)
+HAND_WRITTEN = (REPORT, VERDICTS)
 
 
 @pytest.mark.parametrize("name", sorted(GENERATED))

@@ -17,17 +17,31 @@ session header) make no session (:class:`~modeltap.evidence.capture.Capture` kee
 them as ``pass_through``), so they never fail the check as "audit
 unsupported". A failing session's evidence reasons are printed once each,
 turns grouped as in ``modeltap report`` (``[turns 1-3] ...``).
+
+``--expect CASES.toml`` judges the cases of a case file instead
+(:mod:`modeltap.evidence.verdicts.cases`; printed by
+:mod:`modeltap.report.case_report`, ``--json`` and ``--junit FILE`` for CI),
+and the exit status is the cases' alone: 0 only when every case passed
+(optional gaps allowed), 1 otherwise, 2 for a case file, capture or
+recording that cannot be read. ``--record RDIR`` lets ``expect_text`` read
+the final text.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+import orjson
+
 from modeltap.evidence.capture import Capture, Session
+from modeltap.evidence.recordings import RecordingError
+from modeltap.evidence.verdicts.cases import Case, CaseFileError, load_cases
+from modeltap.report import case_report
 from modeltap.report.terminal import printable
 
 
@@ -109,21 +123,70 @@ def _no_such_session(capture: Capture, session_id: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``modeltap check DIR [--session ID]``; exit 0 only when everything passes."""
+    """``modeltap check DIR [--session ID] [--expect CASES.toml [--json] [--junit FILE]]
+    [--record RDIR]``.
+
+    Returns:
+        Without ``--expect``: 0 only when every session passes the check, 1
+        otherwise. With it: 0 only when every case passed (optional
+        unavailable verdicts allowed), 1 otherwise. 2 when the capture, the
+        recording or the case file cannot be read.
+    """
     parser = argparse.ArgumentParser(
         prog="modeltap check",
         description="Exit 0 only if every session (or the named one) completed, audited at "
         "least one model request, and has complete evidence. Execution facts, not a verdict "
-        "on the agent's task.",
+        "on the agent's task. With --expect, judge the cases of a TOML case file instead: "
+        "each verdict passed, failed or unavailable (the proxy did not see enough to tell).",
     )
     parser.add_argument("dir", metavar="DIR", type=Path, help="the --out directory of a run")
     parser.add_argument("--session", metavar="ID", help="check only this session")
+    parser.add_argument(
+        "--expect",
+        metavar="CASES.toml",
+        type=Path,
+        help="judge the [[case]] tables of this file; exit 0 only when every case passed "
+        "(an unavailable verdict fails unless the case lists its key in `optional`), "
+        "1 otherwise, 2 for a file that cannot be read",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="with --expect: print the verdicts as JSON"
+    )
+    parser.add_argument(
+        "--junit",
+        metavar="FILE",
+        type=Path,
+        help="with --expect: also write JUnit XML (one <testcase> per case) to FILE",
+    )
+    parser.add_argument(
+        "--record",
+        metavar="RDIR",
+        type=Path,
+        help="the run's `modeltap run --record` directory: the final text is read from it "
+        "(expect_text needs it)",
+    )
     args = parser.parse_args(argv)
+    if (args.json or args.junit) and args.expect is None:
+        print(
+            "modeltap check: --json and --junit report cases: give --expect CASES.toml",
+            file=sys.stderr,
+        )
+        return 2
     try:
-        capture = Capture.load(args.dir)
+        cases = load_cases(args.expect) if args.expect is not None else None
+    except CaseFileError as e:
+        print(f"modeltap check: {printable(str(e))}", file=sys.stderr)
+        return 2
+    try:
+        capture = Capture.load(args.dir, record=args.record)
     except OSError as e:  # the path and the OS's reason; nothing from the files
         print(f"modeltap check: {e}", file=sys.stderr)
         return 2
+    except RecordingError as e:
+        print(f"modeltap check: --record: {e}", file=sys.stderr)
+        return 2
+    if cases is not None:
+        return _judge(capture, cases, args)
     found = problems(capture, args.session)
     if not found:
         print("FAIL: no model traffic in this out dir (did the agent use the proxy?)")
@@ -140,3 +203,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     both = "the" if len(found) == 1 else "all"
     print(f"{both} {len(found)} {noun} completed with complete evidence.")
     return 0
+
+
+def _judge(capture: Capture, cases: list[Case], args: argparse.Namespace) -> int:
+    """``--expect``: judge, print, write JUnit; the exit status is the cases' alone."""
+    if args.session is not None:
+        cases = [dataclasses.replace(c, session=c.session or args.session) for c in cases]
+    judged = case_report.judge(cases, capture)
+    if args.json:
+        document = case_report.to_json(judged, capture, str(args.expect))
+        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(case_report.render_text(judged))
+    if args.junit is not None:
+        try:
+            case_report.write_junit(args.junit, judged)
+        except OSError as e:
+            print(
+                f"modeltap check: --junit: cannot write {args.junit}: {e.strerror}", file=sys.stderr
+            )
+            return 2
+    return 0 if all(item.verdicts.status == "passed" for item in judged) else 1
