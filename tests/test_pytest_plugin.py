@@ -327,3 +327,64 @@ def test_report_is_typed_prints_as_text_and_keeps_its_keys(modeltap: ModelTapFix
     assert str(report) == report.text() == render_text(expected)
     assert report["counts"]["turns"] == 2 and dict(report) == expected
     assert [t["model"] for t in report["sessions"][0]["turns"]] == ["gpt-a", "gpt-b"]
+
+
+# --------------------------------------------------------------------------
+# Verdicts: modeltap.expect, the failure text, and the summary of unavailable ones
+
+VERDICT_TESTS = """
+import openai
+import pytest
+
+TOOLS = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]
+
+
+def client(modeltap):
+    return openai.OpenAI(base_url=modeltap.url + "/v1", api_key="sk-test", max_retries=0)
+
+
+def test_passes_on_evidence(modeltap):
+    client(modeltap).chat.completions.create(model="inner-model", messages=[], tools=TOOLS)
+    assert modeltap.expect.model_used("inner-model")
+    # The fixture records: the final text is read from its recording.
+    assert modeltap.expect.final_text_contains("hello from the stub")
+    # A gap marked optional does not fail, and is still listed in the summary.
+    assert modeltap.expect.max_cost(1.0).optional()
+
+
+def test_fails_with_the_verdict_paragraph(modeltap):
+    client(modeltap).chat.completions.create(model="inner-model", messages=[])
+    assert modeltap.expect.model_used("other-model")
+
+
+def test_an_unavailable_verdict_fails_the_assert(modeltap):
+    assert modeltap.expect.tool_not_called("delete_account")
+"""
+
+
+def test_verdicts_in_pytest(pytester: pytest.Pytester, upstream: Upstream) -> None:
+    pytester.makepyfile(VERDICT_TESTS)
+    pytester.makeconftest(
+        "import pytest\n\n@pytest.fixture\ndef modeltap_config(tmp_path):\n"
+        "    return {'record': str(tmp_path / 'record')}\n"
+    )
+    result = run_inner(pytester, "--modeltap-upstream", upstream.url)
+    result.assert_outcomes(passed=1, failed=2)
+    text = result.stdout.str()
+    # A failing `assert verdict` shows the verdict's whole paragraph.
+    assert "modeltap verdicts" in text
+    assert (
+        "model_used('other-model') on the capture: FAILED. No request asked for 'other-model' "
+        "(models used: ['inner-model'])." in text
+    )
+    assert (
+        "tool_not_called('delete_account') on the capture: UNAVAILABLE. No call of "
+        "'delete_account' was seen; the actions channel is unavailable: No outbound model "
+        "requests captured; audit unsupported." in text
+    )
+    # The summary lists every unavailable verdict, the optional one too.
+    summary = text[text.index("modeltap: unavailable verdicts") :]
+    assert "test_verdicts_in_pytest.py::test_passes_on_evidence: max_cost(1.0)" in summary
+    assert "(optional)" in summary
+    assert "::test_an_unavailable_verdict_fails_the_assert: tool_not_called" in summary
+    assert "2 unavailable verdicts (1 optional)" in summary

@@ -8,9 +8,8 @@ proxy in the test's own process, on a free port of 127.0.0.1, writing into
         client = openai.OpenAI(base_url=modeltap.openai_base_url)
         run_my_agent(client)
 
-        capture = modeltap.capture()
-        assert capture.evidence_complete, capture.capture_errors
-        assert capture.tool_was_called("get_weather")
+        assert modeltap.expect.tool_called("get_weather", city="Paris")
+        assert modeltap.expect.tool_not_called("delete_account")
 
 Configuration, later entries winning key by key. The keys are ``modeltap
 run``'s options (:data:`modeltap.app.options.OPTIONS`), as the fields of
@@ -40,6 +39,12 @@ The proxy is quiet (no line per exchange on stderr) unless a marker or
 without an upstream, ``modeltap.openai_base_url`` goes to
 ``https://api.openai.com`` unless a route named ``openai`` replaces it.
 
+Verdicts (``modeltap.expect``, ``capture.expect``, any ``Verdict`` a test
+makes) are watched: a failing test shows, under "modeltap verdicts", the full
+text of each verdict it made that did not pass (``assert v`` alone prints one
+line), and the terminal summary lists every ``unavailable`` verdict of every
+test, optional ones too, so a collection gap is never silent.
+
 Importing this module does not import mitmproxy: the proxy is loaded by the
 fixture, so pytest starts as fast as before in projects that never use it.
 """
@@ -47,7 +52,7 @@ fixture, so pytest starts as fast as before in projects that never use it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,10 +63,14 @@ if TYPE_CHECKING:
     from modeltap.app.proxy import Proxy
     from modeltap.evidence.capture import Capture
     from modeltap.evidence.records import SessionStatus
+    from modeltap.evidence.verdicts import Expect, Verdict
     from modeltap.report.types import Report
 
 MARKER = "modeltap"
 INI_UPSTREAM = "modeltap_upstream"
+#: Where the verdicts a test made are kept (per item) and the unavailable ones (per run).
+_MADE = pytest.StashKey[list["Verdict"]]()
+_UNAVAILABLE = pytest.StashKey[list[tuple[str, "Verdict"]]]()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,6 +83,8 @@ class ModelTapFixture:
     out_dir: Path
     #: What ``modeltap run`` would print to export for these routes.
     exports: tuple[ExportLine, ...] = ()
+    #: The proxy's ``record`` directory when it records (``record=...``), else None.
+    record_dir: Path | None = None
 
     @property
     def openai_base_url(self) -> str:
@@ -110,18 +121,29 @@ class ModelTapFixture:
         request reached the proxy, the capture is empty and its
         ``capture_errors`` say so.
 
+        When the proxy records (``record=DIR``), each turn's output text is
+        read from the recording (``final_text_contains`` needs it).
+
         Returns:
             A fresh :class:`modeltap.evidence.capture.Capture`.
         """
         from modeltap.evidence.capture import Capture
 
+        recorded = self.record_dir is not None and (self.record_dir / "recording.jsonl").exists()
         try:
-            return Capture.load(self.out_dir)
+            return Capture.load(self.out_dir, record=self.record_dir if recorded else None)
         except FileNotFoundError:
             # Neither file exists yet: nothing reached the proxy.
             return Capture(
                 directory=self.out_dir, records=(), events=(), session_ends=(), sessions={}
             )
+
+    @property
+    def expect(self) -> Expect:
+        """Assertions on the capture as it is now (``modeltap.expect.tool_called("x")``):
+        each returns a verdict, ``passed``, ``failed`` or ``unavailable`` (what the
+        proxy saw cannot tell); ``assert`` it."""
+        return self.capture().expect
 
     def end_session(self, session_id: str) -> SessionStatus:
         """End a session the way ``modeltap session end`` does (the control API).
@@ -168,6 +190,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """Register the ``modeltap`` marker."""
+    config.stash[_UNAVAILABLE] = []
     config.addinivalue_line(
         "markers",
         f"{MARKER}(**options): options of the modeltap fixture's proxy, named like the "
@@ -226,7 +249,12 @@ def modeltap(
         # OS's reason); mitmproxy's traceback would be noise.
         raise pytest.fail.Exception(f"modeltap did not start: {exc}", pytrace=False) from None
     try:
-        yield ModelTapFixture(url=proxy.url, out_dir=Path(config.out), exports=_exports(proxy))
+        yield ModelTapFixture(
+            url=proxy.url,
+            out_dir=Path(config.out),
+            exports=_exports(proxy),
+            record_dir=Path(config.record) if config.record else None,
+        )
     finally:
         proxy.stop()
 
@@ -240,3 +268,57 @@ def _exports(proxy: Proxy) -> tuple[ExportLine, ...]:
     routes = RouteTable.build(list(config.routes), config.upstream).routes
     named = {parse_route_spec(spec).name for spec in config.routes}
     return tuple(export_lines(exported_routes(routes, named), proxy.url))
+
+
+# --------------------------------------------------------------------------
+# Verdicts: shown when a test fails, and every unavailable one in the summary
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """Watch the verdicts the test makes (an optional copy replaces its original)."""
+    from modeltap.evidence.verdicts import watch_verdicts
+
+    with watch_verdicts() as made:
+        try:
+            return (yield)
+        finally:
+            latest: dict[int, Verdict] = {}
+            for verdict in made:
+                latest[verdict.key] = verdict
+            item.stash[_MADE] = list(latest.values())
+            unavailable = item.config.stash.get(_UNAVAILABLE, [])
+            unavailable.extend((item.nodeid, v) for v in latest.values() if v.unavailable)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failing test's report gets the full text of each verdict that did not pass."""
+    report = yield
+    if call.when == "call" and report.failed:
+        from modeltap.report.terminal import printable
+
+        # Tool names and session ids come from the wire: no escape reaches the terminal.
+        shown = [printable(str(v)) for v in item.stash.get(_MADE, []) if not v.passed]
+        if shown:
+            report.sections.append(("modeltap verdicts", "\n\n".join(shown)))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """List every unavailable verdict of the run, optional ones too."""
+    unavailable = config.stash.get(_UNAVAILABLE, [])
+    if not unavailable:
+        return
+    from modeltap.report.terminal import printable
+
+    terminalreporter.section("modeltap: unavailable verdicts", sep="=", yellow=True)
+    for nodeid, verdict in unavailable:
+        terminalreporter.write_line(f"{nodeid}: {printable(str(verdict))}")
+    optional = sum(1 for _, v in unavailable if v.is_optional)
+    terminalreporter.write_line(
+        f"{len(unavailable)} unavailable verdict{'s' if len(unavailable) != 1 else ''} "
+        f"({optional} optional): the evidence could not tell; each line says what would."
+    )
