@@ -142,6 +142,7 @@ def test_turns_follow_the_turn_result_shape(tmp_path: Path) -> None:
             "args": {"file_path": "README.md"},
             "result": None,
             "bytes": 3000,
+            "is_error": None,  # the factory's record carries no flag
             "duration_ms": 500.0,  # response ended at 1.0 s, answer sent at 1.5 s
             "result_turn_index": 1,
             "result_turn": 2,

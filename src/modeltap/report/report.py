@@ -197,6 +197,7 @@ def _invocation_json(inv: ToolInvocation) -> Json:
         "args": tool_arguments(inv.call.arguments),
         "result": None,  # content is not recorded
         "bytes": inv.result_bytes,
+        "is_error": inv.result_is_error,
         "duration_ms": inv.duration_ms,
         "result_turn_index": inv.result_turn_index,
         "result_turn": (
@@ -243,7 +244,8 @@ def _turn_json(turn: Turn) -> Json:
         "tool_calls": [inv.name for inv in turn.tool_invocations],
         "tool_invocations": [_invocation_json(inv) for inv in turn.tool_invocations],
         "tool_results_sent": [
-            {"call_id": result.call_id, "bytes": result.bytes} for result in record.tool_results
+            {"call_id": result.call_id, "bytes": result.bytes, "is_error": result.is_error}
+            for result in record.tool_results
         ],
         "token_usage": token_usage(turn.usage, turn.total_tokens, summed=turn.total_summed),
         "cost": cost_json(turn.cost),

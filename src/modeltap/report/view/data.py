@@ -326,6 +326,7 @@ def _turn_json(turn: Turn, previous: Turn | None, attempts: int | None) -> Json:
                 "answered": inv.answered,
                 "result_turn_index": inv.result_turn_index,
                 "result_bytes": inv.result_bytes,
+                "result_is_error": inv.result_is_error,
                 "duration_ms": inv.duration_ms,
             }
             for inv in turn.tool_invocations
