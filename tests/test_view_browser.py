@@ -594,3 +594,85 @@ def test_narrow_windows_keep_the_timeline_usable(
         watch.assert_clean()
     finally:
         context.close()
+
+
+# --------------------------------------------------------------------------
+# Cases beside their sessions (modeltap view --expect)
+
+VIEW_CASES = """
+[[case]]
+name = "agent looks up"
+session = "agent-1"
+expect_tools = ["lookup", "get_time"]
+
+[[case]]
+name = "claude answers"
+session = "claude-1"
+expect_text = "this text was never said"
+forbid_tools = ["delete_account"]
+
+[[case]]
+name = "nobody asks the time"
+forbid_tools = ["get_time"]
+max_tool_calls = 100
+optional = ["max_tool_calls"]
+"""
+
+
+def test_cases_show_their_verdicts_beside_each_session(
+    browser: Any, rich_capture: Made, tmp_path: Path
+) -> None:
+    from modeltap.evidence.verdicts.cases import parse_cases
+    from modeltap.report.case_report import judge
+
+    cases_file = tmp_path / "cases.toml"
+    cases_file.write_text(VIEW_CASES)
+    path = tmp_path / "view.html"
+    path.write_text(
+        build_page(rich_capture.out, record=rich_capture.record, expect=cases_file),
+        encoding="utf-8",
+    )
+    capture = Capture.load(rich_capture.out, record=rich_capture.record)
+    oracle = {j.case.name: j for j in judge(parse_cases(VIEW_CASES), capture)}
+    opened = Page(browser, path)
+    try:
+        for sid, names in (
+            ("agent-1", ["agent looks up", "nobody asks the time"]),
+            ("claude-1", ["claude answers", "nobody asks the time"]),
+            ("idle-1", ["nobody asks the time"]),
+        ):
+            opened.session(sid)
+            shown = opened.tab.evaluate(
+                """() => [...document.querySelectorAll('#session-cases .case')].map(c => ({
+                    name: c.querySelector('summary b').textContent,
+                    status: c.dataset.status,
+                    mark: c.querySelector('summary .vmark').textContent,
+                    verdicts: [...c.querySelectorAll('.verdicts li')].map(li => ({
+                        status: li.dataset.status, optional: li.dataset.optional,
+                        name: li.querySelector('code').textContent,
+                        text: li.textContent}))}))"""
+            )
+            assert [c["name"] for c in shown] == names
+            for case in shown:
+                judged = oracle[case["name"]].verdicts
+                assert case["status"] == judged.status
+                assert case["mark"] == {"passed": "[PASS]", "failed": "[FAIL]"}.get(
+                    judged.status, "[UNAVAILABLE]"
+                )
+                assert [(v["name"], v["status"]) for v in case["verdicts"]] == [
+                    (v.name, v.status) for v in judged
+                ]
+                for item, verdict in zip(case["verdicts"], judged, strict=True):
+                    assert (verdict.reason or "") in item["text"]
+                    assert item["optional"] == ("true" if verdict.is_optional else "false")
+        statuses = {name: j.verdicts.status for name, j in oracle.items()}
+        assert statuses == {
+            "agent looks up": "passed",
+            "claude answers": "failed",  # the recorded final text says otherwise
+            "nobody asks the time": "failed",  # agent-1 asked for get_time
+        }
+        assert opened.text("#cases-summary") == "cases: 1/3 passed, 2 failed, 0 unavailable"
+        opened.session("agent-1")
+        screenshot(opened.tab, "cases")
+    finally:
+        opened.close()

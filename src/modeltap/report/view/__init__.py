@@ -10,7 +10,10 @@ usage and cost. It reads the files through :class:`~modeltap.evidence.capture.Ca
 so what it shows is the evidence (:mod:`modeltap.report.view.data`); with a
 ``--record`` directory a turn can also show its request and response bodies
 (:mod:`modeltap.report.view.bodies`), and only then. The page is one file with no
-network access (:mod:`modeltap.report.view.page`).
+network access (:mod:`modeltap.report.view.page`). With ``--expect CASES.toml``
+each case's verdicts are judged (:mod:`modeltap.report.case_report`) and shown
+beside the session they name; a case over the whole capture beside every
+session.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from modeltap.evidence.capture import Capture
+from modeltap.evidence.recordings import RecordingError
+from modeltap.evidence.verdicts.cases import CaseFileError, load_cases
+from modeltap.report import case_report
 from modeltap.report.view.bodies import (
     DEFAULT_BODY_LIMIT,
     RecordingUnreadable,
@@ -52,6 +58,7 @@ def build_page(
     record: str | Path | None = None,
     body_limit: int = DEFAULT_BODY_LIMIT,
     title: str | None = None,
+    expect: str | Path | None = None,
 ) -> str:
     """The page of a capture directory, as HTML.
 
@@ -62,6 +69,9 @@ def build_page(
             holds no content.
         body_limit: bytes of one body put into the page.
         title: the page's title (default: the directory).
+        expect: a case file (``modeltap check --expect``'s): each case's
+            verdicts are shown beside its session (with ``record``, the
+            final text is read from the recording).
 
     Returns:
         The HTML document.
@@ -69,13 +79,26 @@ def build_page(
     Raises:
         NotADirectoryError, FileNotFoundError, OSError: as :meth:`Capture.load`.
         RecordingUnreadable: ``record`` is not a readable recording.
+        CaseFileError: ``expect`` cannot be read (its line and key say where).
     """
-    capture = Capture.load(directory)
+    cases = load_cases(expect) if expect is not None else None
+    recording = load_recording(Path(record)) if record is not None else None
+    try:
+        capture = Capture.load(directory, record=record if cases is not None else None)
+    except RecordingError as e:
+        raise RecordingUnreadable(str(e)) from None
     data = build_view_data(capture, title=title)
     blobs = None
-    if record is not None:
-        recording = load_recording(Path(record))
+    if recording is not None:
         blobs = attach_bodies(data, capture, recording, limit=body_limit).blobs
+    if cases is not None:
+        judged = case_report.judge(cases, capture)
+        document = case_report.to_json(judged, capture, str(expect))
+        data["cases"] = {
+            "file": str(expect),
+            "summary": document["summary"],
+            "cases": document["cases"],
+        }
     return render_page(data, blobs=blobs)
 
 
@@ -122,22 +145,36 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"bytes of one body put into the page with --record (default "
         f"{DEFAULT_BODY_LIMIT // 1024}k; longer bodies are cut and say so)",
     )
+    parser.add_argument(
+        "--expect",
+        metavar="CASES.toml",
+        help="a case file (as `modeltap check --expect` reads it): each case's verdicts "
+        "(passed, failed, unavailable) are shown beside its session",
+    )
     parser.add_argument("--title", help="the page's title (default: DIR)")
     return parser
 
 
 def main(argv: Sequence[str]) -> int:
-    """``modeltap view DIR [-o FILE] [--open] [--record RECDIR]``.
+    """``modeltap view DIR [-o FILE] [--open] [--record RECDIR] [--expect CASES.toml]``.
 
     Returns:
         0 when the page was written; 1 when the capture or recording cannot
-        be read or the page cannot be written (the reason on stderr).
+        be read or the page cannot be written (the reason on stderr); 2 for
+        a case file that cannot be read (naming its line and key).
     """
     args = build_parser().parse_args(argv)
     try:
         page = build_page(
-            args.directory, record=args.record, body_limit=args.body_limit, title=args.title
+            args.directory,
+            record=args.record,
+            body_limit=args.body_limit,
+            title=args.title,
+            expect=args.expect,
         )
+    except CaseFileError as e:
+        print(f"modeltap view: {e}", file=sys.stderr)
+        return 2
     except (OSError, RecordingUnreadable) as e:
         print(f"modeltap view: {e}", file=sys.stderr)
         return 1

@@ -339,6 +339,12 @@
       facts,
       S.live ? S.live.badge : null
     ]);
+    if (DATA.cases) {
+      var sum = DATA.cases.summary;
+      var worst = sum.failed ? 'bad' : (sum.unavailable ? 'warn' : 'ok');
+      add(el.top, h('span', { class: 'badge ' + worst, id: 'cases-summary', title: DATA.cases.file,
+        text: 'cases: ' + sum.passed + '/' + sum.cases + ' passed, ' + sum.failed + ' failed, ' + sum.unavailable + ' unavailable' }));
+    }
     if (DATA.bodies) {
       add(el.top, h('span', { class: 'badge warn', id: 'content-shown',
         text: 'content shown: bodies from ' + DATA.bodies.recording }));
@@ -463,12 +469,46 @@
         s.unaudited.length ? h('span', null, h('b', { text: s.unaudited.length }), ' unaudited') : null,
         h('span', { title: 'first to last thing seen' }, 'started ', clock(s.start) || unknown(), ' · span ', ms(s.stop !== null && s.start !== null ? s.stop - s.start : null)),
         h('span', null, 'model time ', h('b', null, ms(s.execution_time_ms)))),
+      casesNode(s),
       h('div', { class: 'line', id: 'session-usage' },
         USAGE.map(function (u) { return h('span', { 'data-usage': u[0] }, u[1] + ' ', total(s.usage[u[0]], s.turns, u[0])); }),
         costText(s) !== undefined ? h('span', { 'data-role': 'cost' }, 'cost ', h('b', null, costNode(costText(s)))) : null),
       h('div', { class: 'line' }, 'run ', s.run_ids.join(', ')),
       coverage(s.coverage, 'session-coverage')
     ]);
+  }
+
+  // ------------------------------------------------------------------ cases (--expect)
+
+  var MARK = { passed: 'PASS', failed: 'FAIL', unavailable: 'UNAVAILABLE' };
+
+  // The cases of `modeltap view --expect` that judge this session: those naming
+  // it, and those over the whole capture.
+  function casesNode(s) {
+    if (!DATA.cases) return null;
+    var mine = DATA.cases.cases.filter(function (c) { return c.session === s.id || c.session === null; });
+    var box = h('section', { class: 'cases', id: 'session-cases' },
+      h('h3', { text: plural(mine.length, 'case') + ' (' + DATA.cases.file + ')' }));
+    if (!mine.length) add(box, h('div', { class: 'empty', text: 'no case names this session' }));
+    mine.forEach(function (c) {
+      var left = c.verdicts.filter(function (v) { return v.status !== 'passed'; });
+      var item = h('details', { class: 'case', 'data-status': c.status, open: c.status !== 'passed' },
+        h('summary', null,
+          h('span', { class: 'vmark', 'data-status': c.status, text: '[' + MARK[c.status] + ']' }), ' ',
+          h('b', { text: c.name }),
+          c.session === null ? h('span', { class: 'scope', text: ' (whole capture)' }) : null,
+          ' · ' + plural(c.verdicts.length, 'verdict') + (left.length ? ', ' + left.length + ' did not pass' : '')));
+      var list = h('ul', { class: 'verdicts' });
+      c.verdicts.forEach(function (v) {
+        add(list, h('li', { 'data-status': v.status, 'data-optional': v.optional ? 'true' : 'false' },
+          h('span', { class: 'vmark', 'data-status': v.status, text: v.status + (v.optional ? ' (optional)' : '') }), ' ',
+          h('code', { text: v.name }), ': ', v.reason || '',
+          v.hint && v.status === 'unavailable' ? h('div', { class: 'hint', text: 'available with ' + v.hint }) : null));
+      });
+      add(item, list);
+      add(box, item);
+    });
+    return box;
   }
 
   // ------------------------------------------------------------------ timeline
