@@ -624,7 +624,12 @@ def test_load_refuses_what_is_not_a_capture(tmp_path: Path) -> None:
 
 
 def test_schemas_are_valid_draft_2020_12() -> None:
-    for name in ("audit_record.schema.json", "event.schema.json", "report.schema.json"):
+    for name in (
+        "audit_record.schema.json",
+        "event.schema.json",
+        "report.schema.json",
+        "verdicts.schema.json",
+    ):
         jsonschema.Draft202012Validator.check_schema(schema(name))
 
 

@@ -1,0 +1,157 @@
+"""The argument matchers of ``modeltap.match``: examples and properties (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from modeltap import match
+from modeltap.evidence.verdicts.match import INVALID_JSON, decode_arguments, mismatch, to_json
+
+#: JSON values as a model's arguments decode to.
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False, width=64)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def matches(expected: Any, arguments: str) -> bool:
+    return mismatch(expected, decode_arguments(arguments), "arg 'x'") is None
+
+
+@given(JSON)
+def test_a_plain_value_matches_itself_after_a_json_round_trip(value: Any) -> None:
+    assert mismatch(value, orjson.loads(orjson.dumps(value))) is None
+
+
+@given(st.integers(-(10**15), 10**15))
+def test_numbers_match_by_value_not_by_spelling(n: int) -> None:
+    assert matches(n, orjson.dumps(float(n)).decode())
+    assert matches(float(n), str(n))
+    assert not matches(n, orjson.dumps(str(n)).decode())  # a string is not a number
+
+
+@given(st.booleans())
+def test_json_keeps_booleans_apart_from_numbers(flag: bool) -> None:
+    assert not matches(int(flag), orjson.dumps(flag).decode())
+    assert not matches(flag, str(int(flag)))
+    assert matches(flag, orjson.dumps(flag).decode())
+
+
+@given(st.integers(0, 10**12), st.sampled_from(["{:,}", "{}", "{}.0", "{:_}", " {:,} "]))
+def test_fuzzy_ignores_number_formatting(n: int, spelling: str) -> None:
+    written = spelling.format(n)
+    assert match.fuzzy(written).mismatch(n, "x") is None
+    assert match.fuzzy(n).mismatch(written, "x") is None
+    assert match.fuzzy(f"{n:,}").mismatch(float(n), "x") is None
+
+
+@given(st.text(alphabet=st.characters(categories=["L", "N", "Zs"]), max_size=30))
+def test_fuzzy_ignores_case_and_spaces(text: str) -> None:
+    noisy = "  ".join(text.upper().split()) + " "
+    # Caseless as Unicode defines it (casefold): a dotless i upper-cases to I, another letter.
+    assume(noisy.casefold().split() == text.casefold().split())
+    assert match.fuzzy(text).mismatch(noisy, "x") is None
+
+
+@given(st.integers(0, 10**9), st.integers(1, 10**6))
+def test_fuzzy_still_tells_numbers_apart(n: int, delta: int) -> None:
+    assert match.fuzzy(n).mismatch(f"{n + delta:,}", "x") is not None
+
+
+@given(st.floats(-1e12, 1e12, allow_nan=False), st.floats(0, 1))
+def test_approx_accepts_what_is_within_its_tolerance(x: float, fraction: float) -> None:
+    tolerance = 1e-3 * abs(x)
+    assert match.approx(x, rel=1e-3).mismatch(x + fraction * tolerance, "x") is None
+    if tolerance > 0 and math.isfinite(x * 1.01):
+        assert match.approx(x, rel=1e-3).mismatch(x + 2 * tolerance + 1e-9, "x") is not None
+
+
+@given(st.dictionaries(st.text(max_size=6), JSON, max_size=5), st.data())
+def test_contains_accepts_every_subset_of_a_dict(
+    whole: dict[str, Any], data: st.DataObject
+) -> None:
+    keys = data.draw(
+        st.lists(st.sampled_from(sorted(whole)), unique=True) if whole else st.just([])
+    )
+    assert match.contains({k: whole[k] for k in keys}).mismatch(whole, "x") is None
+
+
+@given(st.lists(JSON, min_size=1, max_size=5), st.data())
+def test_contains_finds_a_member_and_one_of_a_choice(items: list[Any], data: st.DataObject) -> None:
+    member = data.draw(st.sampled_from(items))
+    assert match.contains(member).mismatch(items, "x") is None
+    assert match.one_of(*items).mismatch(member, "x") is None
+
+
+@given(st.text(max_size=20), st.text(max_size=5), st.text(max_size=5))
+def test_contains_finds_a_substring(middle: str, before: str, after: str) -> None:
+    assert match.contains(middle).mismatch(before + middle + after, "x") is None
+
+
+@given(st.text(max_size=40))
+def test_arguments_that_are_not_json_match_only_anything(garbage: str) -> None:
+    try:
+        orjson.loads(garbage)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        return
+    assert decode_arguments(garbage) is INVALID_JSON
+    assert match.anything().mismatch(INVALID_JSON, "x") is None
+    for expected in (garbage, match.fuzzy("x"), match.contains("x"), {}, match.regex(".*")):
+        said = mismatch(expected, INVALID_JSON, "arg 'x'")
+        assert said is not None
+        if not isinstance(expected, match.Matcher) or "contains" in repr(expected):
+            assert "not valid JSON" in said or "got arguments that are not valid JSON" in said
+
+
+def test_matchers_nest_inside_dicts_and_lists() -> None:
+    args = '{"order": {"id": "o-181", "lines": [{"sku": "A", "qty": 2.0}]}, "amount": "181,001"}'
+    expected = {
+        "id": match.regex(r"^o-\d+$"),
+        "lines": [{"sku": match.one_of("A", "B"), "qty": 2}],
+    }
+    assert matches(expected, '{"id": "o-181", "lines": [{"sku": "A", "qty": 2.0}]}')
+    assert matches(match.contains({"order": match.contains({"id": "o-181"})}), args)
+    said = mismatch({"id": "o-182", "lines": []}, orjson.loads(args)["order"], "arg 'order'")
+    assert said == 'arg \'order.id\' mismatch: expected "o-182", got "o-181"'
+    keys = mismatch({"id": "o-181"}, orjson.loads(args)["order"], "arg 'order'")
+    assert keys is not None and "unexpected 'lines'" in keys and "contains()" in keys
+
+
+def test_equals_is_a_literal_and_to_json_writes_matchers_as_tables() -> None:
+    literal = {"regex": "^x"}
+    assert match.equals(literal).mismatch({"regex": "^x"}, "x") is None
+    assert match.equals(literal).mismatch("xyz", "x") is not None
+    assert to_json({"a": match.fuzzy("181001"), "b": [match.anything(), 1]}) == {
+        "a": {"fuzzy": "181001"},
+        "b": [{"anything": True}, 1],
+    }
+    assert to_json(match.approx(1.5)) == {"approx": 1.5}
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: match.regex("("), "does not compile"),
+        (lambda: match.approx(math.inf), "finite number"),
+        (lambda: match.fuzzy(None), "string or a number"),  # type: ignore[arg-type]
+        (lambda: match.one_of(), "at least one"),
+    ],
+)
+def test_a_matcher_that_cannot_mean_anything_is_refused(make: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        make()
