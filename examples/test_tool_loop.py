@@ -1,4 +1,4 @@
-"""A three-turn tool loop through modeltap, checked with the evidence helpers.
+"""A three-turn tool loop through modeltap, judged with ``modeltap.expect`` and a case file.
 
 The agent under test is an ordinary chat-completions tool loop written with the
 openai SDK: it sends the question, runs the tools the model asks for, sends
@@ -9,10 +9,14 @@ local stand-in (standard library only) that asks for ``get_weather``, then
 The test asserts in the order that matters:
 
 1. the task's own output (modeltap cannot tell whether the answer is right);
-2. that the evidence is complete, so that what was *not* recorded really did
-   not happen;
-3. the execution facts: tools called, their arguments, tools advertised,
-   token usage, and per turn which tool results came back and how fast.
+2. verdicts on what the agent did (``modeltap.expect``): each is passed,
+   failed or *unavailable* when the proxy did not see enough to tell, so a
+   "not called" can never pass on a stream that was cut;
+3. the execution facts underneath: tool arguments, tools advertised, token
+   usage, and per turn which tool results came back and how fast.
+
+The second test records the run and judges ``weather_cases.toml`` with
+``modeltap check --expect``, as a CI job in any language would.
 
 Run it with ``python -m pytest examples/test_tool_loop.py`` (needs modeltap
 and openai installed). To drive a real model instead, drop the
@@ -22,15 +26,21 @@ and openai installed). To drive a real model instead, drop the
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+from modeltap import match, verdicts
 from modeltap.pytest_plugin import ModelTapFixture
+
+CASES = Path(__file__).with_name("weather_cases.toml")
 
 MODEL = "stand-in-model"
 
@@ -188,9 +198,10 @@ def model_stand_in() -> Iterator[str]:
 
 
 @pytest.fixture
-def modeltap_config(model_stand_in: str) -> dict[str, Any]:
-    """Mount the stand-in as the ``openai`` route, so ``openai_base_url`` reaches it."""
-    return {"routes": [f"openai={model_stand_in}"]}
+def modeltap_config(model_stand_in: str, tmp_path: Path) -> dict[str, Any]:
+    """Mount the stand-in as the ``openai`` route, so ``openai_base_url`` reaches it,
+    and record the bodies (the final text is content: only a recording has it)."""
+    return {"routes": [f"openai={model_stand_in}"], "record": str(tmp_path / "record")}
 
 
 # --------------------------------------------------------------------------
@@ -205,12 +216,22 @@ def test_weather_and_time_tool_loop(modeltap: ModelTapFixture) -> None:
     # 1. The task's own output: modeltap records what happened, not whether it was right.
     assert "18°C" in answer and "14:05" in answer
 
-    # 2. Evidence before facts: only complete evidence makes "not called" mean "not called".
-    capture = modeltap.capture()
-    assert capture.evidence_complete, capture.capture_errors
-    assert capture.capture_errors == []
+    # 2. Verdicts: passed, failed, or unavailable when the evidence cannot tell.
+    expect = modeltap.expect
+    assert expect.tools_in_order(["get_weather", "get_time"])
+    assert expect.tool_called("get_weather", city=match.fuzzy("PARIS"))
+    assert expect.tool_called("get_time", timezone=match.regex("^Europe/"))
+    assert expect.tool_not_called("send_email")  # judged: every call was seen and answered
+    assert expect.max_tool_calls(3)
+    assert expect.max_tokens(400)
+    rolled = verdicts(expect.only_models([MODEL]), expect.instructions_unchanged())
+    assert rolled, str(rolled)
+    # The fixture records (modeltap_config), so the final text can be read.
+    assert expect.final_text_contains("18°c and sunny")
 
     # 3. Execution facts.
+    capture = modeltap.capture()
+    assert capture.evidence_complete, capture.capture_errors
     assert capture.tool_was_called("get_weather")
     assert capture.tool_call_count("get_weather") == 1
     assert capture.tool_call_count("get_time") == 1
@@ -237,3 +258,23 @@ def test_weather_and_time_tool_loop(modeltap: ModelTapFixture) -> None:
         expected = TOOL_FUNCTIONS[invocation["name"]](**invocation["args"])
         assert invocation["bytes"] == len(expected.encode())
         assert invocation["duration_ms"] is not None and invocation["duration_ms"] >= 0
+
+
+@pytest.mark.modeltap(session="weather-1")
+def test_the_case_file_passes_with_modeltap_check(
+    modeltap: ModelTapFixture, tmp_path: Path
+) -> None:
+    client = openai.OpenAI(base_url=modeltap.openai_base_url, api_key="sk-not-used", max_retries=0)
+    run_agent(client, "What is the weather and the time in Paris?")
+    modeltap.end_session("weather-1")  # its sessions.jsonl line: `completed = true` reads it
+    junit = tmp_path / "junit.xml"
+    command = [sys.executable, "-m", "modeltap", "check", str(modeltap.out_dir)]
+    command += ["--expect", str(CASES), "--record", str(modeltap.record_dir), "--junit", str(junit)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "[PASS] weather, then time, then the answer"
+    assert lines[1] == "[PASS] priced under a cent"
+    assert lines[2].startswith("       - unavailable (optional): max_cost(0.01)")
+    assert lines[-1] == "2/2 passed, 0 failed, 0 unavailable"
+    assert '<skipped message="optional, unavailable: max_cost(0.01)"' in junit.read_text()
