@@ -281,13 +281,14 @@ def make_rich_capture(root: Path) -> Made:
     return Made(out, record)
 
 
-def make_long_capture(out: Path, turns: int) -> Path:
-    """One session of ``turns`` turns, an agent loop through the openai SDK.
+def make_long_capture(out: Path, turns: int, record: Path | None = None) -> Path:
+    """One session of ``turns`` turns, an agent loop through the openai SDK
+    (recorded into ``record`` when given).
 
     Every other answer asks for a tool whose result goes back in the next
     request, so the timeline has model calls and tool gaps all along.
     """
-    with running_proxy(out) as run:
+    with running_proxy(out, record) as run:
         client = run.openai("long-1", retries=0)
         messages: list[Any] = [{"role": "user", "content": "start"}]
         for i in range(turns):
