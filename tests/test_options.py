@@ -24,6 +24,8 @@ DEFAULTS: dict[str, Any] = {
     "mode": None,  # unset: reverse under modeltap run (SPEC 1), mitmproxy's mode under mitmdump
     "routes": [],  # only extras: the openai, anthropic and gemini routes are built in (SPEC 1)
     "upstream": None,
+    "mcp": [],  # SPEC 3b: no MCP server is mounted unless --mcp NAME=URL says so
+    "mcp_hosts": [],  # SPEC 3b: --mcp-host HOST marks one in --mode regular
     "upstream_ca": None,
     "upstream_insecure": False,
     "strict": False,

@@ -303,3 +303,37 @@ def test_method_overrides(headers: list[str], target: str, expected: bool) -> No
 )
 def test_path_overrides(headers: list[str], expected: bool) -> None:
     assert overrides_path(headers) is expected
+
+
+# --------------------------------------------------------------------------
+# MCP servers (SPEC 3b)
+
+
+def test_an_mcp_server_is_mounted_at_mcp_name() -> None:
+    table = routing.RouteTable.build([], None, ["files=https://mcp.example.com/mcp"])
+    route = table.match("/mcp/files")
+    assert route is not None and route.mcp and route.name == "files"
+    # The mount is the server's endpoint itself: no slash added (servers
+    # redirect /mcp/ to /mcp, off the mount).
+    assert route.upstream_path("/mcp/files") == "/mcp"
+    assert route.upstream_path("/mcp/files?x=1") == "/mcp?x=1"
+    assert route.upstream_path("/mcp/files/sse") == "/mcp/sse"
+    assert [r.name for r in table.mcp] == ["files"]
+    assert table.match("/openai/v1/chat/completions") is not None  # the others stay
+    with pytest.raises(routing.RouteError, match="given twice"):
+        routing.RouteTable.build([], None, ["a=http://x", "a=http://y"])
+    with pytest.raises(routing.RouteError, match="NAME=URL"):
+        routing.parse_mcp_spec("no-url")
+
+
+def test_an_mcp_host_is_mcp_in_regular_mode() -> None:
+    table = routing.RouteTable.build([], None, [], ["mcp.example.com", "tools.local:8443"])
+    any_port = table.for_host("MCP.example.com", 443, "https")
+    assert any_port is not None and any_port.mcp and any_port.name == "mcp.example.com"
+    assert (any_port.port, any_port.scheme) == (443, "https")
+    assert table.for_host("tools.local", 8443, "http") is not None
+    assert table.for_host("tools.local", 80, "http") is None
+    provider = table.for_host("api.openai.com", 443)
+    assert provider is not None and not provider.mcp
+    with pytest.raises(routing.RouteError):
+        routing.mcp_host_route("bad host/x")

@@ -84,6 +84,8 @@ class Http(Addon):
         "mode",
         "routes",
         "upstream",
+        "mcp",
+        "mcp_hosts",
         "strict",
         "image_detail",
         "max_body",
@@ -351,20 +353,22 @@ def _settings(settings: Settings, opts: Any, updated: set[str]) -> Settings:
     Raises:
         OptionsError: a bad route or size.
     """
-    if {"mode", "modeltap_mode", "modeltap_routes", "modeltap_upstream"} & updated:
+    route_options = {"modeltap_routes", "modeltap_upstream", "modeltap_mcp", "modeltap_mcp_hosts"}
+    if {"mode", "modeltap_mode", *route_options} & updated:
         listeners = [(mode.type_name, mode.data) for mode in _proxy_modes(opts)]
         try:
             # Unset, modeltap_mode follows mitmproxy's own mode (mitmdump -s).
             mode, target = modeltap_mode(opts.modeltap_mode, listeners)
         except ValueError as e:
             raise exceptions.OptionsError(str(e)) from None
+        mcp = list(opts.modeltap_mcp), list(opts.modeltap_mcp_hosts)
         try:
-            routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream)
+            routes = RouteTable.build(list(opts.modeltap_routes), opts.modeltap_upstream, *mcp)
         except RouteError as e:
             raise exceptions.OptionsError(str(e)) from None
         if target is not None and not opts.modeltap_upstream:
             try:
-                routes = RouteTable.build(list(opts.modeltap_routes), target)
+                routes = RouteTable.build(list(opts.modeltap_routes), target, *mcp)
             except RouteError as e:
                 raise exceptions.OptionsError(f"mitmproxy's --mode reverse:{target}: {e}") from None
         settings = replace(settings, routes=routes, mode=mode)

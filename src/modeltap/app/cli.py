@@ -178,7 +178,7 @@ def startup_screen(
 def run(args: argparse.Namespace) -> int:
     """Run the proxy in the foreground until Ctrl-C or SIGTERM; exit 0 after flushing."""
     try:
-        RouteTable.build(list(args.route), args.upstream)
+        RouteTable.build(list(args.route), args.upstream, list(args.mcp), list(args.mcp_host))
     except RouteError as e:
         print(f"modeltap: {e}", file=sys.stderr)
         return 2

@@ -207,6 +207,28 @@ OPTIONS: Final[tuple[Option, ...]] = (
         metavar="URL",
     ),
     Option(
+        "mcp",
+        Sequence[str],
+        [],
+        "A remote MCP server, mounted at /mcp/NAME: point the agent's MCP configuration at "
+        "http://127.0.0.1:8787/mcp/NAME (the start-up screen prints the snippet for Claude "
+        "Code, Codex and Gemini CLI). URL is the server's endpoint, e.g. "
+        "https://mcp.example.com/mcp (Streamable HTTP), or the base of an HTTP+SSE server, "
+        "whose /sse then is /mcp/NAME/sse. Every client-to-server JSON-RPC message gets an "
+        "audit line (api mcp) before it is forwarded; answers, server requests and "
+        "notifications are events; argument values and results are kept only with --record.",
+        metavar="NAME=URL",
+    ),
+    Option(
+        "mcp_hosts",
+        Sequence[str],
+        [],
+        "In --mode regular: a host (HOST or HOST:PORT) whose traffic is MCP, audited as --mcp "
+        "servers are (the host names the server in the lines).",
+        metavar="HOST",
+        flag="--mcp-host",
+    ),
+    Option(
         "upstream_ca",
         str | None,
         None,
@@ -294,7 +316,9 @@ OPTIONS: Final[tuple[Option, ...]] = (
         None,
         "Tool-call budget per session: once the model has asked for N tool calls and the "
         "request carrying the Nth result was let through, every further model request of "
-        "the session is refused (rule tool_budget_exceeded).",
+        "the session is refused (rule tool_budget_exceeded). An MCP tools/call counts too, "
+        "once with the model's call it runs (one no model call asked for is a call of its "
+        "own): one beyond the budget is refused before it reaches the server.",
         metavar="N",
         parse=tool_budget,
     ),

@@ -78,6 +78,8 @@ class ProxyConfig:
     mode: str | None = options.default("mode")
     routes: list[str] = field(default_factory=lambda: options.default("routes"))
     upstream: str | None = options.default("upstream")
+    mcp: list[str] = field(default_factory=lambda: options.default("mcp"))
+    mcp_hosts: list[str] = field(default_factory=lambda: options.default("mcp_hosts"))
     upstream_ca: str | None = options.default("upstream_ca")
     upstream_insecure: bool = options.default("upstream_insecure")
     strict: bool = options.default("strict")

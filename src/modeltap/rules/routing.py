@@ -10,6 +10,11 @@ carry: said with ``--route NAME=URL,provider=P``, else found from the upstream
 host (:data:`PROVIDER_HOSTS`, :func:`provider_of_host`), else unknown here
 (``None``: the wire's own provider is used, :func:`modeltap.apis.provider_for`).
 
+A remote MCP server is a route too (SPEC 3b): ``--mcp NAME=URL`` mounts it
+at ``/mcp/NAME`` (:func:`parse_mcp_spec`), and in regular mode ``--mcp-host
+HOST`` marks a host whose traffic is MCP (:meth:`RouteTable.for_host`). Its
+:attr:`Route.mcp` is true: its requests are JSON-RPC, never model requests.
+
 The path checks every route relies on (decoded, canonical, no override
 headers) stay beside the routes, since a route is chosen on the very path
 those checks approve. Which error shape an answer takes is the wire's
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 from urllib.parse import unquote_to_bytes, urlsplit
 
@@ -34,6 +39,8 @@ DEFAULT_ROUTES: dict[str, str] = {
 
 #: The route name used by ``--upstream URL`` (mounted at ``/``).
 UPSTREAM_ROUTE = "upstream"
+#: Where ``--mcp NAME=URL`` mounts a server: ``/mcp/NAME``.
+MCP_PREFIX: Final = "/mcp/"
 
 #: The providers' hosts, in one table: ``(host pattern, gen_ai.provider.name)``.
 #: A ``*`` stands for any run of letters, digits and ``-`` inside one DNS label
@@ -142,6 +149,8 @@ class Route:
     #: Its ``gen_ai.provider.name``: as said (``provider=P``), else from its
     #: host (:func:`provider_of_host`), else ``None`` (the wire's own is used).
     provider: str | None = None
+    #: A remote MCP server (``--mcp``, ``--mcp-host``): its traffic is JSON-RPC.
+    mcp: bool = False
 
     @property
     def url(self) -> str:
@@ -155,6 +164,10 @@ class Route:
     def upstream_path(self, path: str) -> str:
         """Map a client path under this route's prefix to the upstream path."""
         rest = path[len(self.prefix) :] if self.prefix != "/" else path
+        if self.mcp and self.base_path and (not rest or rest.startswith("?")):
+            # ``/mcp/NAME`` is the server's endpoint itself, not a folder of it:
+            # no slash is added (servers redirect ``/mcp/`` to ``/mcp``, off the mount).
+            return self.base_path + rest
         if not rest.startswith("/"):
             rest = "/" + rest
         return (self.base_path + rest) if self.base_path else rest
@@ -216,6 +229,44 @@ def parse_upstream_url(
 _ROUTE_OPTIONS: Final = re.compile(r"(?P<url>.*?)(?P<options>(?:,[a-z_]+=[^,]*)*)")
 
 
+def parse_mcp_spec(spec: str) -> Route:
+    """Parse ``NAME=URL`` (the ``--mcp`` option): a remote MCP server mounted at ``/mcp/NAME``.
+
+    ``URL`` is the server's MCP endpoint as a client would be given it
+    (``https://mcp.example.com/mcp``, or an HTTP+SSE server's base, whose
+    ``/sse`` the client then asks for under the mount).
+
+    Raises:
+        RouteError: no ``=``, a bad name or URL.
+    """
+    name, sep, url = spec.partition("=")
+    if not sep:
+        raise RouteError(f"--mcp takes NAME=URL, got {spec!r}")
+    name = name.strip()
+    route = parse_upstream_url(name, url.strip(), prefix=MCP_PREFIX + name)
+    return replace(route, mcp=True)
+
+
+def mcp_host_route(host: str) -> Route:
+    """The route of a ``--mcp-host`` host (regular mode), named after it.
+
+    Args:
+        host: ``HOST`` or ``HOST:PORT``; without a port, any port of the host.
+
+    Raises:
+        RouteError: a host that is empty, has spaces, or a bad port.
+    """
+    name, sep, port = host.strip().lower().rpartition(":")
+    if not sep or "]" in port:
+        name, port = host.strip().lower(), ""
+    name = name.strip("[]").removesuffix(".")
+    if not name or any(c.isspace() or not c.isprintable() or c in "/?#@" for c in name):
+        raise RouteError("--mcp-host takes HOST or HOST:PORT, e.g. mcp.example.com")
+    if port and (not port.isdigit() or not 0 < int(port) < 65536):
+        raise RouteError("--mcp-host: bad port")
+    return Route(name, "/", "https", name, int(port) if port else 0, "", mcp=True)
+
+
 def parse_route_spec(spec: str) -> Route:
     """Parse ``NAME=URL[,provider=P]`` (the ``--route`` option).
 
@@ -244,25 +295,46 @@ def parse_route_spec(spec: str) -> Route:
 class RouteTable:
     """The routes of one proxy, matched longest prefix first."""
 
-    def __init__(self, routes: list[Route]) -> None:
+    def __init__(self, routes: list[Route], mcp_hosts: list[Route] | None = None) -> None:
         self.routes = sorted(routes, key=lambda r: (r.prefix == "/", -len(r.prefix)))
         self._by_host = {(r.host.lower(), r.port): r for r in routes}
+        #: ``--mcp-host`` hosts (regular mode), by host; port 0 stands for any.
+        self.mcp_hosts = {(r.host, r.port): r for r in mcp_hosts or ()}
 
     @classmethod
-    def build(cls, route_specs: list[str], upstream: str | None) -> RouteTable:
-        """The default routes, replaced or extended by ``--route`` and ``--upstream``.
+    def build(
+        cls,
+        route_specs: list[str],
+        upstream: str | None,
+        mcp_specs: list[str] | None = None,
+        mcp_hosts: list[str] | None = None,
+    ) -> RouteTable:
+        """The default routes, replaced or extended by ``--route`` and ``--upstream``,
+        and the MCP servers of ``--mcp`` and ``--mcp-host``.
 
         Raises:
-            RouteError: for any bad spec.
+            RouteError: for any bad spec, or two MCP servers of one name.
         """
         named = {n: parse_upstream_url(n, u) for n, u in DEFAULT_ROUTES.items()}
         for spec in route_specs:
             route = parse_route_spec(spec)
             named[route.name] = route
         routes = list(named.values())
+        servers: dict[str, Route] = {}
+        for spec in mcp_specs or ():
+            route = parse_mcp_spec(spec)
+            if route.name in servers:
+                raise RouteError(f"--mcp {route.name} is given twice")
+            servers[route.name] = route
+        routes.extend(servers.values())
         if upstream:
             routes.append(parse_upstream_url(UPSTREAM_ROUTE, upstream, prefix="/"))
-        return cls(routes)
+        return cls(routes, [mcp_host_route(host) for host in mcp_hosts or ()])
+
+    @property
+    def mcp(self) -> list[Route]:
+        """The MCP servers mounted with ``--mcp``, by name."""
+        return sorted((r for r in self.routes if r.mcp), key=lambda r: r.name)
 
     def match(self, path: str) -> Route | None:
         """The route a reverse-mode request path falls under, or None."""
@@ -287,6 +359,11 @@ class RouteTable:
         route = self._by_host.get((host.lower(), port))
         if route is not None:
             return route
+        name = host.lower().removesuffix(".")
+        server = self.mcp_hosts.get((name, port)) or self.mcp_hosts.get((name, 0))
+        if server is not None:
+            # The client names the host: the route is the host as it was reached.
+            return Route(name, "/", scheme, name, port, "", mcp=True)
         provider = provider_of_host(host)
         if provider is None:
             return None
