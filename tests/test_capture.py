@@ -636,9 +636,13 @@ def test_schemas_are_valid_draft_2020_12() -> None:
 def test_schemas_name_every_api_the_writer_writes() -> None:
     """A new wire's records and events must validate: the schemas list its api."""
     names = [api.NAME for api in apis.APIS]
-    assert AUDIT_SCHEMA.schema["properties"]["api"]["enum"] == names
-    assert EVENT_SCHEMA.schema["$defs"]["api"]["enum"] == names
-    assert AUDIT_SCHEMA.schema["properties"]["operation"]["enum"] == list(records.OPERATIONS)
+    model_record = AUDIT_SCHEMA.schema["$defs"]["AuditRecord"]
+    assert model_record["properties"]["api"]["enum"] == names
+    # An MCP line (SPEC 3b) is the other kind of audit line; refusals name its api.
+    mcp_record = AUDIT_SCHEMA.schema["$defs"]["McpAuditRecord"]
+    assert mcp_record["properties"]["api"]["const"] == apis.MCP.NAME == "mcp"
+    assert EVENT_SCHEMA.schema["$defs"]["api"]["enum"] == [*names, "mcp"]
+    assert model_record["properties"]["operation"]["enum"] == list(records.OPERATIONS)
 
 
 def test_schemas_refuse_what_the_writer_never_writes() -> None:

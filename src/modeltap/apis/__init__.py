@@ -43,6 +43,7 @@ from modeltap.apis import (
     anthropic_messages,
     bedrock_converse,
     gemini,
+    mcp,
     openai_chat,
     openai_responses,
     unsupported,
@@ -83,6 +84,11 @@ APIS: Final[tuple[WireApi, ...]] = (
 )
 
 _BY_NAME: Final[dict[str, WireApi]] = {api.NAME: api for api in APIS}
+
+#: MCP's wire (SPEC section 3b): a :class:`Wire`, not a model API, so not in
+#: :data:`APIS`; the core's MCP exchange drives its package
+#: (:mod:`modeltap.apis.mcp`) directly.
+MCP: Final[Wire] = mcp
 
 #: Every wire's framings by name, and those that are a stream whatever the
 #: request (by media type; the first wire's wins).
@@ -319,9 +325,11 @@ def error_shape_for(api: str | None, route: Route | None) -> ErrorShape:
 
     Returns:
         The shape (its ``name``: ``openai``, ``anthropic``, ``bedrock``,
-        ``google`` or ``both``).
+        ``google``, ``jsonrpc`` for MCP's, or ``both``).
     """
     provider = route.provider if route is not None else None
+    if api == MCP.NAME:
+        return MCP.error_shape(provider)
     module = find(api)
     if module is not None:
         return module.error_shape(provider)
@@ -491,6 +499,7 @@ def find(api: str | None) -> WireApi | None:
 
 __all__ = [
     "APIS",
+    "MCP",
     "EndpointMatch",
     "ErrorShape",
     "EventDecoder",

@@ -20,6 +20,14 @@ is any request carrying the result of a call beyond it. Calls are matched
 to results as the evidence matches them (:mod:`modeltap.evidence.pairing`: by
 ``call_id``, or by position for Gemini's calls without one).
 
+MCP ``tools/call`` executions count in the same budget, each tool call once
+(SPEC 3b): an execution that answers a model call the session's responses
+asked for (:mod:`modeltap.evidence.mcp_pairing`) is that call, numbered as it
+was; one no model call asked for is a call of its own, numbered next; an
+``input_required`` retry continues its execution and is not counted again.
+A ``tools/call`` whose number is beyond the budget is refused
+(``tool_budget_exceeded``) before it is forwarded.
+
 ``stop_reason`` names the first thing that went wrong, in this order: the
 budget (``tool_budget_exceeded``), a refusal (``request_audit_error``), an
 upstream failure (``upstream_error``), a client that left (``client_gone``),
@@ -29,11 +37,12 @@ the proxy stopping mid-exchange (``proxy_stopped``); else ``completed``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from modeltap.evidence.coverage import SessionEvidence
 from modeltap.evidence.coverage_reasons import NO_RESPONSE_AT_END
+from modeltap.evidence.mcp_pairing import Execution, ExecutionPairing
 from modeltap.evidence.pairing import ToolPairing
 from modeltap.evidence.records import (
     NO_REQUESTS_MESSAGE,
@@ -70,6 +79,12 @@ class SessionTracker:
     requested: ToolPairing[int] = field(default_factory=ToolPairing)
     calls_requested: int = 0
     budget_spent: bool = False
+    #: MCP messages audited, and ``tools/call`` executions let through (once each).
+    mcp_messages: int = 0
+    mcp_tool_calls: int = 0
+    #: With a budget: model calls awaiting their MCP execution (and executions
+    #: awaiting their model call), by call number.
+    executions: ExecutionPairing[int] = field(default_factory=ExecutionPairing)
     evidence: SessionEvidence = field(default_factory=lambda: SessionEvidence(usage=False))
     #: seq -> turn index, for audited requests whose response has not been seen yet.
     _turn_of: dict[int, int] = field(default_factory=dict)
@@ -117,8 +132,46 @@ class SessionTracker:
         if self.max_tool_calls is None:
             return
         for call in event.tool_calls:
-            self.calls_requested += 1
-            self.requested.asked(call.call_id, self.calls_requested)
+            # An execution seen before the response that asked for it ended is this call.
+            number = self.executions.asked(call, self.calls_requested + 1)
+            if number is None:
+                self.calls_requested += 1
+                number = self.calls_requested
+            self.requested.asked(call.call_id, number)
+
+    def admit_executions(self, executions: Sequence[Execution]) -> None:
+        """Apply the tool-call budget to the MCP executions a body is about to start.
+
+        Args:
+            executions: its ``tools/call`` messages that begin an execution
+                (retries of an ``input_required`` one are not).
+
+        Raises:
+            Rejected: ``tool_budget_exceeded`` when one of them would be a
+                call numbered beyond the budget.
+        """
+        if self.max_tool_calls is None:
+            return
+        taken: set[int] = set()
+        new = 0
+        for execution in executions:
+            number = self.executions.find_call(execution)
+            if number is None or number in taken:
+                new += 1
+                number = self.calls_requested + new
+            taken.add(number)
+            if number > self.max_tool_calls:
+                raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
+
+    def mcp_audited(self, messages: int, executions: Sequence[Execution]) -> None:
+        """Take in an MCP body whose audit lines were written (it is being forwarded)."""
+        self.mcp_messages += messages
+        self.mcp_tool_calls += len(executions)
+        if self.max_tool_calls is None:
+            return
+        for execution in executions:
+            if self.executions.executed(execution, self.calls_requested + 1) is None:
+                self.calls_requested += 1  # no model call asked for it: a call of its own
 
     def errored(self, event: ErrorEvent) -> None:
         """Take in an ``error`` event, counted by the stop reason its kind leads to
@@ -149,9 +202,10 @@ class SessionTracker:
 
     @property
     def untouched(self) -> bool:
-        """True if no model request, refusal or error was ever seen in this session."""
+        """True if no model request, MCP message, refusal or error was ever seen in this session."""
         return not (
             self.requests_audited
+            or self.mcp_messages
             or self.refusals
             or self.request_errors
             or self.upstream_errors
@@ -193,6 +247,8 @@ class SessionTracker:
             tool_calls_admitted=self.tool_calls_admitted,
             evidence_complete=result.evidence_complete,
             capture_errors=tuple(result.capture_errors),
+            mcp_messages_audited=self.mcp_messages,
+            mcp_tool_calls=self.mcp_tool_calls,
             message=NO_REQUESTS_MESSAGE if self.requests_audited == 0 else None,
         )
 

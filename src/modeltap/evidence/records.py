@@ -78,6 +78,28 @@ REOPEN_REPLACED: Final = "replaced"
 #: The settings a continuation of server-held state may leave unstated.
 OMITTABLE_SETTINGS: Final = ("instructions", "tools")
 
+#: The ``api`` of an MCP audit line (SPEC 3b): the name of the wire
+#: :mod:`modeltap.apis.mcp`, which is not a model API.
+MCP_API: Final = "mcp"
+#: What an MCP audit line's JSON-RPC message is (``message_type``): a request
+#: (it has an id and awaits an answer), a notification (no id), or the client's
+#: answer to a server's request, a result or an error.
+MCP_MESSAGE_TYPES: Final = ("request", "notification", "result", "error")
+#: How an ``mcp_result`` came: a JSON-RPC result, a JSON-RPC error, or an HTTP
+#: error status with no JSON-RPC answer for the request's id.
+MCP_OUTCOMES: Final = ("result", "error", "http_error")
+#: What an MCP answer came in: a JSON body or an SSE event.
+MCP_FRAMINGS: Final = ("json", "sse")
+#: Where an ``mcp_request`` came from: a server's JSON-RPC request on a stream,
+#: or an input request inside an ``input_required`` result (2026-07-28).
+MCP_REQUEST_ORIGINS: Final = ("stream", "input_required")
+#: What became of an HTTP+SSE ``endpoint`` event: put onto the route's mount
+#: (the client's POSTs then come through the proxy), kept (it reaches the
+#: server through the proxy as it is: a path relative to the stream's own, or
+#: regular mode), or left pointing elsewhere (another origin, or off the
+#: route: the client's POSTs go there, not through the mount).
+MCP_ENDPOINTS: Final = ("rewritten", "kept", "elsewhere")
+
 # --------------------------------------------------------------------------
 # What the schema says beyond the types
 
@@ -131,6 +153,18 @@ Timestamp = Annotated[
 #: enum is filled in from :data:`modeltap.apis.APIS` (:mod:`modeltap.evidence.schemas`).
 ApiName = Annotated[str, named("api")]
 TransportName = Annotated[str, named("transport", enum=list(TRANSPORTS))]
+#: An MCP session as the files name it: never the Mcp-Session-Id itself (an id
+#: can be a capability), the first 16 hex digits of its SHA-256.
+McpSession = Annotated[
+    str,
+    named("mcp_session", pattern="^[0-9a-f]{16}$"),
+    doc(
+        "The first 16 hex digits of the SHA-256 of the Mcp-Session-Id (HTTP+SSE: of the "
+        "session_id query value); null where the protocol has no session."
+    ),
+]
+#: A JSON-RPC id exactly as sent: a number or a string (0 and "0" differ).
+JsonRpcId = int | WireId
 
 # --------------------------------------------------------------------------
 # Request side
@@ -431,6 +465,108 @@ class AuditRecord:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpAuditRecord:
+    """One line of ``audit.jsonl`` for MCP: one client-to-server JSON-RPC message,
+    written before it was forwarded (SPEC section 3b). A batch gives one line
+    per member, in order, all sharing the body's ``body_bytes`` and
+    ``body_sha256``. No argument value is written: only its canonical hash."""
+
+    request_id: Annotated[
+        str,
+        doc(
+            "x-client-request-id or x-request-id if sent, else the proxy's exchange id; the "
+            "members of one batch share it."
+        ),
+    ]
+    seq: Annotated[Count, doc("Order within the run, shared with the model records.")]
+    run_id: NonEmpty
+    session_id: NonEmpty
+    ts: Timestamp
+    transport: TransportName
+    api: Annotated[str, doc("Always mcp: a line of this kind.")] = field(
+        default=MCP_API, init=False
+    )
+    route: Annotated[str | None, doc("The route name (--mcp NAME), or null in regular mode.")]
+    upstream: str
+    path: Annotated[
+        str,
+        doc(
+            "As a model record's path: query values REDACTED (HTTP+SSE's session_id "
+            "included), cut at 2048 characters."
+        ),
+    ]
+    mcp_server: Annotated[
+        NonEmpty, doc("The server's name: --mcp NAME, or the host named with --mcp-host.")
+    ]
+    mcp_session: McpSession | None
+    protocol_version: Annotated[
+        WireId | None,
+        doc(
+            "The MCP-Protocol-Version header, else params._meta's "
+            "io.modelcontextprotocol/protocolVersion (2026-07-28), else initialize's "
+            "params.protocolVersion (on the initialize line), else null."
+        ),
+    ]
+    message_type: Annotated[
+        str, promise(enum=list(MCP_MESSAGE_TYPES)), doc("What the message is (MCP_MESSAGE_TYPES).")
+    ]
+    mcp_method: Annotated[
+        WireId | None,
+        doc(
+            "The JSON-RPC method (initialize, tools/call, notifications/...); for the client's "
+            "answer to a server request, the method of that request when it was seen, else null."
+        ),
+    ]
+    jsonrpc_id: Annotated[
+        JsonRpcId | None,
+        doc("The JSON-RPC id exactly as sent (0 and strings kept); null for a notification."),
+    ]
+    batch_index: Annotated[
+        Count | None, doc("The message's place in a JSON-RPC batch; null for a lone message.")
+    ]
+    tool_name: Annotated[WireId | None, doc("tools/call: params.name; else null.")]
+    arguments_sha256: Annotated[
+        Sha256Hex | None,
+        doc(
+            "tools/call: SHA-256 of the arguments' canonical JSON (keys sorted, no spaces, "
+            "UTF-8); null when the call sent no arguments."
+        ),
+    ]
+    arguments_bytes: Annotated[
+        Count | None, doc("tools/call: the length of that canonical JSON; null when none sent.")
+    ]
+    tool_call_id: Annotated[
+        WireId | None,
+        doc(
+            "tools/call: the model's tool-call id the client put in params._meta "
+            "(Claude Code claudecode/toolUseId, Codex callId), else null."
+        ),
+    ]
+    continues_seq: Annotated[
+        Count | None,
+        doc(
+            "tools/call retried with the requestState of an input_required result "
+            "(2026-07-28): the seq of the tools/call that began this execution (the same "
+            "execution, counted once); else null."
+        ),
+    ]
+    unchecked_headers: Annotated[
+        tuple[WireId, ...],
+        doc(
+            "The Mcp-Param-* headers the proxy could not compare with the body, because no "
+            "tools/list result it saw on this server declared the tool's x-mcp-header "
+            "arguments; [] otherwise (every header checked, or none sent)."
+        ),
+    ]
+    body_bytes: Count
+    body_sha256: Sha256Hex
+
+
+#: Every kind of ``audit.jsonl`` line: a model request, or an MCP message.
+AUDIT_TYPES: Final[tuple[type, ...]] = (AuditRecord, McpAuditRecord)
+
+
 # --------------------------------------------------------------------------
 # Response side
 
@@ -583,6 +719,31 @@ class Event:
     request_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class McpMessageRef:
+    """A client-to-server MCP message a refusal names, as far as it was read."""
+
+    message_type: Annotated[str, promise(enum=list(MCP_MESSAGE_TYPES))]
+    mcp_method: WireId | None
+    jsonrpc_id: JsonRpcId | None
+    tool_name: WireId | None
+
+
+@dataclass(frozen=True, slots=True)
+class McpRefused:
+    """What an MCP refusal refused (``rejected`` events of MCP bodies)."""
+
+    mcp_server: NonEmpty
+    mcp_session: McpSession | None
+    messages: Annotated[
+        tuple[McpMessageRef, ...],
+        doc(
+            "The body's messages, in order, when it was JSON-RPC; [] when it could not be "
+            "read as such (or carried no message: a GET stream)."
+        ),
+    ]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RejectedEvent(Event):
     """A request or WebSocket message refused before forwarding; it has no audit record."""
@@ -595,6 +756,10 @@ class RejectedEvent(Event):
     method: str | None
     path: str
     api: ApiName | None = None
+    mcp: Annotated[
+        McpRefused | None,
+        doc("An MCP body's refusal: its server, session and messages; null for other refusals."),
+    ] = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -737,6 +902,166 @@ class FileReopenedEvent(Event):
     ] = True
 
 
+@dataclass(frozen=True, slots=True)
+class McpContentItem:
+    """One content item of a tools/call result: its type and size, never its content."""
+
+    type: Annotated[WireId | None, doc("text, image, audio, resource_link, resource...")]
+    bytes: Annotated[Count, doc("The item's size as compact JSON, in UTF-8 bytes.")]
+
+
+@dataclass(frozen=True, slots=True)
+class McpToolDigest:
+    """One tool a tools/list result advertises: its name and the hash of its definition."""
+
+    name: WireId
+    sha256: Annotated[
+        Sha256Hex,
+        doc(
+            "SHA-256 of the tool's definition as canonical JSON (keys sorted, no spaces): "
+            "name, description, inputSchema, outputSchema, annotations, all of it."
+        ),
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpResultEvent(Event):
+    """The server's answer to one client request (SPEC 3b), observed as it arrived,
+    on whatever exchange carried it: its own POST, a resumed GET stream, the
+    HTTP+SSE stream. Matched to its request by (MCP session, direction, id)."""
+
+    kind: str = field(default="mcp_result", init=False)
+    seq: Annotated[
+        Count | None,
+        doc("The seq of the request's audit line; null when no request with this id was seen."),
+    ] = None
+    mcp_server: NonEmpty
+    mcp_session: McpSession | None
+    mcp_method: Annotated[WireId | None, doc("The request's method; null when not seen.")]
+    jsonrpc_id: Annotated[JsonRpcId | None, doc("The id as the answer carried it.")]
+    tool_name: Annotated[WireId | None, doc("tools/call: the tool the request named.")]
+    outcome: Annotated[str, promise(enum=list(MCP_OUTCOMES)), doc("MCP_OUTCOMES.")]
+    status: Annotated[Count | None, doc("The HTTP status of the exchange that carried it.")]
+    framing: Annotated[
+        str | None,
+        promise(enum=list(MCP_FRAMINGS)),
+        doc("json or sse; null for an http_error (nothing JSON-RPC came)."),
+    ]
+    is_error: Annotated[
+        bool | None,
+        doc(
+            "tools/call results: isError as sent (absent: false, the wire's default); null "
+            "for other methods, errors, and a flag that is not a boolean."
+        ),
+    ]
+    error_code: Annotated[int | None, doc("A JSON-RPC error's code; else null.")]
+    content: Annotated[
+        tuple[McpContentItem, ...] | None,
+        doc("tools/call results: each content item's type and size, in order; else null."),
+    ]
+    structured_content: Annotated[
+        bool | None, doc("tools/call results: whether structuredContent came; else null.")
+    ]
+    result_type: Annotated[
+        WireId | None, doc("resultType as sent (2026-07-28: complete, input_required); else null.")
+    ]
+    tools: Annotated[
+        tuple[McpToolDigest, ...] | None,
+        doc("tools/list results: the tools advertised, in order; else null."),
+    ]
+    tools_sha256: Annotated[
+        Sha256Hex | None,
+        doc(
+            "tools/list results: SHA-256 of the list of the tools' definitions, sorted by "
+            "name, as canonical JSON: it changes exactly when the catalogue page does."
+        ),
+    ]
+    next_cursor: Annotated[
+        bool | None, doc("List results: whether a nextCursor asked for another page.")
+    ]
+    duration_ms: Annotated[
+        Millis | None, doc("From forwarding the request to this answer; null when not seen.")
+    ]
+    evidence_complete: Annotated[
+        bool, doc("The answer was read whole, every field above as the wire said it.")
+    ]
+    capture_errors: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpRequestEvent(Event):
+    """A server-to-client request (sampling/createMessage, elicitation/create,
+    roots/list, ...): a JSON-RPC request on a stream, or, at 2026-07-28, an input
+    request inside an ``input_required`` result. Its content is not kept."""
+
+    kind: str = field(default="mcp_request", init=False)
+    seq: Annotated[
+        Count | None,
+        doc(
+            "The audit line of the client request it belongs to: the POST whose stream "
+            "carried it, or the tools/call whose input_required result asked it; null on a "
+            "GET stream."
+        ),
+    ] = None
+    mcp_server: NonEmpty
+    mcp_session: McpSession | None
+    mcp_method: Annotated[WireId | None, doc("What the server asks for.")]
+    jsonrpc_id: Annotated[
+        JsonRpcId | None, doc("The server's own id (its own numbering); null for input requests.")
+    ]
+    origin: Annotated[str, promise(enum=list(MCP_REQUEST_ORIGINS)), doc("MCP_REQUEST_ORIGINS.")]
+    input_key: Annotated[
+        WireId | None, doc("input_required: the key the server gave the input request.")
+    ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpNotificationEvent(Event):
+    """A server-to-client notification (notifications/progress, /message,
+    /tools/list_changed, ...); its params are not kept."""
+
+    kind: str = field(default="mcp_notification", init=False)
+    seq: Annotated[
+        Count | None,
+        doc("The audit line of the request whose stream carried it; null on a GET stream."),
+    ] = None
+    mcp_server: NonEmpty
+    mcp_session: McpSession | None
+    mcp_method: WireId | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class McpExchangeEvent(Event):
+    """An MCP exchange that is more than its audit lines and answers ended: one
+    that carried no client message (a GET stream, whose messages are mcp_*
+    events of their own; a DELETE that ends an MCP session), or a POST whose
+    answer could not be read whole."""
+
+    kind: str = field(default="mcp_exchange", init=False)
+    method: str
+    path: str
+    mcp_server: NonEmpty
+    mcp_session: McpSession | None
+    status: Annotated[Count | None, doc("HTTP status; null when no answer came.")]
+    resumed: Annotated[bool, doc("The client sent Last-Event-ID: it resumes a stream.")]
+    messages_from_server: Annotated[Count, doc("JSON-RPC messages the stream carried.")]
+    endpoint: Annotated[
+        str | None,
+        promise(enum=list(MCP_ENDPOINTS)),
+        doc("HTTP+SSE: what became of its endpoint event (MCP_ENDPOINTS); else null."),
+    ]
+    duration_ms: Millis | None
+    failure: Annotated[
+        str | None,
+        doc(
+            "How it ended when it did not end by itself: client_gone, upstream_reset, "
+            "upstream_timeout, proxy_stopped...; null otherwise. A stream's end is no "
+            "failure of the session (clients leave GET streams open and go)."
+        ),
+    ] = None
+    capture_errors: tuple[str, ...] = ()
+
+
 #: Every kind of ``events.jsonl`` line, in the schema's order; a new kind is
 #: added here (reading and the schema take it from this tuple).
 EVENT_TYPES: Final[tuple[type[Event], ...]] = (
@@ -748,6 +1073,10 @@ EVENT_TYPES: Final[tuple[type[Event], ...]] = (
     WsCloseEvent,
     WsControlEvent,
     FileReopenedEvent,
+    McpResultEvent,
+    McpRequestEvent,
+    McpNotificationEvent,
+    McpExchangeEvent,
 )
 
 
@@ -801,6 +1130,19 @@ class SessionStatus:
     ]
     evidence_complete: Annotated[bool | None, NEVER_NULL]
     capture_errors: tuple[str, ...] = ()
+    mcp_messages_audited: Annotated[
+        Count | None,
+        NEVER_NULL,
+        doc("Client-to-server MCP messages audited (lines of audit.jsonl with api mcp)."),
+    ] = None
+    mcp_tool_calls: Annotated[
+        Count | None,
+        NEVER_NULL,
+        doc(
+            "MCP tools/call executions let through, each once (an input_required retry "
+            "continues one)."
+        ),
+    ] = None
     message: Annotated[
         str | None, doc("What a session without a single audited request says, else null.")
     ] = None

@@ -1,7 +1,8 @@
 """The shipped JSON Schemas of the out dir's files, generated from records.py.
 
 ``src/modeltap/schemas/`` holds one schema per JSONL file: ``audit_record``
-(a line of ``audit.jsonl``), ``event`` (``events.jsonl``: one of
+(a line of ``audit.jsonl``: a model request or an MCP message, one of
+:data:`~modeltap.evidence.records.AUDIT_TYPES`), ``event`` (``events.jsonl``: one of
 :data:`~modeltap.evidence.records.EVENT_TYPES`) and ``session``
 (``sessions.jsonl``). They are generated from the dataclasses of
 :mod:`modeltap.evidence.records`, never edited: ``python
@@ -23,7 +24,9 @@ a schema says what this modeltap writes, exactly:
 * a value the records name (:func:`~modeltap.evidence.records.named`: ``api``,
   ``timestamp``) used more than once in a file is written once, under ``$defs``;
   ``api`` lists the wires of the registry (:data:`modeltap.apis.APIS`), which
-  the records, below the wires, cannot name;
+  the records, below the wires, cannot name, and in ``event``
+  :data:`modeltap.apis.MCP`'s too (an MCP audit line's ``api`` is its own
+  constant);
 * ``X or null`` is spelled ``{"type": [X, "null"]}`` where that says the same.
 """
 
@@ -40,7 +43,7 @@ import orjson
 
 from modeltap import apis
 from modeltap.evidence import records
-from modeltap.evidence.records import EVENT_TYPES, AuditRecord, SessionStatus
+from modeltap.evidence.records import AUDIT_TYPES, EVENT_TYPES, SessionStatus
 
 Schema = dict[str, Any]
 
@@ -70,13 +73,14 @@ _KEY_ORDER: Final = (
 def generated() -> dict[str, bytes]:
     """Every shipped schema, by file name, as the bytes the file holds."""
     files = {
-        AUDIT_RECORD_SCHEMA: _record_file(
+        AUDIT_RECORD_SCHEMA: _union_file(
             AUDIT_RECORD_SCHEMA,
-            AuditRecord,
+            AUDIT_TYPES,
             "modeltap audit record",
-            "One line of audit.jsonl: a validated outgoing model request, written before it "
-            'was forwarded (SPEC section 2). Unknown is null, never 0 or ""; an empty list '
-            "means sent, and empty.",
+            "One line of audit.jsonl, written before what it records was forwarded: a "
+            "validated outgoing model request (SPEC section 2), or one client-to-server MCP "
+            'message (api "mcp", SPEC section 3b). Unknown is null, never 0 or ""; an empty '
+            "list means sent, and empty.",
         ),
         EVENT_SCHEMA: _event_file(),
         SESSION_SCHEMA: _record_file(
@@ -127,6 +131,12 @@ def _record_file(name: str, root: type, title: str, description: str) -> Schema:
     return _file(name, top, defs)
 
 
+def _union_file(name: str, types: Iterable[type], title: str, description: str) -> Schema:
+    refs, defs = _components(types)
+    top: Schema = {"title": title, "description": f"{description} {_READERS}", "oneOf": refs}
+    return _file(name, top, defs, mcp=False)
+
+
 def _event_file() -> Schema:
     refs, defs = _components(EVENT_TYPES)
     top: Schema = {
@@ -140,11 +150,13 @@ def _event_file() -> Schema:
     return _file(EVENT_SCHEMA, top, defs)
 
 
-def _file(name: str, top: Schema, defs: dict[str, Schema]) -> Schema:
+def _file(name: str, top: Schema, defs: dict[str, Schema], *, mcp: bool = True) -> Schema:
+    """A schema file; ``mcp``: its ``api`` values include MCP's."""
     schema: Schema = {"$schema": _DIALECT, "$id": _ID_BASE + name, **top, "$defs": defs}
+    names = [api.NAME for api in apis.APIS] + ([apis.MCP.NAME] if mcp else [])
     for node in _nodes(schema):
         if node.get("title") == "api" and "properties" not in node:
-            node["enum"] = [api.NAME for api in apis.APIS]
+            node["enum"] = names
     _hoist_named(schema)
     if not schema["$defs"]:
         del schema["$defs"]

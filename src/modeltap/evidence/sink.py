@@ -64,6 +64,7 @@ from modeltap.evidence.records import (
     AuditRecord,
     Event,
     FileReopenedEvent,
+    McpAuditRecord,
     to_json_line,
     utc_now,
 )
@@ -253,7 +254,7 @@ class Sink:
                 raise SinkError(f"cannot append to {file.path}: {_reason(e)}") from None
             os.close(fd)
 
-    def write_audit(self, record: AuditRecord) -> None:
+    def write_audit(self, record: AuditRecord | McpAuditRecord) -> None:
         """Write one audit line before its request is forwarded.
 
         Raises:

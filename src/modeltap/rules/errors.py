@@ -74,6 +74,9 @@ class Rule(StrEnum):
     WS_MISSING_INPUT = "ws_missing_input"
     WS_NESTED_RESPONSE = "ws_nested_response"
     WS_IMPLICIT_CONTINUATION = "ws_implicit_continuation"
+    MCP_NOT_JSONRPC = "mcp_not_jsonrpc"
+    MCP_MALFORMED_PARAMS = "mcp_malformed_params"
+    MCP_HEADER_MISMATCH = "mcp_header_mismatch"
 
 
 RULES: Final[dict[Rule, tuple[int, str]]] = {
@@ -140,9 +143,9 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
     ),
     Rule.METHOD_OVERRIDE: (
         400,
-        "a model endpoint takes a body only by POST: another method with a body, a method "
-        "spelt otherwise than 'POST', or a method override (header or _method parameter) "
-        "is not forwarded",
+        "a model or MCP endpoint takes a body only by POST: another method with a body, a "
+        "method spelt otherwise than 'POST', or a method override (header or _method "
+        "parameter) is not forwarded",
     ),
     Rule.WS_UNSUPPORTED_ENDPOINT: (
         400,
@@ -209,6 +212,24 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
         400,
         "a continuation (previous_response_id, conversation or prompt) must state its model, "
         "instructions and tools; use --continuation as-sent to audit it as sent",
+    ),
+    # MCP on the wire (SPEC 3b).
+    Rule.MCP_NOT_JSONRPC: (
+        400,
+        "the body is not a JSON-RPC 2.0 message (or a non-empty batch of them) as MCP sends: "
+        'jsonrpc "2.0", a string method or a result or error, an integer or string id '
+        "(none on a notification), no other members",
+    ),
+    Rule.MCP_MALFORMED_PARAMS: (
+        400,
+        "an MCP message's params are not what the audit reads: params not an object, a "
+        "tools/call without a string name, arguments that are not an object",
+    ),
+    Rule.MCP_HEADER_MISMATCH: (
+        400,
+        "an Mcp-Method, Mcp-Name, MCP-Protocol-Version or Mcp-Param-* header says something "
+        "other than the JSON-RPC body (or is sent twice): an intermediary routing on the "
+        "header and the server reading the body would see two different requests",
     ),
 }
 

@@ -54,6 +54,7 @@ from modeltap.evidence.capture.lines import (
     SESSIONS_FILE,
     LoadError,
     SessionEnd,
+    decode_audit_line,
     decode_event,
     decode_record,
     decode_session_end,
@@ -82,7 +83,7 @@ from modeltap.evidence.coverage import (
     qualified_tool_name,
 )
 from modeltap.evidence.recordings import Recording
-from modeltap.evidence.records import AuditRecord, Event, UnauditedEvent
+from modeltap.evidence.records import AuditRecord, Event, McpAuditRecord, UnauditedEvent
 from modeltap.evidence.verdicts import Expect, Scope
 
 # Coverage lives in modeltap.evidence.coverage; readers have always found it here too.
@@ -132,6 +133,8 @@ class Capture(TurnQueries):
     pass_through: tuple[UnauditedEvent, ...] = ()
     #: The ``--record`` directory the turns' output text was read from, or ``None``.
     recording: Path | None = None
+    #: Every MCP audit line (SPEC 3b), in file order (each session holds its own).
+    mcp_records: tuple[McpAuditRecord, ...] = ()
 
     def _turns(self) -> Iterable[Turn]:
         return (turn for session in self.sessions.values() for turn in session.turns)
@@ -249,16 +252,19 @@ class Capture(TurnQueries):
                 "the run's --out?)"
             )
         errors: list[LoadError] = []
-        records = [r for _, r in read_lines(root / AUDIT_FILE, decode_record, errors)]
+        lines = [r for _, r in read_lines(root / AUDIT_FILE, decode_audit_line, errors)]
+        records = [r for r in lines if isinstance(r, AuditRecord)]
+        mcp_records = [r for r in lines if isinstance(r, McpAuditRecord)]
         events = [e for _, e in read_lines(root / EVENTS_FILE, decode_event, errors)]
         ends = [s for _, s in read_lines(root / SESSIONS_FILE, decode_session_end, errors)]
-        sessions, pass_through = group(records, events, ends, tuple(errors))
+        sessions, pass_through = group(records, events, ends, tuple(errors), mcp_records)
         recording = Recording.load(Path(record)) if record is not None else None
         if recording is not None:
             sessions = {sid: with_output(s, recording) for sid, s in sessions.items()}
         return cls(
             directory=root,
             records=tuple(records),
+            mcp_records=tuple(mcp_records),
             events=tuple(events),
             session_ends=tuple(ends),
             sessions=sessions,

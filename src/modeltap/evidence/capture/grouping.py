@@ -15,6 +15,12 @@ close, each counting the whole session so far). Reasons of an incomplete
 ``sessions.jsonl`` line that the files do not show lower ``events`` as "the
 proxy reported: ...".
 
+MCP lines (SPEC 3b) join their session: its MCP audit lines and ``mcp_*``
+events are kept in lists of their own on the :class:`Session` (pairing them
+with the model's tool calls is a later step). An ``mcp_*`` event's ``seq``
+links to an MCP audit line as a response's does to a model record; an
+``error`` event of an MCP exchange belongs to no turn.
+
 Requests passed through unaudited (``GET .../models``, a ``HEAD /``
 preflight) are not model traffic: lines that are nothing else — no audit
 record, no refusal, no error, no ``sessions.jsonl`` line — make no session
@@ -48,12 +54,16 @@ from modeltap.evidence.records import (
     ErrorEvent,
     Event,
     FileReopenedEvent,
+    McpAuditRecord,
     RejectedEvent,
     ResponseEvent,
     UnauditedEvent,
 )
 
 __all__ = ["data_reasons", "group", "with_output"]
+
+#: The ``kind`` of every MCP event starts so (``mcp_result``, ``mcp_request``, ...).
+MCP_EVENT_PREFIX = "mcp_"
 
 
 def data_reasons(load_errors: Iterable[LoadError]) -> list[str]:
@@ -68,6 +78,7 @@ class _SessionParts:
     first_seen: tuple[datetime | None, int]
     run_ids: dict[str, None] = field(default_factory=dict)
     records: list[AuditRecord] = field(default_factory=list)
+    mcp_records: list[McpAuditRecord] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     ends: list[SessionEnd] = field(default_factory=list)
 
@@ -83,11 +94,13 @@ def group(
     events: list[Event],
     ends: list[SessionEnd],
     load_errors: tuple[LoadError, ...],
+    mcp_records: list[McpAuditRecord] | None = None,
 ) -> tuple[dict[str, Session], tuple[UnauditedEvent, ...]]:
     """Group a capture's lines by session.
 
     Args:
-        records: every audit record, in file order.
+        records: every model audit record, in file order.
+        mcp_records: every MCP audit line, in file order.
         events: every event, in file order.
         ends: every ``sessions.jsonl`` line.
         load_errors: the lines that could not be read (they lower every session).
@@ -113,6 +126,8 @@ def group(
 
     for record in records:
         part(record.session_id, record.run_id, record.ts).records.append(record)
+    for mcp_record in mcp_records or ():
+        part(mcp_record.session_id, mcp_record.run_id, mcp_record.ts).mcp_records.append(mcp_record)
     for event in events:
         part(event.session_id, event.run_id, event.ts).events.append(event)
     for end in ends:
@@ -120,6 +135,7 @@ def group(
 
     # An event links to its record by (run_id, seq), wherever the record is.
     record_keys = {(r.run_id, r.seq) for r in records}
+    mcp_keys = {(r.run_id, r.seq) for r in mcp_records or ()}
     linked: dict[tuple[str, int], list[Event]] = {}
     for event in events:
         if event.seq is not None and (event.run_id, event.seq) in record_keys:
@@ -132,7 +148,9 @@ def group(
         if _pass_through_only(entry):
             pass_through.extend(e for e in entry.events if isinstance(e, UnauditedEvent))
             continue
-        sessions[session_id] = _build_session(session_id, entry, linked, record_keys, load_errors)
+        sessions[session_id] = _build_session(
+            session_id, entry, linked, record_keys, mcp_keys, load_errors
+        )
     return sessions, tuple(pass_through)
 
 
@@ -140,6 +158,7 @@ def _pass_through_only(entry: _SessionParts) -> bool:
     """Only unaudited pass-throughs: not model traffic, so not a session."""
     return (
         not entry.records
+        and not entry.mcp_records
         and not entry.ends
         and bool(entry.events)
         and all(isinstance(e, UnauditedEvent) for e in entry.events)
@@ -151,6 +170,7 @@ def _build_session(
     entry: _SessionParts,
     linked: dict[tuple[str, int], list[Event]],
     record_keys: set[tuple[str, int]],
+    mcp_keys: set[tuple[str, int]],
     load_errors: tuple[LoadError, ...],
 ) -> Session:
     evidence = SessionEvidence(keep_answers=True)
@@ -200,7 +220,8 @@ def _build_session(
     loose_errors: list[ErrorEvent] = []
     orphans: list[Event] = []
     for event in entry.events:
-        if event.seq is not None and (event.run_id, event.seq) not in record_keys:
+        linked_to = (event.run_id, event.seq) if event.seq is not None else None
+        if linked_to is not None and linked_to not in record_keys and linked_to not in mcp_keys:
             orphans.append(event)
             evidence.lower(
                 "data",
@@ -271,6 +292,8 @@ def _build_session(
         orphan_events=tuple(orphans),
         ends=tuple(entry.ends),
         own_coverage=result.own,
+        mcp_records=tuple(entry.mcp_records),
+        mcp_events=tuple(e for e in entry.events if e.kind.startswith(MCP_EVENT_PREFIX)),
     )
 
 

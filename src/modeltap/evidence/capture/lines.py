@@ -33,9 +33,11 @@ from modeltap.evidence.records import (
     AUDIT_FILE,
     EVENT_TYPES,
     EVENTS_FILE,
+    MCP_API,
     SESSIONS_FILE,
     AuditRecord,
     Event,
+    McpAuditRecord,
     SessionStatus,
     kind_of,
 )
@@ -50,6 +52,7 @@ __all__ = [
     "DecodeError",
     "LoadError",
     "SessionEnd",
+    "decode_audit_line",
     "decode_event",
     "decode_record",
     "decode_session_end",
@@ -134,6 +137,18 @@ def decode_record(data: Any) -> AuditRecord:
             has the wrong type).
     """
     return _convert(data, AuditRecord)
+
+
+def decode_audit_line(data: Any) -> AuditRecord | McpAuditRecord:
+    """Build the record one parsed ``audit.jsonl`` line is: a model request's
+    :class:`AuditRecord`, or an :class:`McpAuditRecord` (``api`` ``mcp``).
+
+    Raises:
+        ValueError: the value is not a record of its kind.
+    """
+    if isinstance(data, dict) and data.get("api") == MCP_API:
+        return _convert(data, McpAuditRecord)
+    return decode_record(data)
 
 
 def decode_event(data: Any) -> Event:

@@ -64,6 +64,7 @@ from modeltap.evidence.records import (
     Cost,
     ErrorEvent,
     Event,
+    McpAuditRecord,
     RejectedEvent,
     ResponseEvent,
     ToolCall,
@@ -386,6 +387,11 @@ class Session(TurnQueries):
     ends: tuple[SessionEnd, ...] = ()
     #: What lowers the session's coverage outside any turn.
     own_coverage: EvidenceCoverage = COMPLETE
+    #: Its MCP audit lines (SPEC 3b), one per client-to-server message, in file order.
+    mcp_records: tuple[McpAuditRecord, ...] = ()
+    #: Its ``mcp_*`` events (results, server requests, notifications, streams),
+    #: in file order; they are in :attr:`events` too.
+    mcp_events: tuple[Event, ...] = ()
 
     def _turns(self) -> Iterable[Turn]:
         return self.turns
