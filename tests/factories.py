@@ -27,6 +27,7 @@ from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
     Event,
+    McpAuditRecord,
     RejectedEvent,
     ResponseEvent,
     Usage,
@@ -93,6 +94,39 @@ def audit_record(**fields: Any) -> AuditRecord:
     # provider records it.
     values.setdefault("provider", apis.module_for(values["api"]).PROVIDER)
     return AuditRecord(**values)
+
+
+def mcp_audit_record(**fields: Any) -> McpAuditRecord:
+    """An MCP audit line (a ``tools/list`` request by default); ``request_id``
+    defaults to ``req-{seq}``."""
+    seq = fields.get("seq", 1)
+    values: dict[str, Any] = {
+        "request_id": f"req-{seq}",
+        "seq": seq,
+        "run_id": RUN,
+        "session_id": "s-1",
+        "ts": ts(0),
+        "transport": "http",
+        "route": "files",
+        "upstream": "https://mcp.example.com/mcp",
+        "path": "/mcp",
+        "mcp_server": "files",
+        "mcp_session": None,
+        "protocol_version": "2025-11-25",
+        "message_type": "request",
+        "mcp_method": "tools/list",
+        "jsonrpc_id": seq,
+        "batch_index": None,
+        "tool_name": None,
+        "arguments_sha256": None,
+        "arguments_bytes": None,
+        "tool_call_id": None,
+        "continues_seq": None,
+        "unchecked_headers": (),
+        "body_bytes": 46,
+        "body_sha256": "0" * 64,
+    }
+    return McpAuditRecord(**(values | fields))
 
 
 def response_event(**fields: Any) -> ResponseEvent:

@@ -26,17 +26,20 @@ from modeltap.core.body_audit import (
     RequestBody,
     audit_body,
     body_codings,
+    model_reader,
     parse_body,
 )
+from modeltap.evidence.records import RequestFacts
 from modeltap.rules.errors import Rejected
 
 IMAGE = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
 CHAT_IMAGE = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": [IMAGE]}]})
 
 
-def audit(image_detail: str | None = None, *, signed: bool = False) -> BodyAudit:
+def audit(image_detail: str | None = None, *, signed: bool = False) -> BodyAudit[RequestFacts]:
     endpoint = apis.match_endpoint("/v1/chat/completions")
-    return BodyAudit(API_CHAT, endpoint, signed=signed, image_detail=image_detail, max_body=1 << 20)
+    read = model_reader(API_CHAT, endpoint, signed=signed, image_detail=image_detail)
+    return BodyAudit(read, max_body=1 << 20)
 
 
 def test_body_codings() -> None:

@@ -33,6 +33,30 @@ def test_the_lines_say_what_happened() -> None:
     ]
 
 
+def test_an_mcp_exchange_says_its_messages_or_its_stream() -> None:
+    from modeltap.core.notices import McpOutcome
+    from tests.factories import mcp_audit_record
+
+    post = exchange_view(api="mcp", mcp_server="files", path="/mcp")
+    calls = (
+        mcp_audit_record(mcp_method="tools/call", tool_name="add"),
+        mcp_audit_record(message_type="result", mcp_method="sampling/createMessage"),
+    )
+    done = Outcome(post, 0, status=200, mcp=McpOutcome("files", calls, 1, 12.0))
+    assert lines(done, "12:00:00") == [
+        "12:00:00 s1 mcp files 200 - 12ms tools/call add, result to sampling/createMessage"
+    ]
+    get = exchange_view(api="mcp", method="GET", mcp_server="files")
+    stream = Outcome(
+        get, 0, status=200, failure="client_gone", mcp=McpOutcome("files", (), 3, 900.0)
+    )
+    assert lines(stream, "12:00:00") == [
+        "12:00:00 s1 mcp files 200 - 900ms GET stream, 3 messages: client gone"
+    ]
+    refused = Outcome(post, 0, status=400, rejected=Rejected(Rule.MCP_HEADER_MISMATCH))
+    assert lines(refused, "12:00:00") == ["12:00:00 s1 mcp - 400 - - refused: mcp_header_mismatch"]
+
+
 CHAT = exchange_view(session_id="s1")
 WS_TURN = exchange_view(session_id="s1", transport="websocket", api="openai.responses")
 

@@ -176,6 +176,33 @@ async def test_an_event_stream_is_tapped_and_other_bodies_are_not(tmp_path: Path
         assert (event["method"], event["path"], event["status"]) == ("POST", "/v1/models", 200)
 
 
+async def test_an_mcp_get_stream_is_tapped_with_no_idle_limit(tmp_path: Path) -> None:
+    """An MCP GET stream is silent until the server speaks (SPEC 3b): no idle
+    limit ends it, and its SSE is observed through the MCP tap; a POST's
+    answer stays under the limits."""
+    from modeltap.core.mcp_exchange import McpStreamTap
+
+    with tap(tmp_path, mcp=["files=http://127.0.0.1:9/mcp"]) as t:
+        http_ = t.addon(Http)
+        get = tflow.tflow(req=tutils.treq(method=b"GET", path=b"/mcp/files", content=b""))
+        http_.requestheaders(get)
+        http_.request(get)
+        assert get.request.path == "/mcp" and get.request.headers["accept-encoding"] == "identity"
+        get.response = tutils.tresp(headers=http.Headers(content_type="text/event-stream"))
+        http_.responseheaders(get)
+        assert isinstance(get.response.stream, McpStreamTap)
+        assert DEADLINE_KEY not in get.metadata or get.metadata[DEADLINE_KEY].handle is None
+        message = b'{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+        post = model_flow("/mcp/files", message)
+        http_.requestheaders(post)
+        http_.request(post)
+        post.response = tutils.tresp(headers=http.Headers(content_type="text/event-stream"))
+        http_.responseheaders(post)
+        assert post.metadata[DEADLINE_KEY].watch == "response"
+        (line,) = t.audit()
+        assert (line["api"], line["mcp_method"], line["jsonrpc_id"]) == ("mcp", "tools/list", 1)
+
+
 async def test_a_websocket_handshake_leaves_its_view(tmp_path: Path) -> None:
     with tap(tmp_path) as t:
         http_ = t.addon(Http)

@@ -10,6 +10,8 @@ decided and wrote, whichever addon drove the exchange::
     14:02:14 s1 openai.chat_completions gpt-5 - - 3ms upstream unreachable
     14:02:15 s1 openai.chat_completions gpt-5 200 in=? out=? 95ms stream cut
     14:02:16 s1 openai.responses gpt-5 - - 540000ms timeout: first byte
+    14:02:17 s1 mcp files 200 - 12ms tools/call add
+    14:02:18 s1 mcp files 200 - 60034ms GET stream, 3 messages
 
 A failed exchange says what happened (:func:`~modeltap.rules.failures.describe_failure`),
 HTTP and WebSocket turns alike; tokens read ``-`` when no answer came at all.
@@ -72,6 +74,13 @@ def lines(outcome: Outcome, clock: str | None = None) -> list[str]:
         return printable(f"{text} {note}" if note else text)
 
     error = outcome.error
+    if outcome.mcp is not None and outcome.rejected is None:
+        mcp = outcome.mcp
+        kind = error.error if error is not None else outcome.failure
+        note = (
+            describe_failure(kind, outcome.expired, answered=bool(outcome.status)) if kind else ""
+        )
+        return [line(mcp.server, outcome.status, None, mcp.duration_ms, _mcp_note(outcome, note))]
     if outcome.rejected is not None:
         return [
             line(None, outcome.rejected.status, None, None, f"refused: {outcome.rejected.rule}")
@@ -99,3 +108,24 @@ def lines(outcome: Outcome, clock: str | None = None) -> list[str]:
 
 def _n(value: int | None) -> str:
     return "?" if value is None else str(value)
+
+
+def _mcp_note(outcome: Outcome, failure: str) -> str:
+    """What an MCP exchange carried: its messages (method and tool; an answer to
+    a server's request says so), or its stream."""
+    assert outcome.mcp is not None
+    mcp = outcome.mcp
+    if mcp.records:
+        said = [
+            " ".join(p for p in (r.mcp_method, r.tool_name) if p)
+            if r.message_type in ("request", "notification")
+            else f"{r.message_type} to {r.mcp_method or '?'}"
+            for r in mcp.records
+        ]
+        note = ", ".join(said[:3]) + (f" (+{len(said) - 3})" if len(said) > 3 else "")
+    else:
+        method = outcome.view.method or "-"
+        note = (
+            f"{method} stream, {mcp.messages_from_server} messages" if method == "GET" else method
+        )
+    return f"{note}: {failure}" if failure else note

@@ -166,11 +166,12 @@ class Http(Addon):
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         resp = flow.response
         assert resp is not None
-        if resp.status_code == 101:
-            self.deadlines.stop(flow)  # a WebSocket: open until either side closes it
+        ex: Exchange | None = flow.metadata.get(_EXCHANGE)
+        if resp.status_code == 101 or (ex is not None and ex.open_ended):
+            # A WebSocket, an MCP GET stream: open until either side closes it.
+            self.deadlines.stop(flow)
         else:
             self.deadlines.watch(flow, "response")
-        ex: Exchange | None = flow.metadata.get(_EXCHANGE)
         if ex is not None:
             stream = ex.started(resp.status_code, resp.headers, time.perf_counter_ns())
             if stream is not None:

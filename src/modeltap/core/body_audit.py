@@ -1,4 +1,4 @@
-"""The audit of a model request's body, sans-I/O (SPEC 2).
+"""The audit of a request's body, sans-I/O (SPEC 2, 3b).
 
 :class:`BodyAudit` is fed the body as it arrived and answers what it needs
 next, the way websockets' protocol objects hand back events::
@@ -17,6 +17,11 @@ back on the request encoded as the client sent it (``--image-detail``) is the
 glue's (:class:`Reencode`: mitmproxy knows the codings). Every step fails
 closed: an exception other than a refusal is a refusal
 (:func:`~modeltap.core.gate.fail_closed`), never a forward.
+
+What the decoded body says is read by the audit's *reader* (a model
+request's: :func:`model_reader`; an MCP POST's:
+:func:`modeltap.core.mcp_exchange.read_body`): the codings, ``--max-body``
+and the digest are the same for both.
 """
 
 from __future__ import annotations
@@ -262,10 +267,23 @@ WorkDone = Decoded | Hashed | Reencoded | Failed
 
 
 @dataclass(frozen=True, slots=True)
-class Audited:
+class Read[F]:
+    """What a reader found in a decoded body (it refuses one by raising ``Rejected``)."""
+
+    #: What the audit line is written from (a model request's :class:`RequestFacts`).
+    facts: F
+    #: The body, parsed, when it is the whole body as it goes upstream (kept
+    #: on the exchange so listeners need not parse it again); else None.
+    parsed: Json | None = None
+    #: The body rewritten (``--image-detail``): it goes upstream instead.
+    rewritten: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Audited[F]:
     """The body passed its audit: write its audit line, then forward it."""
 
-    facts: RequestFacts
+    facts: F
     #: The decoded body as it goes upstream (rewritten, if it was).
     sent: bytes
     #: The size of the body as it goes upstream (its content codings kept).
@@ -279,7 +297,9 @@ class Audited:
 # ---------------------------------------------------------------------- the audit
 
 
-def _failing_closed[T](step: Callable[[T], Work | Audited], given: T) -> Work | Audited | Rejected:
+def _failing_closed[T, F](
+    step: Callable[[T], Work | Audited[F]], given: T
+) -> Work | Audited[F] | Rejected:
     """Run a step of the audit; any exception is its refusal (:func:`fail_closed`)."""
     try:
         return fail_closed(step, given)
@@ -287,41 +307,52 @@ def _failing_closed[T](step: Callable[[T], Work | Audited], given: T) -> Work | 
         return e
 
 
-class BodyAudit:
-    """The audit of one model request's body: fed the body, it answers the
-    work it needs done until the body is :class:`Audited` or refused.
+def model_reader(
+    api: str,
+    endpoint: EndpointMatch | None,
+    *,
+    signed: bool,
+    image_detail: str | None,
+) -> Callable[[bytes], Read[RequestFacts]]:
+    """The reader of a model request's body: parsed (large payloads elided
+    unless ``--image-detail`` rewrites images), then audited by its API.
 
     Args:
         api: the endpoint's API.
         endpoint: what the request's path said (see :func:`audit_parsed`).
         signed: the request is SigV4-signed (never rewritten).
         image_detail: ``--image-detail``, if set.
+    """
+
+    def read(decoded: bytes) -> Read[RequestFacts]:
+        body, whole = parse_body(decoded, elide=image_detail is None)
+        facts, rewritten = audit_parsed(api, body, image_detail, endpoint, signed=signed)
+        # A rewrite changed the parsed body in place: it is what goes upstream.
+        return Read(facts, body if whole else None, rewritten)
+
+    return read
+
+
+class BodyAudit[F]:
+    """The audit of one request's body: fed the body, it answers the work it
+    needs done until the body is :class:`Audited` or refused.
+
+    Args:
+        read: reads the decoded body (:func:`model_reader`), or refuses it.
         max_body: ``--max-body`` in bytes.
     """
 
-    def __init__(
-        self,
-        api: str,
-        endpoint: EndpointMatch | None,
-        *,
-        signed: bool,
-        image_detail: str | None,
-        max_body: int,
-    ) -> None:
-        self._api = api
-        self._endpoint = endpoint
-        self._signed = signed
-        self._image_detail = image_detail
+    def __init__(self, read: Callable[[bytes], Read[F]], *, max_body: int) -> None:
+        self._read = read
         self._max_body = max_body
         self._body = RequestBody(b"", {})
         #: The work asked for and not yet handed back.
         self._asked: Work | None = None
-        self._facts: RequestFacts | None = None
-        self._parsed: Json | None = None
+        self._found: Read[F] | None = None
         self._sent = b""
         self._raw = b""
 
-    def start(self, body: RequestBody) -> Work | Audited | Rejected:
+    def start(self, body: RequestBody) -> Work | Audited[F] | Rejected:
         """Audit ``body``: what to do next.
 
         Returns:
@@ -331,7 +362,7 @@ class BodyAudit:
         """
         return _failing_closed(self._start, body)
 
-    def resume(self, done: WorkDone) -> Work | Audited | Rejected:
+    def resume(self, done: WorkDone) -> Work | Audited[F] | Rejected:
         """The work asked for is done: what to do next (as :meth:`start`).
 
         Args:
@@ -342,7 +373,7 @@ class BodyAudit:
 
     # The steps raise Rejected for a refusal; start and resume hand it back.
 
-    def _start(self, body: RequestBody) -> Work | Audited:
+    def _start(self, body: RequestBody) -> Work | Audited[F]:
         self._body = body
         headers = body.headers
         te, ce = headers.get("transfer-encoding"), headers.get("content-encoding")
@@ -351,7 +382,7 @@ class BodyAudit:
             return self._ask(Decode(body.raw, codings, self._max_body))
         return self._audit(body.raw)
 
-    def _resume(self, done: WorkDone) -> Work | Audited:
+    def _resume(self, done: WorkDone) -> Work | Audited[F]:
         asked, self._asked = self._asked, None
         if isinstance(done, Failed):
             logger.error(
@@ -373,26 +404,22 @@ class BodyAudit:
         self._asked = work
         return work
 
-    def _audit(self, decoded: bytes) -> Work | Audited:
-        body, whole = parse_body(decoded, elide=self._image_detail is None)
-        facts, rewritten = audit_parsed(
-            self._api, body, self._image_detail, self._endpoint, signed=self._signed
-        )
-        # A rewrite changed the parsed body in place: it is what goes upstream.
-        self._facts, self._parsed = facts, body if whole else None
-        if rewritten is not None:
-            self._sent = rewritten
-            return self._ask(Reencode(rewritten))
+    def _audit(self, decoded: bytes) -> Work | Audited[F]:
+        self._found = found = self._read(decoded)
+        if found.rewritten is not None:
+            self._sent = found.rewritten
+            return self._ask(Reencode(found.rewritten))
         self._sent, self._raw = decoded, self._body.raw
         return self._digest()
 
-    def _digest(self) -> Work | Audited:
+    def _digest(self) -> Work | Audited[F]:
         raw = self._raw
         from_arrival = raw is self._body.raw and self._body.hashed_as_it_arrived
         if from_arrival or len(raw) >= HASH_IN_THREAD_BYTES:
             return self._ask(Digest(raw, from_arrival))
         return self._audited(sha256_hex(raw))
 
-    def _audited(self, sha256: str) -> Audited:
-        assert self._facts is not None
-        return Audited(self._facts, self._sent, len(self._raw), sha256, self._parsed)
+    def _audited(self, sha256: str) -> Audited[F]:
+        found = self._found
+        assert found is not None  # a digest follows a reading
+        return Audited(found.facts, self._sent, len(self._raw), sha256, found.parsed)

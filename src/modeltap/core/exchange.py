@@ -16,6 +16,11 @@ each step moves it through :meth:`Exchange._enter`, the one transition check
 changes nothing (mitmproxy calls the response hook for modeltap's own answer
 too, and an error may follow the end).
 
+On an MCP route (SPEC 3b) each step hands its MCP part to the exchange's
+:class:`~modeltap.core.mcp_exchange.McpExchange` (its POST bodies are
+JSON-RPC, audited one line per message; its GET streams and DELETEs pass,
+observed), and answers in MCP's JSON-RPC error shape.
+
 The run (:class:`~modeltap.core.run.Run`) holds what exchanges share and writes
 the lines; each step publishes what happened to the run's listeners. Times
 are ``time.perf_counter_ns()`` readings handed in by the caller, so tests
@@ -34,10 +39,11 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 from modeltap import apis
 from modeltap.apis.contract import EndpointMatch
+from modeltap.apis.mcp.messages import McpBody
 from modeltap.core import answers
 from modeltap.core.body_audit import (
     Audited,
@@ -46,6 +52,7 @@ from modeltap.core.body_audit import (
     Work,
     WorkDone,
     hash_as_it_arrives,
+    model_reader,
 )
 from modeltap.core.gate import (
     RequestHead,
@@ -57,6 +64,18 @@ from modeltap.core.gate import (
     judge_request_line,
     overlong_id_header,
     switch_asked,
+)
+from modeltap.core.mcp_exchange import (
+    McpExchange,
+    McpStreamTap,
+    mcp_session_id,
+    request_session_key,
+)
+from modeltap.core.mcp_exchange import (
+    judge_request_line as judge_mcp_request_line,
+)
+from modeltap.core.mcp_exchange import (
+    read_body as read_mcp_body,
 )
 from modeltap.core.notices import ExchangeView, Forward, Outcome, Reply
 from modeltap.core.observe import StreamTap, observe_body, stream_framing, with_header_facts
@@ -153,8 +172,10 @@ class Exchange:
         self.response_headers: Mapping[str, str] | None = None
         self.streamed = False
         self._view: ExchangeView | None = None
-        #: The audit of its body (AUDITING).
-        self._audit: BodyAudit | None = None
+        #: Its MCP side, on an MCP route (SPEC 3b).
+        self.mcp: McpExchange | None = None
+        #: The audit of its body (AUDITING): a model request's, or an MCP POST's.
+        self._audit: BodyAudit[Any] | None = None
         self._request_headers: Mapping[str, str] = {}
 
     def _enter(self, state: State) -> bool:
@@ -226,9 +247,10 @@ class Exchange:
             return ex, switch
         ex.path = head.target
         # A session that only sends other requests still ends (and is reported).
-        if run.session(session_id) is None:
+        if run.session(session_id) is None and not _to_mcp(run, head):
             # The harness ended it: nothing more goes through in its name, so a
             # refusal in it can never be followed by traffic that looks complete.
+            # (On an MCP route its MCP side refuses it, in JSON-RPC's shape.)
             ex.refuse(Rejected(Rule.SESSION_ENDED), now)
         elif is_control_path(head.target) or (
             s.mode == "regular" and is_control_address(head.host, head.port, run.control_address)
@@ -254,6 +276,31 @@ class Exchange:
         )
         self.traceparent = head.headers.get("traceparent")
         self.conversation_id = head.session or (s.session if not self.handshake else None)
+        if found.route is not None and found.route.mcp:
+            self._open_mcp(head, found.route, now)
+
+    def _open_mcp(self, head: RequestHead, route: Route, now: int) -> None:
+        """On an MCP route: its MCP side, and its session when none was named (one
+        per ``Mcp-Session-Id``, SPEC 3b), which must not have ended."""
+        s = self.run.settings
+        key = request_session_key(head.headers, head.target)
+        named = head.session is not None or s.session is not None
+        self.api = apis.MCP.NAME
+        self.mcp = McpExchange(
+            self.run, self, route, key, head.method, head.headers, named_session=named
+        )
+        if not named and key is not None:
+            self.session_id = mcp_session_id(route.name, key)
+            self._view = None
+        if self.run.session(self.session_id) is None:
+            self.refuse(Rejected(Rule.SESSION_ENDED), now)
+
+    def rebind(self, session_id: str | None) -> None:
+        """Its MCP session became known mid-stream (HTTP+SSE's endpoint event):
+        its lines from now on name it (and its session, when one was not named)."""
+        if session_id is not None:
+            self.session_id = session_id
+        self._view = None
 
     def _judge(self, head: RequestHead, switch: bool | None, now: int) -> None:
         """What it asks of its route (SPEC 2): a switch modeltap can follow, a
@@ -263,6 +310,9 @@ class Exchange:
         if switch is None:
             # An upstream could switch it into a raw tunnel: nothing in it audited.
             self.refuse(Rejected(Rule.UNSUPPORTED_UPGRADE), now)
+            return
+        if self.mcp is not None:
+            self._judge_mcp(head, switch, now)
             return
         names = (name.decode("latin-1") for name, _ in head.fields)
         try:
@@ -283,10 +333,29 @@ class Exchange:
             # Sent to another host and path, its signature would fail: say so instead.
             self.refuse(Rejected(Rule.SIGNED_REQUEST), now)
 
+    def _judge_mcp(self, head: RequestHead, switch: bool, now: int) -> None:
+        """What a request asks of an MCP route: no switch, a line it can judge
+        (:func:`~modeltap.core.mcp_exchange.judge_request_line`), no signature
+        it would break."""
+        if switch:
+            self.refuse(Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, "an MCP route"), now)
+            return
+        names = (name.decode("latin-1") for name, _ in head.fields)
+        try:
+            kind = head.headers.get("content-type")
+            fail_closed(judge_mcp_request_line, head.method, head.target, names, kind)
+        except Rejected as e:
+            self.refuse(e, now)
+            return
+        s = self.run.settings
+        if head.signed and s.mode != "regular" and s.upstreams_check_signatures:
+            self.refuse(Rejected(Rule.SIGNED_REQUEST), now)
+
     def _start(self, head: RequestHead, now: int) -> None:
-        """A model request starts: its ``started`` notice, then a body declared
-        larger than ``--max-body`` is refused before it is read."""
-        if self.run.listeners.hear.started:
+        """A model request (or an MCP exchange) starts: a model request's
+        ``started`` notice, then a body declared larger than ``--max-body`` is
+        refused before it is read."""
+        if self.mcp is None and self.run.listeners.hear.started:
             self.run.listeners.started(self.view, now)
         length = head.headers.get("content-length", "")
         if length.isdigit() and int(length) > self.run.settings.max_body:
@@ -325,8 +394,16 @@ class Exchange:
                 turn=self.turn,
                 endpoint=self.endpoint,
                 body=self.body,
+                mcp_server=self.mcp.server if self.mcp is not None else None,
+                mcp_session=self.mcp.key if self.mcp is not None else None,
             )
         return self._view
+
+    @property
+    def open_ended(self) -> bool:
+        """Whether its answer is a stream with no end in sight: an MCP GET stream,
+        silent for as long as the server has nothing to say (no idle limit)."""
+        return self.mcp is not None and self.method == "GET"
 
     @property
     def audited(self) -> bool:
@@ -346,11 +423,18 @@ class Exchange:
 
     def refuse(self, rejected: Rejected, now: int) -> Reply:
         """Refuse the request: the provider-shaped answer, its event, its notice
-        (once it is over, only the answer: nothing more is written for it)."""
-        reply = answers.refusal(rejected, self.api, self.route)
+        (once it is over, only the answer: nothing more is written for it). On
+        an MCP route: a JSON-RPC error for its ids, its line naming its messages."""
+        mcp = self.mcp
+        reply = (
+            answers.refusal(rejected, self.api, self.route)
+            if mcp is None
+            else mcp.refusal(rejected)
+        )
         if self._enter(State.ANSWERED):
             self.reply = reply
-            self.run.refused(self.view, rejected, rejected.status, now)
+            refused = mcp.refused() if mcp is not None else None
+            self.run.refused(self.view, rejected, rejected.status, now, mcp=refused)
         return reply
 
     def reply_after_stop(self, now: int) -> None:
@@ -421,17 +505,36 @@ class Exchange:
             do it, then hand the result to :meth:`resume`.
         """
         s = self.run.settings
+        if self.mcp is not None and self.method != "POST":
+            return self._pass_mcp(body, now)
         if self.api is None or not self._enter(State.AUDITING):
             return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
-        self._audit = BodyAudit(
-            self.api,
-            self.endpoint,
-            signed=self.signed,
-            image_detail=s.image_detail,
-            max_body=s.max_body,
-        )
+        if self.mcp is not None:
+            self._audit = BodyAudit(read_mcp_body, max_body=s.max_body)
+        else:
+            read = model_reader(
+                self.api, self.endpoint, signed=self.signed, image_detail=s.image_detail
+            )
+            self._audit = BodyAudit(read, max_body=s.max_body)
         self._request_headers = body.headers
         return self._audit_step(self._audit.start(body), now)
+
+    def _pass_mcp(self, body: RequestBody, now: int) -> Forward | Reply:
+        """An MCP GET stream, a DELETE (no body: a body by another method than
+        POST is refused, a server may read it as messages): passed, observed,
+        within its session's policy."""
+        assert self.mcp is not None
+        if body.raw:
+            return self.refuse(Rejected(Rule.METHOD_OVERRIDE), now)
+        try:
+            self.run.admit(self.view)
+        except Rejected as e:
+            return self.refuse(e, now)
+        if not self._enter(State.FORWARDED):
+            return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
+        self.t_forward_ns = self.mcp.forwarded_ns = now
+        self.run.in_flight[self.id] = self
+        return self.mcp.forwarding(self._forwarding(b"", body.headers))
 
     def resume(self, done: WorkDone, now: int) -> Forward | Reply | Work:
         """The work :meth:`receive_body` asked for is done (or the glue could not
@@ -441,15 +544,17 @@ class Exchange:
             return self.refuse(Rejected(Rule.AUDIT_INTERNAL_ERROR), now)
         return self._audit_step(self._audit.resume(done), now)
 
-    def _audit_step(self, step: Work | Audited | Rejected, now: int) -> Forward | Reply | Work:
+    def _audit_step(self, step: Work | Audited[Any] | Rejected, now: int) -> Forward | Reply | Work:
         if isinstance(step, Rejected):
             return self.refuse(step, now)
         if isinstance(step, Audited):
             return self._forward(step, now)
         return step
 
-    def _forward(self, audited: Audited, now: int) -> Forward | Reply:
+    def _forward(self, audited: Audited[Any], now: int) -> Forward | Reply:
         """Write the audit line and let the request go, or refuse it."""
+        if self.mcp is not None:
+            return self._forward_mcp(audited, now)
         facts = audited.facts
         try:
             self.record = self.run.audit(self.view, facts, audited.size, audited.sha256)
@@ -465,6 +570,18 @@ class Exchange:
             self.run.listeners.audited(self.view, facts, audited.sent, now)
         return self._forwarding(audited.sent, self._request_headers)
 
+    def _forward_mcp(self, audited: Audited[McpBody], now: int) -> Forward | Reply:
+        """Write an MCP POST's audit lines (one per message) and let it go, or refuse it."""
+        assert self.mcp is not None
+        try:
+            self.mcp.audit(audited.facts, self._request_headers, audited.size, audited.sha256, now)
+        except Rejected as e:
+            return self.refuse(e, now)
+        self._enter(State.FORWARDED)
+        self.run.in_flight[self.id] = self
+        self.t_forward_ns = now
+        return self._forwarding(audited.sent, self._request_headers)
+
     def _forwarding(self, body: bytes, headers: Mapping[str, str]) -> Forward | Reply:
         if not self.run.listeners.hear.forwarding:
             return _FORWARD
@@ -472,13 +589,16 @@ class Exchange:
 
     # ------------------------------------------------------------------ response
 
-    def started(self, status: int, headers: Mapping[str, str], now: int) -> StreamTap | bool | None:
+    def started(
+        self, status: int, headers: Mapping[str, str], now: int
+    ) -> StreamTap | McpStreamTap | bool | None:
         """The response head arrived.
 
         Returns:
-            How to pass the body on: a :class:`StreamTap` (stream it through
-            the observer), True (stream it untouched), or None (mitmproxy
-            reads it whole).
+            How to pass the body on: a :class:`StreamTap` or
+            :class:`~modeltap.core.mcp_exchange.McpStreamTap` (stream it
+            through the observer), True (stream it untouched), or None
+            (mitmproxy reads it whole).
         """
         if not self._enter(State.RESPONDING):
             return None
@@ -487,6 +607,11 @@ class Exchange:
         self.response_headers = headers
         if self.run.listeners.hear.first_byte:
             self.run.listeners.first_byte(self.view, status, headers, now)
+        if self.mcp is not None:
+            on_chunk = self._chunk if self.run.listeners.hear.chunk else None
+            tap = self.mcp.response(status, headers, on_chunk)
+            self.streamed = tap is not None
+            return tap
         framing = stream_framing(headers.get("content-type", ""), self.api, self.facts, status)
         if framing is None:
             return None
@@ -575,6 +700,9 @@ class Exchange:
         if expired is not None:
             self._fail("upstream_timeout", expired, now, request_complete=True)
             return
+        if self.mcp is not None:
+            self._end_mcp(now, body=raw, encoding=encoding)
+            return
         if not self.audited:
             self._unaudited(status, now, body=raw)
             return
@@ -604,6 +732,16 @@ class Exchange:
         # After stop the files are final: nothing more is written.
         if self.run.stopped or not self._enter(State.DONE):
             return None
+        if (
+            kind == "client_gone"
+            and self.mcp is not None
+            and self.mcp.records
+            and self.mcp.answered
+        ):
+            # Every request of the POST had its answer: a client that closes then
+            # (its SDK stops reading after the result) ended the exchange, nothing broke.
+            self._end_mcp(now)
+            return None
         if kind == "client_gone" and self.audited and self.tap is not None and self.tap.done:
             # Clients (the sync openai SDK) close right after the terminal event, before
             # the body's last bytes (chunk terminator, a compressor's tail): the whole
@@ -630,6 +768,9 @@ class Exchange:
 
     def _fail(self, kind: str, expired: Phase | None, now: int, *, request_complete: bool) -> None:
         """An error event, then (if audited) the response event."""
+        if self.mcp is not None:
+            self._fail_mcp(kind, expired, now)
+            return
         unaudited = None
         if not self.audited and self.api is None and request_complete:
             # It was passed through, then failed.
@@ -646,6 +787,39 @@ class Exchange:
             self._respond(facts, now, error=error, failure=kind, expired=expired)
             return
         self._finish(now, unaudited=unaudited, error=error, failure=kind, expired=expired)
+
+    def _end_mcp(
+        self,
+        now: int,
+        *,
+        body: bytes | None = None,
+        encoding: str | None = None,
+        error: ErrorEvent | None = None,
+        failure: str | None = None,
+        expired: Phase | None = None,
+    ) -> None:
+        """An MCP exchange ended: what its answer said, its lines, its notice."""
+        assert self.mcp is not None
+        self.run.in_flight.pop(self.id, None)
+        mcp = self.mcp.ended(self.status, body, encoding, now, failure)
+        if self.run.listeners.hear.finished:
+            outcome = Outcome(
+                self.view, now, status=self.status, error=error, failure=failure,
+                expired=expired, streamed=self.streamed, body=body, mcp=mcp,
+            )  # fmt: skip
+            self.run.listeners.finished(outcome)
+
+    def _fail_mcp(self, kind: str, expired: Phase | None, now: int) -> None:
+        """An MCP exchange broke: a POST's error event (its messages may have
+        gone unanswered), then its end. A GET stream or a DELETE writes none:
+        clients leave streams open and go, and the stream's line says how it ended."""
+        assert self.mcp is not None
+        error = None
+        if self.method == "POST":
+            text = PHASE_TEXT[expired] if expired else error_message(kind)
+            records = self.mcp.records
+            error = self.run.failure(self.view, records[0].seq if records else None, kind, text)
+        self._end_mcp(now, error=error, failure=kind, expired=expired)
 
     def _respond(
         self,
@@ -702,3 +876,9 @@ class Exchange:
     def _unaudited(self, status: int | None, now: int, body: bytes | None = None) -> None:
         event = self.run.unaudited(self.view, self.host, status)
         self._finish(now, status=status, unaudited=event, body=body)
+
+
+def _to_mcp(run: Run, head: RequestHead) -> bool:
+    """Whether a request goes to an MCP route (it is refused in that route's shape)."""
+    found = destination(run.settings.mode, run.settings.routes, head)
+    return found is not None and found.route is not None and found.route.mcp

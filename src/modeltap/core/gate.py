@@ -391,7 +391,7 @@ def judge_request_line(
         if found.operation != OPERATION_CREATE:
             # The socket speaks response.create; a compaction has no WebSocket mode.
             raise Rejected(Rule.WS_UNSUPPORTED_ENDPOINT, "Responses compaction")
-    elif method == "POST" and not _utf8(content_type):
+    elif method == "POST" and not utf8_content_type(content_type):
         raise Rejected(Rule.UNSUPPORTED_CHARSET)
     elif method != "POST" and posted:
         # Another method that could be read as POST (an override, or "post": some
@@ -404,7 +404,7 @@ def judge_request_line(
 _CHARSET = re.compile(r'charset\s*=\s*"?\s*([^";,\s]*)', re.IGNORECASE)
 
 
-def _utf8(content_type: str | None) -> bool:
+def utf8_content_type(content_type: str | None) -> bool:
     """Whether a model request's ``Content-Type`` leaves its body UTF-8.
 
     JSON is UTF-8 (RFC 8259) and the audit reads it so, but some servers

@@ -19,8 +19,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Concatenate
 
-from modeltap.core.notices import ExchangeView, Forward, Listener, Outcome, Reply
-from modeltap.evidence.records import RequestFacts, WsCloseEvent
+from modeltap.core.notices import (
+    ExchangeView,
+    Forward,
+    Listener,
+    McpCall,
+    McpEvent,
+    Outcome,
+    Reply,
+)
+from modeltap.evidence.records import McpAuditRecord, RequestFacts, WsCloseEvent
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +47,8 @@ class Hearing:
     finished: bool = False
     opened: bool = False
     closed: bool = False
+    mcp_audited: bool = False
+    mcp_observed: bool = False
     session_ended: bool = False
     stopped: bool = False
 
@@ -111,6 +121,8 @@ class Listeners(Listener):
         self._finished = _overriding(heard, Listener.finished)
         self._opened = _overriding(heard, Listener.opened)
         self._closed = _overriding(heard, Listener.closed)
+        self._mcp_audited = _overriding(heard, Listener.mcp_audited)
+        self._mcp_observed = _overriding(heard, Listener.mcp_observed)
         self._session_ended = _overriding(heard, Listener.session_ended)
         self._stopped = _overriding(heard, Listener.stopped)
         #: Which notices anyone hears: check it before building a notice's arguments.
@@ -125,6 +137,8 @@ class Listeners(Listener):
             finished=bool(self._finished),
             opened=bool(self._opened),
             closed=bool(self._closed),
+            mcp_audited=bool(self._mcp_audited),
+            mcp_observed=bool(self._mcp_observed),
             session_ended=bool(self._session_ended),
             stopped=bool(self._stopped),
         )
@@ -191,6 +205,16 @@ class Listeners(Listener):
 
     def closed(self, view: ExchangeView, event: WsCloseEvent, t_ns: int) -> None:
         _tell("closed", self._closed, view, event, t_ns)
+
+    def mcp_audited(
+        self, view: ExchangeView, records: tuple[McpAuditRecord, ...], t_ns: int
+    ) -> None:
+        _tell("mcp_audited", self._mcp_audited, view, records, t_ns)
+
+    def mcp_observed(
+        self, view: ExchangeView, event: McpEvent, call: McpCall | None, t_ns: int
+    ) -> None:
+        _tell("mcp_observed", self._mcp_observed, view, event, call, t_ns)
 
     def session_ended(self, session_id: str) -> None:
         _tell("session_ended", self._session_ended, session_id)

@@ -22,6 +22,11 @@ from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
     Json,
+    McpAuditRecord,
+    McpExchangeEvent,
+    McpNotificationEvent,
+    McpRequestEvent,
+    McpResultEvent,
     RequestFacts,
     ResponseEvent,
     ResponseFacts,
@@ -72,6 +77,11 @@ class ExchangeView:
     #: (None before the audit, or when the audit elided large payloads):
     #: read it, never change it; :meth:`parsed_body` falls back to a parse.
     body: Json | None = None
+    #: An exchange on an MCP route (``api`` is ``mcp``): the server's name
+    #: (``--mcp NAME``, or the ``--mcp-host``) and its MCP session as the files
+    #: name it (the hash, never the ``Mcp-Session-Id``; ``None`` without one).
+    mcp_server: str | None = None
+    mcp_session: str | None = None
 
     def parsed_body(self, sent: bytes) -> Json:
         """The audited request body as it went upstream, parsed.
@@ -107,6 +117,38 @@ class Forward:
 
 
 @dataclass(frozen=True, slots=True)
+class McpCall:
+    """The client request an ``mcp_result`` answers, as its exchange sent it."""
+
+    #: Its audit line.
+    record: McpAuditRecord
+    #: The exchange that carried it (not necessarily the one the answer came on).
+    view: ExchangeView
+    #: When it was forwarded (``time.perf_counter_ns()``).
+    forwarded_ns: int
+
+
+#: The events an MCP stream or body gives, one per server-to-client message.
+McpEvent = McpResultEvent | McpRequestEvent | McpNotificationEvent
+
+
+@dataclass(frozen=True, slots=True)
+class McpOutcome:
+    """What an exchange on an MCP route was, when it ended (:attr:`Outcome.mcp`)."""
+
+    server: str
+    #: Its audit lines, one per message of its POST body (none for a GET, a
+    #: DELETE, or a refused body).
+    records: tuple[McpAuditRecord, ...] = ()
+    #: The JSON-RPC messages the server sent on it.
+    messages_from_server: int = 0
+    #: From forwarding to its end; ``None`` when it was not forwarded.
+    duration_ms: float | None = None
+    #: Its ``mcp_exchange`` line, when it has one (a GET stream, a DELETE).
+    event: McpExchangeEvent | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Outcome:
     """How an exchange (or a WebSocket turn) ended, and the lines written for it.
 
@@ -137,6 +179,8 @@ class Outcome:
     content: bytes | None = None
     #: What was observed of the response (the facts its event was written from).
     observed: ResponseFacts | None = None
+    #: An exchange on an MCP route: its lines and what it carried.
+    mcp: McpOutcome | None = None
 
 
 class Listener:
@@ -184,6 +228,19 @@ class Listener:
 
     def closed(self, view: ExchangeView, event: WsCloseEvent, t_ns: int) -> None:
         """A WebSocket connection closed (``event`` is its ``ws_close`` line)."""
+
+    def mcp_audited(
+        self, view: ExchangeView, records: tuple[McpAuditRecord, ...], t_ns: int
+    ) -> None:
+        """An MCP POST's audit lines were written, one per JSON-RPC message; it is
+        forwarded next (a ``forwarding`` notice follows, as for any request)."""
+
+    def mcp_observed(
+        self, view: ExchangeView, event: McpEvent, call: McpCall | None, t_ns: int
+    ) -> None:
+        """A server-to-client MCP message arrived on ``view``'s exchange and its
+        line was written: an ``mcp_result`` (``call``: the request it answers,
+        when seen), an ``mcp_request`` or an ``mcp_notification``."""
 
     def session_ended(self, session_id: str) -> None:
         """A session's ``sessions.jsonl`` line was written."""

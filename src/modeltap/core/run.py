@@ -7,9 +7,11 @@ resumable, ended by the harness), and the listeners it publishes to
 (:class:`~modeltap.core.listeners.Listeners`). :meth:`Run.stop` ends whatever
 is still in flight, then every session, and makes the files final.
 
-The life of one exchange is in :mod:`modeltap.core.exchange` (HTTP) and
+The life of one exchange is in :mod:`modeltap.core.exchange` (HTTP, its MCP
+side in :mod:`modeltap.core.mcp_exchange`) and
 :mod:`modeltap.core.ws_connection` (WebSocket); both register here what must be
-ended at stop.
+ended at stop. :meth:`Run.audit_mcp` is the same last gate for the messages of
+an MCP POST, whose MCP sessions the run follows in :attr:`Run.mcp`.
 """
 
 from __future__ import annotations
@@ -25,14 +27,18 @@ from typing import Any, Final, Protocol
 from modeltap import apis
 from modeltap.apis.websocket_mode import WsPolicy
 from modeltap.core.listeners import Listeners
+from modeltap.core.mcp_sessions import McpSessions
 from modeltap.core.notices import ExchangeView, Outcome
 from modeltap.core.sessions import Ended, Sessions, SessionTracker
 from modeltap.evidence.cost import response_cost
+from modeltap.evidence.mcp_pairing import Execution
 from modeltap.evidence.records import (
     OPERATION_CREATE,
     AuditRecord,
     ErrorEvent,
     Event,
+    McpAuditRecord,
+    McpRefused,
     RejectedEvent,
     RequestFacts,
     ResponseEvent,
@@ -100,7 +106,7 @@ class Run:
         self.settings = Settings()
         self.sink: Sink | None = None
         self.sessions = Sessions(self.run_id)
-        self.counts = {"audited": 0, "refused": 0, "unaudited": 0, "errors": 0}
+        self.counts = {"audited": 0, "refused": 0, "unaudited": 0, "errors": 0, "mcp": 0}
         #: Set once :meth:`stop` ran: files are final, nothing more is forwarded.
         self.stopped = False
         #: The control listener's address, refused as a target in regular mode.
@@ -111,6 +117,8 @@ class Run:
         self.in_flight: dict[str, InFlight] = {}
         #: Who hears what the run's exchanges do (:meth:`Listeners.subscribe`).
         self.listeners = Listeners()
+        #: The MCP sessions its exchanges share (answers matched across exchanges).
+        self.mcp = McpSessions()
         #: Copies each written line elsewhere (the OTLP log records), if set.
         self.line_observer: LineObserver | None = None
         #: Log records known lost so far, for each ``sessions.jsonl`` line.
@@ -156,13 +164,7 @@ class Run:
                 request must not be forwarded).
         """
         assert self.sink is not None and view.api is not None
-        if self.stopped:
-            raise Rejected(Rule.PROXY_STOPPED)
-        session = self.session(view.session_id)
-        if session is None:
-            raise Rejected(Rule.SESSION_ENDED)
-        if self.settings.fail_closed and session.refusals:
-            raise Rejected(Rule.FAIL_CLOSED)
+        session = self.admit(view)
         session.admit(facts.tool_results)
         endpoint = view.endpoint  # matched once, by the gate
         record = AuditRecord.build(
@@ -191,6 +193,71 @@ class Run:
         session.audited(record)
         self.counts["audited"] += 1
         return record
+
+    def audit_mcp(
+        self,
+        view: ExchangeView,
+        drafts: list[McpAuditRecord],
+        executions: list[Execution],
+    ) -> tuple[McpAuditRecord, ...]:
+        """The last gate before an MCP POST is forwarded: session policy, the
+        tool-call budget, then one audit line per message.
+
+        Args:
+            view: the exchange.
+            drafts: its lines, one per JSON-RPC message in order, but for
+                ``seq`` and ``ts`` (given here, as each is written).
+            executions: its ``tools/call`` messages that begin an execution
+                (the budget counts them).
+
+        Returns:
+            The lines written; the body may now be forwarded.
+
+        Raises:
+            Rejected: ``proxy_stopped``, ``session_ended``, ``fail_closed``,
+                ``tool_budget_exceeded``, or ``audit_write_failed`` (then the
+                body must not be forwarded; lines of a batch's earlier
+                members may be on disk already, and the refusal says why).
+        """
+        assert self.sink is not None
+        session = self.admit(view)
+        session.admit_executions(executions)
+        written: list[McpAuditRecord] = []
+        try:
+            for draft in drafts:
+                record = replace(draft, seq=next(self._seq), ts=utc_now())
+                self.sink.write_audit(record)
+                written.append(record)
+        except SinkError:
+            # As for a model request: never forward what could not be recorded.
+            # A batch's earlier lines are on disk all the same: the session counts them.
+            session.mcp_audited(len(written), ())
+            raise Rejected(Rule.AUDIT_WRITE_FAILED) from None
+        finally:
+            self.counts["mcp"] += len(written)
+        session.mcp_audited(len(written), executions)
+        return tuple(written)
+
+    def admit(self, view: ExchangeView) -> SessionTracker:
+        """The session policy: whether an exchange may go on in its session (a
+        model request, an MCP POST's messages, an MCP GET stream or DELETE): not
+        after stop, not in an ended session, not after a refusal under
+        ``--fail-closed``.
+
+        Returns:
+            Its session's tracker.
+
+        Raises:
+            Rejected: ``proxy_stopped``, ``session_ended`` or ``fail_closed``.
+        """
+        if self.stopped:
+            raise Rejected(Rule.PROXY_STOPPED)
+        session = self.session(view.session_id)
+        if session is None:
+            raise Rejected(Rule.SESSION_ENDED)
+        if self.settings.fail_closed and session.refusals:
+            raise Rejected(Rule.FAIL_CLOSED)
+        return session
 
     # ------------------------------------------------------------------ sessions
 
@@ -292,8 +359,18 @@ class Run:
             if session is not None:
                 session.line_lost("events.jsonl")
 
-    def refused(self, view: ExchangeView, rejected: Rejected, status: int | None, now: int) -> None:
-        """Record a refusal: its event (not after stop), the session's count, the notice."""
+    def refused(
+        self,
+        view: ExchangeView,
+        rejected: Rejected,
+        status: int | None,
+        now: int,
+        mcp: McpRefused | None = None,
+    ) -> None:
+        """Record a refusal: its event (not after stop), the session's count, the notice.
+
+        ``mcp`` names what an MCP refusal refused (its server, session and messages).
+        """
         self.counts["refused"] += 1
         if not self.stopped:  # after stop the files are final
             event = RejectedEvent(
@@ -305,6 +382,7 @@ class Run:
                 method=view.method,
                 path=redact_path(view.path),
                 api=view.api,
+                mcp=mcp,
             )
             self.write_event(event)
             session = self.session(view.session_id)
