@@ -91,6 +91,30 @@ def test_without_upstream_the_default_routes_are_exported(tmp_path: Path) -> Non
         ]
 
 
+def test_each_mcp_server_gets_its_url_and_each_agents_snippet(tmp_path: Path) -> None:
+    """SPEC 3b: per --mcp server, the URL through the proxy and the configuration
+    of Claude Code, Codex and Gemini CLI (each checked against the CLI itself:
+    tests/data/mcp/README.md; Gemini CLI's in tests/test_gemini_cli.py)."""
+    with CliProcess(
+        "run", "--out", str(tmp_path), "--mcp", "files=https://mcp.example.com/mcp"
+    ) as cli:  # fmt: skip
+        url = f"{cli.url}/mcp/files"
+        lines = cli.screen.splitlines()
+        assert re.search(r"/mcp/files\s+-> https://mcp.example.com/mcp", cli.screen)
+        start = lines.index(f"  mcp        files: {url}")
+        assert lines[start + 1 : start + 5] == [
+            f"               Claude Code  claude mcp add --transport http files {url}",
+            f'               Codex        [mcp_servers.files] url = "{url}"'
+            "  (~/.codex/config.toml)",
+            f'               Gemini CLI   {{"mcpServers": {{"files": {{"httpUrl": "{url}"}}}}}}'
+            "  (~/.gemini/settings.json)",
+            "             (MCP traffic joins x-modeltap-session or --session; else one session "
+            "per Mcp-Session-Id)",
+        ]
+        # An MCP server is configured in the agent: no export line is made up for it.
+        assert all("/mcp/" not in value for _, value, _ in exports(cli.screen))
+
+
 def test_the_fixture_base_urls_follow_the_upstream(
     pytester: pytest.Pytester, upstream: Upstream
 ) -> None:

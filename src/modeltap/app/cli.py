@@ -13,7 +13,7 @@ from pathlib import Path
 from modeltap import __version__
 from modeltap.addons import Control
 from modeltap.app import options
-from modeltap.app.client_env import export_lines, exported_routes
+from modeltap.app.client_env import export_lines, exported_routes, mcp_snippets, mcp_url
 from modeltap.app.proxy import Proxy, ProxyConfig, replay_proxy
 from modeltap.replay.matching import plural
 from modeltap.replay.recording import DIFF_FILE, Recording, RecordingError
@@ -88,7 +88,7 @@ def startup_screen(
         specs, upstream, recorded_turns = recording.recorded_routes()
         routes = RouteTable.build(specs, upstream)
     else:
-        routes = RouteTable.build(cfg.routes, cfg.upstream)
+        routes = RouteTable.build(cfg.routes, cfg.upstream, cfg.mcp, cfg.mcp_hosts)
     url = proxy.url
     out = Path(cfg.out)
     lines = [f"modeltap {__version__}  run {proxy.run_id}"]
@@ -102,6 +102,8 @@ def startup_screen(
             + ", ".join(dict.fromkeys(pattern for pattern, _ in PROVIDER_HOSTS))
         )
         lines.append("  export     HTTPS_PROXY=" + url + "  HTTP_PROXY=" + url)
+        if cfg.mcp_hosts:
+            lines.append("  mcp hosts  " + ", ".join(cfg.mcp_hosts) + "  (audited as MCP)")
         lines.append(
             f"  CA cert    {ca}  (trust it, e.g. SSL_CERT_FILE / NODE_EXTRA_CA_CERTS / "
             "AWS_CA_BUNDLE)"
@@ -118,7 +120,7 @@ def startup_screen(
                 target = f"the recording ({recorded})"
             lines.append(f"{head}{r.prefix.ljust(width)}  -> {target}")
         named = {parse_route_spec(spec).name for spec in specs}
-        shown = exported_routes(routes.routes, named)
+        shown = [r for r in exported_routes(routes.routes, named) if not r.mcp]
         found = export_lines(shown, url)
         exports = [e.text for e in found]
         for r in shown:
@@ -129,6 +131,7 @@ def startup_screen(
         if any(e.value.startswith("https://") for e in found):
             # This port answers TLS too, with certificates from mitmproxy's CA.
             lines.append(f"  CA cert    {ca}  (for https:// to this port)")
+        lines.extend(_mcp_lines(routes, url))
     lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
     if cfg.record:
         lines.append(f"  record     {cfg.record}  (full request and response bodies, for replay)")
@@ -173,6 +176,23 @@ def startup_screen(
         )
     lines.append("  Ctrl-C stops and flushes.")
     return "\n".join(lines)
+
+
+def _mcp_lines(routes: RouteTable, url: str) -> list[str]:
+    """Per MCP server: its URL through the proxy and each agent's configuration."""
+    lines = []
+    for i, route in enumerate(routes.mcp):
+        reached = mcp_url(route, url)
+        lines.append(("  mcp        " if i == 0 else "             ") + f"{route.name}: {reached}")
+        for snippet in mcp_snippets(route.name, reached):
+            where = f"  ({snippet.where})" if snippet.where else ""
+            lines.append(f"               {snippet.agent:<13}{snippet.text}{where}")
+    if lines:
+        lines.append(
+            "             (MCP traffic joins x-modeltap-session or --session; else one session "
+            "per Mcp-Session-Id)"
+        )
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,6 +12,11 @@ shows its URL). A new wire adds its provider's rules here and nothing else.
 Which routes get lines is :func:`exported_routes`: all of them, unless one
 upstream is mounted at ``/`` (``--upstream``), which is then what the user
 means an agent to reach; the default routes stay mounted, without lines.
+
+An MCP server (``--mcp NAME=URL``) is configured in the agent, not in its
+environment: :func:`mcp_snippets` gives, per agent, the configuration that
+points it at the server's mount, as each CLI was seen to take it
+(tests/data/mcp/README.md, "The agent CLIs").
 """
 
 from __future__ import annotations
@@ -188,6 +193,8 @@ def export_lines(routes: Iterable[Route], proxy_url: str) -> list[ExportLine]:
     """
     out: list[ExportLine] = []
     for route in routes:
+        if route.mcp:
+            continue  # an MCP server is configured in the agent: mcp_snippets
         base = proxy_url.rstrip("/") + ("" if route.prefix == "/" else route.prefix)
         rules: list[tuple[Rule, str | None]]
         if route.provider is None:
@@ -220,3 +227,48 @@ def exported_routes(routes: Sequence[Route], named: Collection[str]) -> list[Rou
     if not any(route.prefix == "/" for route in routes):
         return list(routes)
     return [route for route in routes if route.prefix == "/" or route.name in named]
+
+
+@dataclass(frozen=True, slots=True)
+class McpSnippet:
+    """How one agent is pointed at an MCP server through the proxy.
+
+    Attributes:
+        agent: the agent (``Claude Code``, ``Codex``, ``Gemini CLI``).
+        text: the command to run, or the configuration to write.
+        where: the file the configuration goes into, or ``None`` for a command.
+    """
+
+    agent: str
+    text: str
+    where: str | None = None
+
+
+def mcp_url(route: Route, proxy_url: str) -> str:
+    """The URL that reaches an MCP server's mount through the proxy."""
+    return proxy_url.rstrip("/") + route.prefix
+
+
+def mcp_snippets(name: str, url: str) -> list[McpSnippet]:
+    """The configuration that points each agent CLI at an MCP server (Streamable HTTP).
+
+    Each was checked by running that CLI against a local server through the
+    proxy (tests/data/mcp/README.md): Claude Code's ``claude mcp add``
+    (``--transport http``), Codex's ``[mcp_servers.NAME]`` table with ``url``,
+    Gemini CLI's ``mcpServers`` entry with ``httpUrl``. The agent then names
+    the server's tools after ``name``, which is how a model's tool call is
+    paired with its execution: keep the ``--mcp`` name.
+
+    Args:
+        name: the server's name (``--mcp NAME``), also the agent's name for it.
+        url: :func:`mcp_url`.
+    """
+    return [
+        McpSnippet("Claude Code", f"claude mcp add --transport http {name} {url}"),
+        McpSnippet("Codex", f'[mcp_servers.{name}] url = "{url}"', "~/.codex/config.toml"),
+        McpSnippet(
+            "Gemini CLI",
+            f'{{"mcpServers": {{"{name}": {{"httpUrl": "{url}"}}}}}}',
+            "~/.gemini/settings.json",
+        ),
+    ]
