@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import socket
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import mcp_types as types
 import uvicorn
@@ -162,6 +162,17 @@ def build_server() -> MCPServer:
     return server
 
 
+def _noting(app: Any, seen: list[tuple[str, str]]) -> Any:
+    """An ASGI app that notes each HTTP request, then hands it to ``app``."""
+
+    async def noted(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            seen.append((scope["method"], scope["path"]))
+        await app(scope, receive, send)
+
+    return noted
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -176,14 +187,20 @@ async def serve(
     json_response: bool = False,
     stateless: bool = False,
     event_store: bool = True,
+    server: MCPServer | None = None,
+    seen: list[tuple[str, str]] | None = None,
 ) -> AsyncIterator[str]:
-    """Run a fresh server on 127.0.0.1 until the block ends.
+    """Run a fresh server (or ``server``) on 127.0.0.1 until the block ends.
+
+    Args:
+        seen: if given, every HTTP request the server receives is appended as
+            ``(method, path)``: what reached it, and so what did not.
 
     Yields:
         Its base URL (``http://127.0.0.1:PORT``); the endpoint is ``/mcp``
         (Streamable HTTP) or ``/sse`` (HTTP+SSE).
     """
-    server = build_server()
+    server = server or build_server()
     if transport == "sse":
         app = server.sse_app()
     else:
@@ -193,6 +210,8 @@ async def serve(
             event_store=CountingEventStore() if event_store and not stateless else None,
             retry_interval=100,
         )
+    if seen is not None:
+        app = _noting(app, seen)
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
     runner = uvicorn.Server(config)

@@ -14,6 +14,8 @@ non-interactive mode ``security.auth.selectedType: "gemini-api-key"`` in
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import os
 import subprocess
 from collections.abc import Callable
@@ -23,9 +25,12 @@ from typing import Any
 import orjson
 import pytest
 
+from modeltap.app.client_env import mcp_snippets
 from modeltap.app.proxy import ProxyConfig, replay_proxy
 from modeltap.evidence.capture import Capture
+from tests import mcp_agent_clis
 from tests.conftest import Running, read_jsonl
+from tests.mcp_server import serve
 from tests.upstream import (
     GEMINI_METHOD,
     Received,
@@ -185,3 +190,66 @@ def test_gemini_cli_replays_its_recording(
     (before,), (after,) = recorded, replayed
     assert before[0]["call_id"] != after[0]["call_id"]  # the CLI's ids differ from run to run
     assert not (out / "replay-diff.jsonl").exists() or read_jsonl(out / "replay-diff.jsonl") == []
+
+
+def test_gemini_cli_runs_an_mcp_tool_through_the_proxy(
+    start_proxy: Callable[..., Running], tmp_path: Path
+) -> None:
+    """Gemini CLI with an MCP server configured at the proxy's /mcp/shapes (the
+    start-up screen's snippet): the stub model calls the MCP tool, the CLI runs
+    it with tools/call through the proxy, and both sides land in one session.
+
+    The budget of one tool call holds the loop: it completes only if the
+    model's call (``mcp_shapes_add``) and the execution that answers it are
+    counted once (SPEC 3b).
+    """
+    cli = require_cli()
+    seen = mcp_agent_clis.ModelSide()
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+
+    async def scenario() -> tuple[Running, int | None, str]:
+        async with serve(json_response=False) as base:
+            running = start_proxy(mcp=[f"shapes={base}/mcp"], session="gemini", max_tool_calls=1)
+            running.upstream.responder = mcp_agent_clis.gemini_answer(seen)
+            url = running.url + "/mcp/shapes"
+            clis = cli.parent.parent.parent
+            setup = await mcp_agent_clis.setup_gemini(clis, home, work, url, running.base())
+            # The server is configured as the start-up screen prints it for Gemini CLI.
+            (snippet,) = [s for s in mcp_snippets("shapes", url) if s.agent == "Gemini CLI"]
+            settings_file = home / ".gemini" / "settings.json"
+            settings = orjson.loads(settings_file.read_bytes())
+            settings["mcpServers"] = orjson.loads(snippet.text)["mcpServers"]
+            settings_file.write_bytes(orjson.dumps(settings))
+            code, output = await mcp_agent_clis.run(setup, work)
+            await asyncio.sleep(0.3)
+            running.proxy.stop()
+            return running, code, output
+
+    running, code, output = asyncio.run(scenario())
+    assert code == 0, output[-2000:]
+    assert seen.called == "mcp_shapes_add" and seen.results_seen == 1
+    mcp = [r for r in running.audit() if r["api"] == "mcp"]
+    assert {r["session_id"] for r in running.audit()} == {"gemini"}
+    methods = [r["mcp_method"] for r in mcp]
+    assert methods[:2] == ["initialize", "notifications/initialized"]
+    assert {"tools/list", "tools/call"} <= set(methods)
+    assert mcp[0]["jsonrpc_id"] == 0  # the CLI counts from 0
+    assert mcp[0]["protocol_version"] == "2025-06-18"  # from initialize: no header is sent
+    assert {r["protocol_version"] for r in mcp[1:]} == {None}
+    (call,) = [r for r in mcp if r["mcp_method"] == "tools/call"]
+    canonical = orjson.dumps(mcp_agent_clis.ARGUMENTS, option=orjson.OPT_SORT_KEYS)
+    assert (call["tool_name"], call["tool_call_id"]) == ("add", None)
+    assert call["arguments_sha256"] == hashlib.sha256(canonical).hexdigest()
+    assert call["mcp_session"] is not None and call["mcp_server"] == "shapes"
+    (result,) = [e for e in running.events("mcp_result") if e["seq"] == call["seq"]]
+    assert (result["is_error"], result["outcome"], result["tool_name"]) == (False, "result", "add")
+    model_calls = [c for e in running.events("response") for c in e["tool_calls"]]
+    assert [c["name"] for c in model_calls] == ["mcp_shapes_add"]
+    assert running.events("rejected") == []
+    (status,) = read_jsonl(running.out / "sessions.jsonl")
+    assert (status["session_id"], status["stop_reason"]) == ("gemini", "completed")
+    assert (status["mcp_tool_calls"], status["tool_calls_admitted"]) == (1, 1)
+    for name in ("audit.jsonl", "events.jsonl"):
+        assert mcp_agent_clis.FAKE_KEY.encode() not in (running.out / name).read_bytes()
