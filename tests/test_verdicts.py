@@ -11,6 +11,7 @@ what would make it available); evidence that contradicts one fails it.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -391,6 +392,58 @@ def test_a_refused_request(start_proxy: Callable[..., Running]) -> None:
     assert expect.model_used("claude-sonnet-4-5")
     assert expect.tool_not_called("delete_account")  # actions stay complete: no call was cut
     assert_unavailable(expect.that(lambda c: None, needs=["status"]), "status", "request refused")
+
+
+@pytest.mark.parametrize("lost", [b"", b"{torn\n"], ids=["line gone", "line unreadable"])
+def test_a_lost_audit_line_leaves_the_calls_of_its_response_unproven(
+    recorded: tuple[Path, Path], tmp_path: Path, lost: bytes
+) -> None:
+    """The refund request's audit line is gone (or unreadable): its response event,
+    which names the refund call, links to no turn. No turn shows the call, but the
+    files do: absence is not proven, and a count is not known."""
+    out, record = recorded
+    damaged = tmp_path / "damaged"
+    shutil.copytree(out, damaged)
+    first, _refund, last = (out / "audit.jsonl").read_bytes().splitlines(keepends=True)
+    (damaged / "audit.jsonl").write_bytes(first + lost + last)
+    capture = Capture.load(damaged, record=record)
+    expect = capture.expect
+    assert not capture.tool_was_called("refund")  # the old trap, one more way
+    why = "response event names seq 2, which has no audit record"
+    assert_unavailable(expect.tool_not_called("refund"), "actions", why, "lines are all readable")
+    assert_unavailable(expect.only_tools(["lookup"]), "actions", why)
+    assert_unavailable(expect.max_tool_calls(1), "actions", why)
+    assert_unavailable(expect.tool_call_count("refund", exactly=0), "actions", why)
+    assert_unavailable(expect.tool_called("refund"), "actions", why)
+    assert_unavailable(expect.tools_in_order(["lookup", "refund"]), "actions", why)
+    assert_unavailable(expect.that(lambda c: None, needs=["actions"]), "actions", why)
+    assert_unavailable(expect.that(lambda c: None, needs=["status"]), "status", why)
+    # What the readable lines show still counts, either way.
+    assert expect.tool_called("lookup").status == "passed"
+    assert expect.tool_not_called("lookup").status == "failed"
+    assert expect.final_text_contains("refunded").status == "passed"
+    assert_unavailable(expect.final_text_contains("declined"), "messages", why)
+
+
+def test_that_needs_messages_reads_the_recording(recorded: tuple[Path, Path]) -> None:
+    out, record = recorded
+    fine = Capture.load(out, record=record).expect.that(lambda c: None, needs=["messages"])
+    assert fine.status == "passed", str(fine)
+    gap = Capture.load(out).expect.that(lambda c: None, needs=["messages"])
+    assert_unavailable(gap, "messages", "message content is not recorded", "--record RDIR")
+
+
+def test_a_session_not_yet_ended_leaves_its_status_unproven(
+    start_proxy: Callable[..., Running],
+) -> None:
+    running = start_proxy()
+    refund_loop(running)
+    expect = Capture.load(running.out).expect  # the proxy still runs: no sessions.jsonl line
+    assert_unavailable(
+        expect.that(lambda c: None, needs=["status"]), "status", "not ended", "refund-1"
+    )
+    assert_unavailable(expect.completed(), "status", "not ended (no sessions.jsonl line): refund-1")
+    assert Capture.load(stopped(running)).expect.that(lambda c: None, needs=["status"])
 
 
 def test_no_traffic_makes_every_verdict_unavailable(tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
-from modeltap.evidence.coverage import CHANNELS, ChannelCoverage
+from modeltap.evidence.coverage import CHANNELS, ChannelCoverage, CoverageStatus
 from modeltap.evidence.coverage_reasons import (
     MESSAGES_NOT_RECORDED,
     NO_REQUESTS,
@@ -98,6 +98,12 @@ class Expect:
     ) -> Verdict:
         if status == UNAVAILABLE and channel is not None:
             hint = hint or REMEDIES.get(channel.split("+")[0])
+            lost = self.scope.coverage.data.reasons
+            if coverage is not None and channel != "data":
+                # Lost lines lowered it (_with_lost_lines): say what would bring them back.
+                own = [r for r in coverage.reasons if r not in lost]
+                if len(own) < len(coverage.reasons):
+                    hint = f"{hint}, and {REMEDIES['data']}" if own and hint else REMEDIES["data"]
             if coverage is not None and coverage.status != "complete":
                 reason = (
                     f"{reason}; the {channel} channel is {coverage.status}: "
@@ -114,9 +120,49 @@ class Expect:
         )
 
     def _channel(self, name: str) -> ChannelCoverage:
+        """A channel as the scope's verdicts read it.
+
+        Beyond the scope's coverage: ``messages`` is what the turns' recorded
+        output is worth (a capture's or session's own says only that content
+        is not in the evidence files), ``status`` is partial while a session
+        has not ended, and every channel is lowered by ``data``'s reasons: a
+        line that was lost, cannot be read or links to no turn may hold what
+        the channel needs (a response whose tool calls no turn shows).
+        """
         if name == "data":
             return self._audit()
-        return self.scope.coverage.channel(name)
+        channel = self._messages() if name == "messages" else self.scope.coverage.channel(name)
+        if name == "status":
+            open_sessions = self._open_sessions()
+            if open_sessions:
+                channel = channel.lower("partial", _not_ended(open_sessions))
+        return _with_lost_lines(channel, self.scope.coverage.data)
+
+    def _messages(self) -> ChannelCoverage:
+        """The turns' ``messages`` channels as one: worst status, each reason once
+        (naming its turns when not every turn gives it)."""
+        turns = self.scope.turns
+        if not turns:
+            return ChannelCoverage("unavailable", (NO_REQUESTS,))
+        by_reason: dict[str, tuple[CoverageStatus, list[str]]] = {}
+        for turn in turns:
+            channel = turn.coverage.messages
+            for reason in channel.reasons:
+                by_reason.setdefault(reason, (channel.status, []))[1].append(
+                    self.scope.turn_label(turn)
+                )
+        merged = ChannelCoverage()
+        for reason, (status, labels) in by_reason.items():
+            if len(labels) < len(turns):
+                shown = ", ".join(labels[:_LISTED]) + (
+                    f" and {len(labels) - _LISTED} more" if len(labels) > _LISTED else ""
+                )
+                reason = f"{reason} ({shown})"
+            merged = merged.lower(status, reason)
+        return merged
+
+    def _open_sessions(self) -> list[str]:
+        return [s.session_id for s in self.scope.sessions if not s.ends]
 
     def _audit(self) -> ChannelCoverage:
         """What the audit records are worth: ``data``, none at all unavailable."""
@@ -405,7 +451,7 @@ class Expect:
                 verdict_name, "messages", None, "no turn to read", coverage=coverage
             )
         last = max(turns, key=lambda t: (t.record.ts, t.record.seq))
-        coverage = last.coverage.messages
+        coverage = _with_lost_lines(last.coverage.messages, self.scope.coverage.data)
         hint = (
             None
             if MESSAGES_NOT_RECORDED in coverage.reasons
@@ -658,10 +704,7 @@ class Expect:
             return self._verdict(FAILED, verdict_name, "; ".join(stopped), "status")
         coverage = _evidence_coverage(self.scope.coverage)
         if open_sessions:
-            coverage = coverage.lower(
-                "partial",
-                f"not ended (no sessions.jsonl line): {', '.join(open_sessions[:_LISTED])}",
-            )
+            coverage = coverage.lower("partial", _not_ended(open_sessions))
         return self._positive(
             verdict_name,
             "status",
@@ -784,6 +827,20 @@ def _tokens(turn: TurnFacts, kind: str) -> int | None:
     if kind == "output":
         return turn.usage.output_tokens
     return turn.total_tokens
+
+
+def _not_ended(session_ids: Sequence[str]) -> str:
+    """Why ``status`` is partial while sessions have not ended."""
+    shown = ", ".join(session_ids[:_LISTED])
+    more = f" and {len(session_ids) - _LISTED} more" if len(session_ids) > _LISTED else ""
+    return f"not ended (no sessions.jsonl line): {shown}{more}"
+
+
+def _with_lost_lines(channel: ChannelCoverage, data: ChannelCoverage) -> ChannelCoverage:
+    """``channel`` lowered by ``data``'s reasons (lost lines may hold its evidence)."""
+    for reason in data.reasons:
+        channel = channel.lower(data.status, reason)
+    return channel
 
 
 def _with_usage_reasons(coverage: ChannelCoverage, usage: ChannelCoverage) -> ChannelCoverage:
