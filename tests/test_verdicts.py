@@ -446,6 +446,60 @@ def test_a_session_not_yet_ended_leaves_its_status_unproven(
     assert Capture.load(stopped(running)).expect.that(lambda c: None, needs=["status"])
 
 
+def refund_then_500(running: Running, *, retried: bool) -> None:
+    """A lookup call and its result, then the upstream answers HTTP 500 (and,
+    when ``retried``, the SDK's retry gets the final answer)."""
+    running.upstream.replies.extend(
+        [
+            chat_tool_json("gpt-5", name="lookup", arguments="{}", call_id="c1"),
+            Reply(status=500, json={"error": {"message": "overloaded", "type": "server_error"}}),
+        ]
+    )
+    if retried:
+        running.upstream.replies.append(chat_text_json("gpt-5", text="Refunded."))
+    client = openai_client(running).with_options(max_retries=1 if retried else 0)
+    messages: list[Any] = [{"role": "user", "content": "refund"}]
+    first = client.chat.completions.create(model="gpt-5", messages=messages, tools=TOOLS)
+    messages.append(first.choices[0].message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": "c1", "content": "found"})
+    if retried:
+        client.chat.completions.create(model="gpt-5", messages=messages, tools=TOOLS)
+    else:
+        with pytest.raises(openai.InternalServerError):
+            client.chat.completions.create(model="gpt-5", messages=messages, tools=TOOLS)
+
+
+@pytest.mark.parametrize("recording", [True, False])
+def test_a_run_whose_last_request_failed_did_not_complete(
+    start_proxy: Callable[..., Running], tmp_path: Path, recording: bool
+) -> None:
+    record = tmp_path / "record"
+    running = start_proxy(**({"record": str(record)} if recording else {}))
+    refund_then_500(running, retried=False)
+    capture = Capture.load(stopped(running), record=record if recording else None)
+    assert capture.sessions["refund-1"].stop_reason == "completed"  # the proxy's word
+    for expect in (capture.expect, capture.sessions["refund-1"].expect):
+        done = expect.completed()
+        assert done.status == "failed", str(done)
+        assert "last request (turn 2) was answered HTTP 500" in str(done)
+        # The final answer is an error: no text to find, whether recorded or not.
+        said = expect.final_text_contains("refunded")
+        assert said.status == "failed", str(said)
+        assert "the final response (turn 2) is an error answer (HTTP 500)" in str(said)
+
+
+def test_a_failed_request_that_a_retry_answered_completed(
+    start_proxy: Callable[..., Running], tmp_path: Path
+) -> None:
+    record = tmp_path / "record"
+    running = start_proxy(record=str(record))
+    refund_then_500(running, retried=True)
+    capture = Capture.load(stopped(running), record=record)
+    assert [t.is_retry for t in capture.sessions["refund-1"].turns] == [False, False, True]
+    assert capture.expect.completed().status == "passed"
+    assert capture.expect.final_text_contains("refunded").status == "passed"
+
+
 def test_no_traffic_makes_every_verdict_unavailable(tmp_path: Path) -> None:
     (tmp_path / "sessions.jsonl").write_text("")
     expect = Capture.load(tmp_path).expect

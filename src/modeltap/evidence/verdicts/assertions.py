@@ -450,7 +450,18 @@ class Expect:
             return self._positive(
                 verdict_name, "messages", None, "no turn to read", coverage=coverage
             )
-        last = max(turns, key=lambda t: (t.record.ts, t.record.seq))
+        last = max(turns, key=_order)
+        where = f"the final text ({self.scope.turn_label(last)})"
+        status = _error_status(last)
+        if status is not None:
+            return self._verdict(
+                FAILED,
+                verdict_name,
+                f"expected {text!r} in {where}; the final response "
+                f"({self.scope.turn_label(last)}) is an error answer (HTTP {status}), "
+                "which holds no text",
+                "messages",
+            )
         coverage = _with_lost_lines(last.coverage.messages, self.scope.coverage.data)
         hint = (
             None
@@ -458,7 +469,6 @@ class Expect:
             else "a recording that holds this turn's response, seen to its end"
         )
         said = last.output_text
-        where = f"the final text ({self.scope.turn_label(last)})"
         if said is None:
             return self._positive(
                 verdict_name,
@@ -700,6 +710,19 @@ class Expect:
                 )
             elif not session.ends:
                 open_sessions.append(session.session_id)
+        # The proxy's stop reason is `completed` after an error answer (the
+        # upstream answered): a session whose last request failed did not.
+        last_of: dict[str, TurnFacts] = {}
+        for turn in self.scope.turns:
+            last_of[turn.record.session_id] = _later(last_of.get(turn.record.session_id), turn)
+        for session in self.scope.sessions:
+            last = last_of.get(session.session_id)
+            status = _error_status(last)
+            if last is not None and status is not None:
+                stopped.append(
+                    f"session {session.session_id!r}'s last request "
+                    f"({self.scope.turn_label(last)}) was answered HTTP {status}"
+                )
         if stopped:
             return self._verdict(FAILED, verdict_name, "; ".join(stopped), "status")
         coverage = _evidence_coverage(self.scope.coverage)
@@ -721,8 +744,8 @@ class Expect:
             label = self.scope.turn_label(turn)
             if turn.error_events:
                 broken.append(f"{label}: {turn.error_events[0].error}")
-            elif turn.response is not None and (turn.response.status or 0) >= 400:
-                broken.append(f"{label}: upstream answered HTTP {turn.response.status}")
+            elif (status := _error_status(turn)) is not None:
+                broken.append(f"{label}: upstream answered HTTP {status}")
         if broken:
             return self._verdict(FAILED, verdict_name, "; ".join(broken), "status")
         coverage = _evidence_coverage(self.scope.coverage)
@@ -827,6 +850,21 @@ def _tokens(turn: TurnFacts, kind: str) -> int | None:
     if kind == "output":
         return turn.usage.output_tokens
     return turn.total_tokens
+
+
+def _order(turn: TurnFacts) -> tuple[str, int]:
+    """Which turn is later: the request's time, then its ``seq``."""
+    return (turn.record.ts, turn.record.seq)
+
+
+def _later(a: TurnFacts | None, b: TurnFacts) -> TurnFacts:
+    return b if a is None or _order(b) >= _order(a) else a
+
+
+def _error_status(turn: TurnFacts | None) -> int | None:
+    """The HTTP status of ``turn``'s error answer (400 or above), else ``None``."""
+    status = turn.response.status if turn is not None and turn.response is not None else None
+    return status if status is not None and status >= 400 else None
 
 
 def _not_ended(session_ids: Sequence[str]) -> str:
