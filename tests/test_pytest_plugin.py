@@ -27,7 +27,7 @@ import pytest
 
 from modeltap.app.pytest_plugin import ModelTapFixture
 from modeltap.evidence.capture import NO_REQUESTS
-from tests.upstream import Upstream
+from tests.upstream import Upstream, chat_tool_json
 
 pytest_plugins = ["pytester"]
 
@@ -388,3 +388,29 @@ def test_verdicts_in_pytest(pytester: pytest.Pytester, upstream: Upstream) -> No
     assert "(optional)" in summary
     assert "::test_an_unavailable_verdict_fails_the_assert: tool_not_called" in summary
     assert "2 unavailable verdicts (1 optional)" in summary
+
+
+EVIL_TOOL_TEST = """
+import openai
+
+
+def test_evil(modeltap):
+    client = openai.OpenAI(base_url=modeltap.url + "/v1", api_key="sk-test", max_retries=0)
+    client.chat.completions.create(model="m", messages=[])
+    assert modeltap.expect.tool_called("transfer")
+"""
+
+
+def test_a_failing_assert_shows_no_raw_wire_text(
+    pytester: pytest.Pytester, upstream: Upstream
+) -> None:
+    """pytest writes ``assert <Verdict ...>`` with the verdict's repr, and the short
+    summary line too: a tool name's terminal escapes must arrive escaped."""
+    upstream.replies.append(chat_tool_json("m", name="look\x1b[2Jup", arguments="{}"))
+    pytester.makepyfile(EVIL_TOOL_TEST)
+    result = run_inner(pytester, "--modeltap-upstream", upstream.url, "-rf")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "\x1b" not in text
+    assert "calls seen: look\\x1b[2Jup" in text
+    assert "AssertionError: assert <Verdict tool_called('transfer'): unavailable" in text

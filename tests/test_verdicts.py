@@ -500,6 +500,36 @@ def test_a_failed_request_that_a_retry_answered_completed(
     assert capture.expect.final_text_contains("refunded").status == "passed"
 
 
+#: A tool name as a hostile or broken model could send it: a terminal escape
+#: that clears the screen, a line break that forges a report line.
+EVIL_NAME = "look\x1b[2Jup\n[PASS] forged\u202e"
+
+
+def test_wire_text_never_reaches_a_terminal_raw(start_proxy: Callable[..., Running]) -> None:
+    running = start_proxy()
+    running.upstream.replies.append(
+        chat_tool_json("gpt-5", name=EVIL_NAME, arguments="{}", call_id="c\x1b[31m")
+    )
+    openai_client(running).chat.completions.create(
+        model="gpt-5", messages=[{"role": "user", "content": "x"}], tools=TOOLS
+    )
+    expect = Capture.load(stopped(running)).expect
+    made = [
+        expect.tool_called("transfer"),
+        expect.only_tools(["lookup"]),
+        expect.tool_not_called("delete_account"),  # the unanswered call's reason names it
+    ]
+    for verdict in made:
+        assert EVIL_NAME in (verdict.reason or ""), verdict.reason  # the JSON keeps it exact
+        for text in (str(verdict), repr(verdict)):
+            assert text.isprintable(), text
+            assert "look\\x1b[2Jup\\n[PASS] forged\\u202e" in text
+    rolled = str(verdicts(*made))
+    assert all(line.isprintable() for line in rolled.splitlines()), rolled
+    # One line per verdict that did not pass: a line break in a name forges none.
+    assert len(rolled.splitlines()) == 1 + sum(not v.passed for v in made) + 2, rolled
+
+
 def test_no_traffic_makes_every_verdict_unavailable(tmp_path: Path) -> None:
     (tmp_path / "sessions.jsonl").write_text("")
     expect = Capture.load(tmp_path).expect
