@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 import math
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import orjson
@@ -11,7 +14,15 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from modeltap import match
-from modeltap.evidence.verdicts.match import INVALID_JSON, decode_arguments, mismatch, to_json
+from modeltap.evidence.coverage import EvidenceCoverage
+from modeltap.evidence.verdicts import Expect, Scope
+from modeltap.evidence.verdicts.match import (
+    INVALID_JSON,
+    decode_arguments,
+    mismatch,
+    require_json,
+    to_json,
+)
 
 #: JSON values as a model's arguments decode to.
 JSON = st.recursive(
@@ -155,3 +166,99 @@ def test_equals_is_a_literal_and_to_json_writes_matchers_as_tables() -> None:
 def test_a_matcher_that_cannot_mean_anything_is_refused(make: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+@given(st.one_of(st.integers(min_value=2**64), st.integers(max_value=-(2**63) - 1)))
+def test_integers_beyond_64_bits_match_exactly(n: int) -> None:
+    """orjson reads such integers as floats: the arguments are read exactly instead."""
+    arguments = orjson.dumps({"id": str(n)}).decode().replace(f'"{n}"', str(n))
+    assert decode_arguments(arguments) == {"id": n}
+    assert matches({"id": n}, arguments)
+    assert not matches({"id": n + 1}, arguments)
+    assert match.fuzzy(str(n)).mismatch(decode_arguments(str(n)), "x") is None
+
+
+def test_numbers_beyond_a_double_are_json_not_garbage() -> None:
+    said = mismatch(1.0, decode_arguments('{"x": 1e400}')["x"], "arg 'x'")
+    assert said == "arg 'x' mismatch: expected 1.0, got Infinity"
+    assert decode_arguments("NaN") is INVALID_JSON  # not JSON, whatever Python's json says
+    assert decode_arguments('{"x": Infinity}') is INVALID_JSON
+
+
+NOWHERE = Expect(Scope("nowhere", (), (), EvidenceCoverage(), None))
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, Decimal("NaN")])
+def test_a_value_no_json_argument_can_hold_is_refused(value: float) -> None:
+    """JSON has no NaN and no infinity: an expectation of one would never match, and
+    would be written as null in the verdict's JSON."""
+    for make in (
+        lambda: require_json({"a": [value]}),
+        lambda: NOWHERE.tool_called("refund", amount=value),
+        lambda: NOWHERE.tool_called("refund", order={"lines": [value]}),
+        lambda: match.one_of(1, value),
+        lambda: match.contains({"a": value}),
+        lambda: match.equals(value),
+    ):
+        with pytest.raises(ValueError, match="no JSON value"):
+            make()
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
+
+
+class Size(enum.IntEnum):
+    SMALL = 1
+
+
+@pytest.mark.parametrize(
+    ("expected", "arguments"),
+    [
+        (Colour.RED, '"red"'),
+        (Size.SMALL, "1"),
+        (Decimal("500"), "500.0"),
+        (Fraction(1, 2), "0.5"),
+        ({"c": [Colour.RED]}, '{"c": ["red"]}'),
+    ],
+)
+def test_values_that_stand_for_json_ones_match_them(expected: Any, arguments: str) -> None:
+    assert matches(expected, arguments), mismatch(expected, decode_arguments(arguments))
+    assert not matches(expected, "true")
+
+
+@given(st.lists(st.integers(0, 999), min_size=2, max_size=4))
+def test_fuzzy_tells_a_list_of_numbers_from_one_number(parts: list[int]) -> None:
+    """Spaces and separators are ignored, not the edges between numbers: "3, 4" is
+    not 34, and "1,5" is not 15 (a thousands separator groups three digits)."""
+    listed = ", ".join(map(str, parts))
+    joined = "".join(map(str, parts))
+    assert match.fuzzy(joined).mismatch(listed, "x") is not None
+    assert match.fuzzy(joined).mismatch(",".join(map(str, parts)), "x") is not None or all(
+        len(str(p)) == 3 for p in parts[1:]
+    )
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        ("181,001", 181001),
+        ("181 001", "181001"),
+        ("1.5e3", 1500),
+        ("1,000.50", "1000.5"),
+        (181001.0, "181,001"),
+        ("0.50", 0.5),
+        ("1_000_000", 10**6),
+        ("Paris ", "PARIS"),
+    ],
+)
+def test_fuzzy_examples_that_are_one_value(a: Any, b: Any) -> None:
+    assert match.fuzzy(a).mismatch(b, "x") is None
+    assert match.fuzzy(b).mismatch(a, "x") is None
+
+
+@pytest.mark.parametrize(
+    ("a", "b"), [("3, 4", "34"), ("1,5", "15"), ("1,0000", "10000"), ("02139", "2139")]
+)
+def test_fuzzy_examples_that_are_not(a: Any, b: Any) -> None:
+    assert match.fuzzy(a).mismatch(b, "x") is not None

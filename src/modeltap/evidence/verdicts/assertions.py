@@ -37,6 +37,7 @@ from modeltap.evidence.verdicts.match import (
     decode_arguments,
     describe,
     mismatch,
+    require_json,
     to_json,
 )
 from modeltap.evidence.verdicts.scope import Scope, TurnFacts
@@ -240,7 +241,13 @@ class Expect:
         Returns:
             The verdict; ``details`` holds one entry (``expected_tool``,
             ``args_asserted``, ``matched_call_index``, ``unmatched_reason``).
+
+        Raises:
+            ValueError: an expected value holds NaN or an infinity (no JSON
+                argument is one: it could never match).
         """
+        for value in args.values():
+            require_json(value)
         shown_args = ", ".join(f"{k}={describe(v)}" for k, v in args.items())
         verdict_name = f"tool_called({name!r}{', ' + shown_args if shown_args else ''})"
         matched = -1

@@ -20,7 +20,10 @@ the argument's path (``arg 'order.id'``): it is what a failed verdict shows.
 
 from __future__ import annotations
 
+import enum
+import json
 import math
+import numbers
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -41,6 +44,7 @@ __all__ = [
     "mismatch",
     "one_of",
     "regex",
+    "require_json",
     "to_json",
 ]
 
@@ -54,26 +58,61 @@ def shown(value: Any) -> str:
     """A value as a mismatch quotes it: JSON, cut to a readable length."""
     if value is INVALID_JSON:
         return "arguments that are not valid JSON"
-    if isinstance(value, Matcher):
-        return value.describe()
-    try:
-        text = orjson.dumps(value, default=_matcher_json).decode()
-    except TypeError:
-        text = repr(value)
+    text = _json_text(value)
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
-def _matcher_json(value: Any) -> Any:
+def _json_text(value: Any) -> str:
+    """``value`` written as JSON, matchers as code writes them, and a number no
+    double can hold as ``Infinity`` (orjson would write ``null``: another value)."""
     if isinstance(value, Matcher):
-        return value.to_json()
-    if isinstance(value, tuple):
-        return list(value)
-    raise TypeError
+        return value.describe()
+    if _not_finite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, Mapping):
+        return (
+            "{" + ",".join(f"{_json_text(str(k))}:{_json_text(v)}" for k, v in value.items()) + "}"
+        )
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_json_text(v) for v in value) + "]"
+    try:
+        return orjson.dumps(to_json(value)).decode()
+    except TypeError:
+        return repr(value)
 
 
 def _is_number(value: Any) -> bool:
-    # JSON keeps true/false apart from numbers; Python's bool is an int.
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    # JSON keeps true/false apart from numbers; Python's bool is an int. An
+    # IntEnum, a Fraction, numpy's numbers (numbers.Real) and a Decimal stand for one.
+    return isinstance(value, numbers.Real | Decimal) and not isinstance(value, bool)
+
+
+def _not_finite(value: Any) -> bool:
+    if isinstance(value, Decimal):
+        return not value.is_finite()
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def require_json(expected: Any) -> Any:
+    """``expected`` itself, once it is sure to be something a JSON argument can equal.
+
+    Raises:
+        ValueError: it holds NaN or an infinity, which no JSON value is (it would
+            never match, and a verdict's JSON would write it as ``null``).
+    """
+    if isinstance(expected, Matcher):
+        return expected
+    if _not_finite(expected):
+        raise ValueError(
+            f"{expected!r} is no JSON value (JSON has no NaN or infinity): it can never match"
+        )
+    if isinstance(expected, Mapping):
+        for value in expected.values():
+            require_json(value)
+    elif isinstance(expected, list | tuple):
+        for value in expected:
+            require_json(value)
+    return expected
 
 
 class Matcher:
@@ -166,9 +205,15 @@ def _child(where: str, key: str) -> str:
 def _json_equal(expected: Any, actual: Any) -> bool:
     """Scalar equality as JSON means it (numbers by value, bool and null apart)."""
     if _is_number(expected) and _is_number(actual):
+        if isinstance(expected, Decimal) and isinstance(actual, float):
+            # Decimal("0.1") is the 0.1 the model wrote, not the double nearest to it.
+            return bool(expected == Decimal(repr(actual)))
         return bool(expected == actual)
     if isinstance(expected, bool) or isinstance(actual, bool):
         return isinstance(expected, bool) and isinstance(actual, bool) and expected == actual
+    if isinstance(expected, str) or isinstance(actual, str):
+        # A StrEnum member is the text it stands for.
+        return isinstance(expected, str) and isinstance(actual, str) and expected == actual
     if expected is None or actual is None:
         return expected is None and actual is None
     return type(expected) is type(actual) and bool(expected == actual)
@@ -182,17 +227,20 @@ class _Approx(Matcher):
     __slots__ = ("abs", "expected", "rel")
 
     def __init__(self, expected: float, rel: float, abs: float) -> None:
-        if not _is_number(expected) or not math.isfinite(expected):
+        if not _is_number(expected) or not math.isfinite(float(expected)):
             raise ValueError("approx() takes a finite number")
         if rel < 0 or abs < 0:
             raise ValueError("approx() tolerances must not be negative")
+        if math.isnan(rel) or math.isnan(abs):
+            raise ValueError("approx() tolerances must be numbers, not NaN")
         self.expected, self.rel, self.abs = expected, rel, abs
 
     def mismatch(self, actual: Any, where: str) -> str | None:
         if actual is INVALID_JSON or not _is_number(actual):
             return f"{where} mismatch: expected {self.describe()}, got {shown(actual)}"
-        tolerance = max(self.rel * math.fabs(self.expected), self.abs)
-        if math.fabs(actual - self.expected) <= tolerance:
+        expected = float(self.expected)
+        tolerance = max(self.rel * math.fabs(expected), self.abs)
+        if math.fabs(float(actual) - expected) <= tolerance:
             return None
         return f"{where} mismatch: expected {self.describe()}, got {shown(actual)}"
 
@@ -215,36 +263,44 @@ def approx(expected: float, rel: float = 1e-6, abs: float = 0.0) -> Matcher:
     return _Approx(expected, rel, abs)
 
 
-#: A number as people write it: digits with thousands separators, a fraction.
-_NUMBER: Final = re.compile(r"\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?")
+#: A number as people write it: digits, in groups of three when a thousands
+#: separator (``,`` or ``_``) is used, a fraction, an exponent (text is case-folded
+#: first). ``3, 4`` is two numbers and ``1,5`` is not fifteen.
+_NUMBER: Final = re.compile(r"(?:\d{1,3}(?:[,_]\d{3})+(?!\d)|\d+)(?:\.\d+)?(?:e[+-]?\d+)?")
 
 
 def _canonical_number(token: str) -> str:
-    try:
-        value = Decimal(token.replace(",", "").replace("_", ""))
-    except InvalidOperation:
-        return token
-    if not value.is_finite():
-        return token
-    return format(value.normalize(), "f")
+    """One spelling per number: no separators, no trailing zeros in a fraction, an
+    exponent worked out. Leading zeros stay: ``02139`` is a code, not 2139."""
+    digits = token.replace(",", "").replace("_", "")
+    if "e" in digits:
+        try:
+            value = Decimal(digits)
+        except InvalidOperation:
+            return token
+        return format(value.normalize(), "f") if value.is_finite() else token
+    whole, _, fraction = digits.partition(".")
+    fraction = fraction.rstrip("0")
+    return f"{whole}.{fraction}" if fraction else whole
 
 
 def fuzzy_text(value: Any) -> str | None:
-    """What :func:`fuzzy` compares: the text lower-cased, without white space,
-    every number written one way (no separators, no trailing zeros). ``None``
-    for a value that is not text or a number."""
+    """What :func:`fuzzy` compares: the text case-folded, every number written
+    one way (:func:`_canonical_number`), then without white space (numbers are
+    read first, so the space in ``3 4`` still parts them). ``None`` for a value
+    that is not text or a number."""
     if isinstance(value, bool) or value is None:
         return None
     if _is_number(value):
-        if isinstance(value, float) and not math.isfinite(value):
+        if not math.isfinite(float(value)):
             return None
-        text = repr(value)
+        text = str(value) if isinstance(value, Decimal) else repr(value)
     elif isinstance(value, str):
         text = value
     else:
         return None
-    squeezed = "".join(text.casefold().split())
-    return _NUMBER.sub(lambda m: _canonical_number(m.group()), squeezed)
+    numbered = _NUMBER.sub(lambda m: _canonical_number(m.group()), text.casefold())
+    return "".join(numbered.split())
 
 
 class _Fuzzy(Matcher):
@@ -333,7 +389,7 @@ class _Contains(Matcher):
     __slots__ = ("part",)
 
     def __init__(self, part: Any) -> None:
-        self.part = part
+        self.part = require_json(part)
 
     def mismatch(self, actual: Any, where: str) -> str | None:
         part = self.part
@@ -374,7 +430,7 @@ class _OneOf(Matcher):
     def __init__(self, values: Sequence[Any]) -> None:
         if not values:
             raise ValueError("one_of() takes at least one value")
-        self.values = tuple(values)
+        self.values = tuple(require_json(v) for v in values)
 
     def mismatch(self, actual: Any, where: str) -> str | None:
         if any(mismatch(value, actual, where) is None for value in self.values):
@@ -401,7 +457,7 @@ class _Equals(Matcher):
     __slots__ = ("value",)
 
     def __init__(self, value: Any) -> None:
-        self.value = value
+        self.value = require_json(value)
 
     def mismatch(self, actual: Any, where: str) -> str | None:
         return mismatch(self.value, actual, where)
@@ -428,6 +484,11 @@ def to_json(expected: Any) -> Any:
         return {str(k): to_json(v) for k, v in expected.items()}
     if isinstance(expected, list | tuple):
         return [to_json(v) for v in expected]
+    if isinstance(expected, enum.Enum):
+        return to_json(expected.value)
+    if _is_number(expected) and not isinstance(expected, int | float):
+        # A Decimal, a Fraction, numpy's numbers: JSON's own kind of number.
+        return int(expected) if isinstance(expected, numbers.Integral) else float(expected)
     return expected
 
 
@@ -443,12 +504,33 @@ def describe(expected: Any) -> str:
     return repr(expected)
 
 
+#: Digits enough for an integer past 64 bits, which orjson reads as a float.
+_LONG_DIGITS: Final = re.compile(r"\d{19}")
+
+
 def decode_arguments(arguments: str | None) -> Any:
     """A call's arguments decoded, :data:`INVALID_JSON` when they are not JSON
-    (or were not recorded)."""
+    (or were not recorded).
+
+    Values are compared exactly, so the few arguments orjson cannot read
+    exactly are read by the standard library instead: integers past 64 bits
+    (orjson makes them floats) and numbers past a double (``1e400``, valid
+    JSON that orjson refuses). ``NaN`` and ``Infinity`` are not JSON either way.
+    """
     if arguments is None:
         return INVALID_JSON
     try:
-        return orjson.loads(arguments)
+        value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
+        return _exactly(arguments)
+    return _exactly(arguments) if _LONG_DIGITS.search(arguments) else value
+
+
+def _exactly(arguments: str) -> Any:
+    def not_json(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(arguments, parse_constant=not_json)
+    except (ValueError, RecursionError):
         return INVALID_JSON
