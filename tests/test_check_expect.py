@@ -232,6 +232,23 @@ def test_a_session_not_in_the_capture_is_unavailable_naming_the_sessions(
         ),
         ('title = "x"\n', "cases.toml line 1: key 'title': unknown top-level key"),
         ("", "cases.toml: no [[case]] table"),
+        (
+            '[[case]]\nname = "a"\nmax_cost_usd = nan\n',
+            "cases.toml line 3: key 'max_cost_usd': must be a number of US dollars",
+        ),
+        (
+            '[[case]]\nname = "a"\n\n[[case.tool_called]]\nname = "r"\nargs = { x = [1, nan] }\n',
+            "cases.toml line 6: key 'tool_called.args': args.x[1]: nan is no JSON value",
+        ),
+        (
+            '[[case]]\nname = "a"\n\n[[case.tool_called]]\nname = "r"\n'
+            "args = { x = { approx = 1, rel = nan } }\n",
+            "key 'tool_called.args': args.x: approx() tolerances must be numbers",
+        ),
+        (
+            '[[case]]\nname = "a"\n\n[[case.tool_called]]\n\nname = 5\n',
+            "cases.toml line 6: key 'tool_called.name': needs a name",
+        ),
         ('[[case]]\nname = "a\n', "cases.toml line 2: not valid TOML"),
     ],
 )
@@ -275,3 +292,44 @@ def test_cases_parse_matchers_and_literals() -> None:
     with pytest.raises(CaseFileError) as caught:
         parse_cases('[[case]]\nname = "m"\nmax_cost_usd = -1\n', "f.toml")
     assert (caught.value.line, caught.value.key) == (3, "max_cost_usd")
+
+
+def test_approx_with_its_tolerances_is_a_matcher_as_the_json_writes_it(
+    refund_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A verdict's JSON writes approx(504, rel=0.01) as {approx, rel, abs}; a case
+    file reads that table back as the same matcher, not as a literal table."""
+    out, _ = refund_run
+    path = cases(
+        tmp_path,
+        '[[case]]\nname = "near"\n[[case.tool_called]]\nname = "refund"\n'
+        "args = { amount = { approx = 504, rel = 0.01, abs = 0.0 } }\n",
+    )
+    code, text, _ = check(capsys, out, "--expect", path, "--json")
+    assert code == 0, text
+    (verdict,) = orjson.loads(text)["cases"][0]["verdicts"]
+    assert verdict["details"][0]["args_asserted"] == {
+        "amount": {"approx": 504, "rel": 0.01, "abs": 0.0}
+    }
+    (case,) = parse_cases(
+        '[[case]]\nname = "x"\n[[case.tool_called]]\nname = "r"\n'
+        "args = { a = { approx = 1, rel = 0.5, other = 1 } }\n"
+    )
+    assert case.checks  # three keys, one not approx's: a literal table
+
+
+def test_optional_keys_do_not_excuse_a_missing_session(
+    refund_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """optional excuses a channel the capture could not fill, not a session name
+    that matches nothing (a typo would otherwise pass the case)."""
+    out, _ = refund_run
+    path = cases(
+        tmp_path,
+        '[[case]]\nname = "typo"\nsession = "refund-l"\nforbid_tools = ["delete_account"]\n'
+        'optional = ["forbid_tools"]\n',
+    )
+    code, text, _ = check(capsys, out, "--expect", path)
+    assert code == 1, text
+    assert text.splitlines()[0] == "[UNAVAILABLE] typo"
+    assert "no such session 'refund-l' in this out dir (sessions: refund-1)" in text

@@ -11,6 +11,8 @@ what would make it available); evidence that contradicts one fails it.
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -528,6 +530,26 @@ def test_wire_text_never_reaches_a_terminal_raw(start_proxy: Callable[..., Runni
     assert all(line.isprintable() for line in rolled.splitlines()), rolled
     # One line per verdict that did not pass: a line break in a name forges none.
     assert len(rolled.splitlines()) == 1 + sum(not v.passed for v in made) + 2, rolled
+
+
+@pytest.mark.parametrize(
+    ("ask", "said"),
+    [
+        (lambda e: e.max_cost(math.nan), "max_cost() takes a finite number of US dollars"),
+        (lambda e: e.max_cost(-1.0), "max_cost() takes a finite number of US dollars"),
+        (lambda e: e.max_tool_calls(-1), "max_tool_calls() takes a whole number"),
+        (lambda e: e.max_tokens(-1), "max_tokens() takes a whole number"),
+        (lambda e: e.tool_call_count("x", at_least=3, at_most=2), "no count is at least 3"),
+        (lambda e: e.tool_call_count("x", exactly=2, at_most=1), "no count is at least 2"),
+    ],
+)
+def test_a_bound_that_cannot_mean_anything_is_refused(
+    recorded: tuple[Path, Path], ask: Callable[[Any], Verdict], said: str
+) -> None:
+    """A NaN bound passes any cost (every comparison with NaN is false)."""
+    out, _ = recorded
+    with pytest.raises(ValueError, match=re.escape(said)):
+        ask(Capture.load(out).expect)
 
 
 def test_no_traffic_makes_every_verdict_unavailable(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ instructions the audit records (every audited turn has one: ``data``, and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
@@ -311,7 +312,8 @@ class Expect:
         """How many calls of ``name`` were made, against the bounds given.
 
         Raises:
-            ValueError: no bound was given, or a bound is negative.
+            ValueError: no bound was given, a bound is negative, or no count
+                meets them all (``at_least=3, at_most=2``).
         """
         bounds = {"exactly": exactly, "at_least": at_least, "at_most": at_most}
         given = {k: v for k, v in bounds.items() if v is not None}
@@ -319,18 +321,22 @@ class Expect:
             raise ValueError("tool_call_count() needs exactly=, at_least= or at_most=")
         if any(v < 0 for v in given.values()):
             raise ValueError("tool_call_count() bounds must not be negative")
+        ceiling = min((v for k, v in given.items() if k in ("exactly", "at_most")), default=None)
+        floor = max((v for k, v in given.items() if k in ("exactly", "at_least")), default=0)
+        if ceiling is not None and floor > ceiling:
+            raise ValueError(
+                f"tool_call_count(): no count is at least {floor} and at most {ceiling}"
+            )
         verdict_name = f"tool_call_count({name!r}, " + ", ".join(
             f"{k}={v}" for k, v in given.items()
         )
         verdict_name += ")"
         count = sum(1 for _, call in self.calls if tool_call_matches(call, name))
         said = f"{_plural(count, 'call')} of {name!r} seen"
-        ceiling = min((v for k, v in given.items() if k in ("exactly", "at_most")), default=None)
         if ceiling is not None and count > ceiling:
             return self._verdict(
                 FAILED, verdict_name, f"{said}, more than {ceiling} allowed", "actions"
             )
-        floor = max((v for k, v in given.items() if k in ("exactly", "at_least")), default=0)
         coverage = self._channel("actions")
         if coverage.status == "complete":
             if count < floor:
@@ -385,7 +391,12 @@ class Expect:
         )
 
     def max_tool_calls(self, n: int) -> Verdict:
-        """At most ``n`` tool calls in all (judged only on complete ``actions``)."""
+        """At most ``n`` tool calls in all (judged only on complete ``actions``).
+
+        Raises:
+            ValueError: ``n`` is not a whole number, 0 or more.
+        """
+        _whole(n, "max_tool_calls")
         count = len(self.calls)
         said = f"{_plural(count, 'tool call')} seen"
         contradiction = f"{said}, more than the {n} allowed" if count > n else None
@@ -628,10 +639,12 @@ class Expect:
         fail it whatever the rest.
 
         Raises:
-            ValueError: ``kind`` is not one of :data:`TOKEN_KINDS`.
+            ValueError: ``kind`` is not one of :data:`TOKEN_KINDS`, or ``n`` is
+                not a whole number, 0 or more.
         """
         if kind not in TOKEN_KINDS:
             raise ValueError(f"max_tokens(kind=...) is one of {', '.join(TOKEN_KINDS)}")
+        _whole(n, "max_tokens")
         verdict_name = f"max_tokens({n}" + (f", kind={kind!r})" if kind != "total" else ")")
         known = 0
         unknown: list[str] = []
@@ -663,7 +676,13 @@ class Expect:
 
         A turn nobody can price (unknown model, an unreported count) leaves
         the verdict unavailable, naming its model.
+
+        Raises:
+            ValueError: ``usd`` is not a finite number, 0 or more (a NaN
+                bound would pass any cost).
         """
+        if isinstance(usd, bool) or not isinstance(usd, int | float) or not 0 <= usd < math.inf:
+            raise ValueError("max_cost() takes a finite number of US dollars, 0 or more")
         verdict_name = f"max_cost({usd!r})"
         known = 0.0
         priced = 0
@@ -872,6 +891,11 @@ def _error_status(turn: TurnFacts | None) -> int | None:
     """The HTTP status of ``turn``'s error answer (400 or above), else ``None``."""
     status = turn.response.status if turn is not None and turn.response is not None else None
     return status if status is not None and status >= 400 else None
+
+
+def _whole(n: object, what: str) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{what}() takes a whole number, 0 or more")
 
 
 def _not_ended(session_ids: Sequence[str]) -> str:

@@ -27,7 +27,9 @@ Each key is judged only when the case gives it (there are no defaults):
 ``args``). In ``args``, a one-key table named after a matcher is that
 matcher (``{ approx = 1.5 }``, ``{ fuzzy = "181001" }``, ``{ regex = "^o-" }``,
 ``{ contains = ... }``, ``{ one_of = [...] }``, ``{ anything = true }``);
-``{ equals = ... }`` matches a literal table that happens to look like one.
+``{ equals = ... }`` matches a literal table that happens to look like one;
+``{ approx = 1.5, rel = 0.01, abs = 0.0 }`` is approx with its tolerances, as a
+verdict's JSON writes it.
 
 A file that cannot be read raises :class:`CaseFileError`, naming the line
 (and the key, when one is at fault): ``modeltap check`` exits 2 with it.
@@ -36,6 +38,7 @@ A file that cannot be read raises :class:`CaseFileError`, naming the line
 from __future__ import annotations
 
 import datetime
+import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +57,7 @@ from modeltap.evidence.verdicts.match import (
     fuzzy,
     one_of,
     regex,
+    require_json,
 )
 from modeltap.evidence.verdicts.scope import Scope
 from modeltap.evidence.verdicts.verdict import Verdict, Verdicts, verdicts
@@ -114,12 +118,20 @@ class Case:
     checks: tuple[tuple[str, Check], ...]
     optional: frozenset[str]
 
-    def judge(self, expect: Expect) -> Verdicts:
-        """Every check of the case on ``expect``'s scope, rolled up under the case's name."""
+    def judge(self, expect: Expect, *, excused: bool = True) -> Verdicts:
+        """Every check of the case on ``expect``'s scope, rolled up under the case's name.
+
+        Args:
+            expect: the scope's assertions.
+            excused: mark the verdicts of the ``optional`` keys optional
+                (not for a session the capture does not hold: ``optional``
+                excuses a channel the capture could not fill, not a name
+                that matches nothing).
+        """
         made = []
         for key, check in self.checks:
             verdict = check(expect)
-            made.append(verdict.optional() if key in self.optional else verdict)
+            made.append(verdict.optional() if excused and key in self.optional else verdict)
         return verdicts(*made, name=self.name)
 
 
@@ -317,7 +329,13 @@ def _check(key: str, value: Any, fail: Callable[[str, str], CaseFileError]) -> l
         tokens = _count(value, key, fail)
         return [lambda e: e.max_tokens(tokens)]
     if key == "max_cost_usd":
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        # TOML has nan and inf: a bound of nan would pass any cost.
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value < 0
+        ):
             raise fail(key, "must be a number of US dollars, 0 or more")
         usd = float(value)
         return [lambda e: e.max_cost(usd)]
@@ -358,7 +376,7 @@ def _tool_checks(value: Any, case: int, lines: _Lines, source: str) -> list[tupl
                 raise fail(key, "unknown key (a tool_called table gives name and args)")
         name = table.get("name")
         if not isinstance(name, str) or not name:
-            raise CaseFileError(source, start, "needs a name (the tool)", "tool_called.name")
+            raise fail("name", "needs a name (the tool)")
         args = table.get("args", {})
         if not isinstance(args, dict):
             raise fail("args", "must be a table of argument name = value or matcher")
@@ -381,10 +399,32 @@ def _expectation(value: Any, where: str, fail: Callable[[str, str], CaseFileErro
             made = _matcher(name, inner, where, fail)
             if made is not None:
                 return made
+        if "approx" in value and set(value) <= _APPROX_KEYS:
+            # The table a verdict's JSON writes for approx with its tolerances.
+            return _approx(value, where, fail)
         return {k: _expectation(v, f"{where}.{k}", fail) for k, v in value.items()}
     if isinstance(value, list):
         return [_expectation(v, f"{where}[{i}]", fail) for i, v in enumerate(value)]
-    return value
+    try:
+        return require_json(value)
+    except ValueError as e:
+        raise fail("args", f"{where}: {e}") from None
+
+
+#: ``{ approx = 1.5, rel = 0.01, abs = 0.0 }``: approx and its tolerances.
+_APPROX_KEYS: Final = frozenset({"approx", "rel", "abs"})
+
+
+def _approx(
+    table: Mapping[str, Any], where: str, fail: Callable[[str, str], CaseFileError]
+) -> Matcher:
+    values = [table["approx"], table.get("rel", 1e-6), table.get("abs", 0.0)]
+    if any(isinstance(v, bool) or not isinstance(v, int | float) for v in values):
+        raise fail("args", f"{where}: approx, rel and abs are numbers")
+    try:
+        return approx(values[0], rel=values[1], abs=values[2])
+    except ValueError as e:
+        raise fail("args", f"{where}: {e}") from None
 
 
 def _matcher(
@@ -394,9 +434,7 @@ def _matcher(
         if name == "equals":
             return equals(inner)
         if name == "approx":
-            if isinstance(inner, bool) or not isinstance(inner, int | float):
-                raise ValueError("approx takes a number")
-            return approx(inner)
+            return _approx({"approx": inner}, where, fail)
         if name == "fuzzy":
             return fuzzy(inner)
         if name == "regex":
@@ -411,6 +449,8 @@ def _matcher(
             if inner is not True:
                 raise ValueError("write { anything = true }")
             return anything()
+    except CaseFileError:
+        raise
     except ValueError as e:
         raise fail("args", f"{where}: {e}") from None
     return None
@@ -445,15 +485,17 @@ def judge_cases(
 
     Returns:
         Each case with its verdicts, in order. A case naming a session the
-        capture does not hold is judged on nothing: every verdict unavailable.
+        capture does not hold is judged on nothing: every verdict
+        unavailable, its ``optional`` keys too.
     """
     out = []
     for case in cases:
+        missing = case.session is not None and case.session not in sessions
         if case.session is None:
             expect = whole
-        elif case.session in sessions:
+        elif not missing:
             expect = sessions[case.session]
         else:
             expect = Expect(_no_such_session(case.session, list(sessions)))
-        out.append(Judged(case, expect.scope.label, case.judge(expect)))
+        out.append(Judged(case, expect.scope.label, case.judge(expect, excused=not missing)))
     return out
