@@ -178,6 +178,27 @@ def test_json_follows_its_schema(
     ]
 
 
+def test_the_schema_holds_unavailable_verdicts_to_saying_why(
+    refund_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every unavailable verdict names its channel, why, and what would make it
+    available, and an unmatched call says why: the schema refuses a document that
+    does not, so a consumer can rely on it."""
+    out, _ = refund_run
+    _, text, _ = check(capsys, out, "--expect", cases(tmp_path, MIXED), "--json")
+    document = orjson.loads(text)
+    VERDICTS_SCHEMA.validate(document)
+    (gap,) = document["cases"][2]["verdicts"]
+    assert gap["status"] == "unavailable"
+    for field in ("hint", "channel", "reason"):
+        broken = orjson.loads(text)
+        broken["cases"][2]["verdicts"][0][field] = None
+        assert not VERDICTS_SCHEMA.is_valid(broken), field
+    (called,) = [v for v in document["cases"][0]["verdicts"] if v["details"]]
+    called["details"][0]["matched_call_index"] = -1
+    assert not VERDICTS_SCHEMA.is_valid(document)
+
+
 def test_a_session_not_in_the_capture_is_unavailable_naming_the_sessions(
     refund_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
