@@ -34,6 +34,7 @@ from tests.upstream import (
     anthropic_tool_json,
     chat_text_json,
     chat_tool_json,
+    chat_tool_sse,
 )
 
 TOOLS = [
@@ -550,6 +551,66 @@ def test_a_bound_that_cannot_mean_anything_is_refused(
     out, _ = recorded
     with pytest.raises(ValueError, match=re.escape(said)):
         ask(Capture.load(out).expect)
+
+
+def test_a_cut_attempt_that_was_retried_does_not_count_its_calls_twice(
+    start_proxy: Callable[..., Running],
+) -> None:
+    """The stream carrying a lookup call is cut; the agent sends the same request
+    again and gets the whole call. One call was made, sent twice: a count or a
+    budget must not fail on the attempt the agent never received."""
+    running = start_proxy()
+    cut = chat_tool_sse("gpt-5")
+    cut.cut_after = 3  # the call and part of its arguments, then the connection breaks
+    running.upstream.replies.extend(
+        [cut, chat_tool_sse("gpt-5"), chat_text_json("gpt-5", text="Sunny.")]
+    )
+    client = openai_client(running)
+    messages: list[Any] = [{"role": "user", "content": "weather?"}]
+    with pytest.raises((openai.APIConnectionError, httpx.HTTPError)):
+        for _ in client.chat.completions.create(
+            model="gpt-5", messages=messages, tools=TOOLS, stream=True
+        ):
+            pass
+    calls: dict[int, Any] = {}
+    for chunk in client.chat.completions.create(
+        model="gpt-5", messages=messages, tools=TOOLS, stream=True
+    ):
+        for delta in chunk.choices[0].delta.tool_calls or () if chunk.choices else ():
+            calls.setdefault(delta.index, delta)
+    (call,) = calls.values()
+    messages.append(
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {
+                    "id": call.id,
+                    "type": "function",
+                    "function": {"name": "lookup", "arguments": "{}"},
+                }
+            ],
+        }
+    )
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
+    client.chat.completions.create(model="gpt-5", messages=messages, tools=TOOLS)
+    capture = Capture.load(stopped(running))
+    turns = capture.sessions["refund-1"].turns
+    assert [t.is_retry for t in turns] == [False, True, False]
+    assert [len(t.tool_calls) for t in turns] == [1, 1, 0]  # the cut attempt showed it too
+    expect = capture.expect
+    assert expect.max_tool_calls(1).status != "failed", str(expect.max_tool_calls(1))
+    count = expect.tool_call_count("lookup", exactly=1)
+    assert count.status != "failed", str(count)
+    assert "1 call of 'lookup' seen (and 1 in an attempt the agent retried, not counted)" in str(
+        count
+    )
+    # Presence sees every call: the cut one's arguments are not whole JSON, the retry's are.
+    found = expect.tool_called("lookup", q="weather")
+    assert found.status == "passed"
+    assert found.details is not None and found.details[0]["matched_call_index"] == 1
+    assert expect.tool_not_called("lookup").status == "failed"
+    # The cut attempt's gap is still a gap: absence is not proven by the retry.
+    assert_unavailable(expect.tool_not_called("delete_account"), "actions", "not seen completely")
 
 
 def test_no_traffic_makes_every_verdict_unavailable(tmp_path: Path) -> None:

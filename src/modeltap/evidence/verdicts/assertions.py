@@ -213,10 +213,30 @@ class Expect:
 
     @property
     def calls(self) -> list[tuple[TurnFacts, ToolCall]]:
-        """The scope's tool calls in call order (a session's flattened over its turns)."""
+        """The scope's tool calls in call order (a session's flattened over its turns):
+        every call seen, a failed attempt's too (what the model asked for)."""
         if self._calls is None:
             self._calls = [(turn, call) for turn in self.scope.turns for call in turn.tool_calls]
         return self._calls
+
+    def _counted(self) -> tuple[list[ToolCall], int]:
+        """The calls a count or a budget counts, and how many it leaves out.
+
+        An attempt that a later turn retried is left out: it failed (its
+        stream cut, say, after a call had begun), the agent sent the same
+        request again, and the retry's answer holds the call. Counting both
+        would fail a budget on a call the agent never received. (Presence
+        still sees it: a forbidden call the model began is a call it made.)
+        """
+        retried = {
+            (turn.record.session_id, turn.retry_of)
+            for turn in self.scope.turns
+            if turn.retry_of is not None
+        }
+        counted = [
+            call for turn, call in self.calls if (turn.record.session_id, turn.index) not in retried
+        ]
+        return counted, len(self.calls) - len(counted)
 
     def _call_label(self, index: int) -> str:
         turn, call = self.calls[index]
@@ -331,8 +351,10 @@ class Expect:
             f"{k}={v}" for k, v in given.items()
         )
         verdict_name += ")"
-        count = sum(1 for _, call in self.calls if tool_call_matches(call, name))
-        said = f"{_plural(count, 'call')} of {name!r} seen"
+        counted, _ = self._counted()
+        count = sum(1 for call in counted if tool_call_matches(call, name))
+        left_out = sum(1 for _, call in self.calls if tool_call_matches(call, name)) - count
+        said = f"{_plural(count, 'call')} of {name!r} seen" + _retried(left_out)
         if ceiling is not None and count > ceiling:
             return self._verdict(
                 FAILED, verdict_name, f"{said}, more than {ceiling} allowed", "actions"
@@ -397,8 +419,9 @@ class Expect:
             ValueError: ``n`` is not a whole number, 0 or more.
         """
         _whole(n, "max_tool_calls")
-        count = len(self.calls)
-        said = f"{_plural(count, 'tool call')} seen"
+        counted, left_out = self._counted()
+        count = len(counted)
+        said = f"{_plural(count, 'tool call')} seen" + _retried(left_out)
         contradiction = f"{said}, more than the {n} allowed" if count > n else None
         return self._bounded(f"max_tool_calls({n})", "actions", contradiction, said)
 
@@ -891,6 +914,13 @@ def _error_status(turn: TurnFacts | None) -> int | None:
     """The HTTP status of ``turn``'s error answer (400 or above), else ``None``."""
     status = turn.response.status if turn is not None and turn.response is not None else None
     return status if status is not None and status >= 400 else None
+
+
+def _retried(left_out: int) -> str:
+    """What a count says of the calls of retried attempts it left out."""
+    if not left_out:
+        return ""
+    return f" (and {left_out} in an attempt the agent retried, not counted)"
 
 
 def _whole(n: object, what: str) -> None:
