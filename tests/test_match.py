@@ -16,9 +16,11 @@ from hypothesis import strategies as st
 from modeltap import match
 from modeltap.evidence.coverage import EvidenceCoverage
 from modeltap.evidence.verdicts import Expect, Scope
+from modeltap.evidence.verdicts.cases import _expectation as cases_expectation
 from modeltap.evidence.verdicts.match import (
     INVALID_JSON,
     decode_arguments,
+    describe,
     mismatch,
     require_json,
     to_json,
@@ -262,3 +264,43 @@ def test_fuzzy_examples_that_are_one_value(a: Any, b: Any) -> None:
 )
 def test_fuzzy_examples_that_are_not(a: Any, b: Any) -> None:
     assert match.fuzzy(a).mismatch(b, "x") is not None
+
+
+#: Matchers as a case file or a verdict's JSON can write them.
+MATCHERS: st.SearchStrategy[Any] = st.recursive(
+    st.one_of(
+        st.builds(
+            match.approx,
+            st.floats(-1e6, 1e6, allow_nan=False),
+            st.sampled_from([1e-6, 0.01, 0.5]),
+            st.sampled_from([0.0, 1.0]),
+        ),
+        st.builds(match.fuzzy, st.text(max_size=8) | st.integers(0, 10**6)),
+        st.builds(match.regex, st.sampled_from(["^o-", r"\d+", "x$"])),
+        st.just(match.anything()),
+        st.integers(-5, 5),
+        st.text(max_size=5),
+    ),
+    lambda inner: st.one_of(
+        st.builds(match.contains, inner),
+        st.builds(lambda vs: match.one_of(*vs), st.lists(inner, min_size=1, max_size=3)),
+        st.builds(
+            match.equals, st.dictionaries(st.sampled_from(["regex", "id"]), inner, max_size=2)
+        ),
+        st.lists(inner, max_size=3),
+    ),
+    max_leaves=6,
+)
+
+
+@given(MATCHERS)
+def test_what_a_verdicts_json_asserts_a_case_file_asserts(expected: Any) -> None:
+    """to_json writes an expectation as a case file's tables; read back by the case
+    file's rules it is the same expectation (a consumer can copy args_asserted)."""
+
+    def fail(key: str, message: str) -> ValueError:
+        return ValueError(f"{key}: {message}")
+
+    back = cases_expectation(to_json(expected), "args.x", fail)
+    assert to_json(back) == to_json(expected)
+    assert describe(back) == describe(expected)

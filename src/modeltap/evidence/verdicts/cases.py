@@ -27,7 +27,8 @@ Each key is judged only when the case gives it (there are no defaults):
 ``args``). In ``args``, a one-key table named after a matcher is that
 matcher (``{ approx = 1.5 }``, ``{ fuzzy = "181001" }``, ``{ regex = "^o-" }``,
 ``{ contains = ... }``, ``{ one_of = [...] }``, ``{ anything = true }``);
-``{ equals = ... }`` matches a literal table that happens to look like one;
+``{ equals = ... }`` matches a literal table that happens to look like one (a
+matcher table inside it is still a matcher: escape it with ``equals`` too);
 ``{ approx = 1.5, rel = 0.01, abs = 0.0 }`` is approx with its tolerances, as a
 verdict's JSON writes it.
 
@@ -432,7 +433,14 @@ def _matcher(
 ) -> Matcher | None:
     try:
         if name == "equals":
-            return equals(inner)
+            # equals escapes this one table, as equals() does in Python: what it
+            # holds follows the usual rules (a matcher table inside is a matcher;
+            # escape it with equals too), so a verdict's JSON reads back the same.
+            if isinstance(inner, dict):
+                return equals({k: _expectation(v, f"{where}.{k}", fail) for k, v in inner.items()})
+            if isinstance(inner, list):
+                return equals([_expectation(v, f"{where}[{i}]", fail) for i, v in enumerate(inner)])
+            return equals(_expectation(inner, where, fail))
         if name == "approx":
             return _approx({"approx": inner}, where, fail)
         if name == "fuzzy":
