@@ -354,3 +354,15 @@ def test_optional_keys_do_not_excuse_a_missing_session(
     assert code == 1, text
     assert text.splitlines()[0] == "[UNAVAILABLE] typo"
     assert "no such session 'refund-l' in this out dir (sessions: refund-1)" in text
+
+
+def test_a_case_file_saved_with_a_byte_order_mark_is_read(
+    refund_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Windows editors save UTF-8 with a BOM; tomllib would call line 1 invalid TOML."""
+    out, _ = refund_run
+    path = tmp_path / "bom.toml"
+    path.write_bytes(b'\xef\xbb\xbf[[case]]\nname = "a"\nexpect_tools = ["lookup"]\n')
+    code, text, err = check(capsys, out, "--expect", path)
+    assert (code, err) == (0, ""), err
+    assert text.splitlines()[0] == "[PASS] a"

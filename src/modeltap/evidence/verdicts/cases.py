@@ -199,7 +199,8 @@ def load_cases(path: str | Path) -> list[Case]:
     """
     source = Path(path)
     try:
-        text = source.read_text(encoding="utf-8")
+        # utf-8-sig: a byte order mark (Windows editors write one) is not TOML.
+        text = source.read_text(encoding="utf-8-sig")
     except OSError as e:
         raise CaseFileError(str(source), None, f"cannot be read ({e.strerror})") from None
     except UnicodeDecodeError:
