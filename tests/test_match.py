@@ -84,6 +84,12 @@ def test_fuzzy_still_tells_numbers_apart(n: int, delta: int) -> None:
     assert match.fuzzy(n).mismatch(f"{n + delta:,}", "x") is not None
 
 
+def test_approx_accepts_a_value_written_at_the_edge_of_its_tolerance() -> None:
+    assert match.approx(0.75, rel=1e-3).mismatch(0.75075, "x") is None
+    assert match.approx(0.75, rel=1e-3).mismatch(0.7507501, "x") is not None
+    assert match.approx(500, abs=0.1).mismatch(500.1, "x") is None
+
+
 @given(st.floats(-1e12, 1e12, allow_nan=False), st.floats(0, 1))
 def test_approx_accepts_what_is_within_its_tolerance(x: float, fraction: float) -> None:
     tolerance = 1e-3 * abs(x)
