@@ -17,7 +17,9 @@ from modeltap.core.gate import (
     identify,
     is_control_address,
     is_control_path,
+    judge_head_bytes,
     judge_request_line,
+    needs_resolving,
     overlong_id_header,
     switch_asked,
 )
@@ -71,6 +73,100 @@ def test_control_addresses() -> None:
     assert not is_control_address("127.0.0.1", 9001, listener)
     assert not is_control_address("example.com", 9000, listener)
     assert not is_control_address("127.0.0.1", 9000, None)
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        # The issue's spellings (inet_aton reads them all as 127.0.0.1 or 0.0.0.0).
+        *("127.1", "127.0.1", "2130706433", "0x7f000001", "0177.0.0.1", "[::ffff:127.0.0.1]", "0"),
+        # More of the class: other bases and groupings, IPv6 forms, names under localhost.
+        *("0x7f.1", "0x7F.0.0.1", "017700000001", "127.0.0.1.", "127.255.255.254", "0.0.0.0"),
+        *("[::ffff:7f00:1]", "[0:0:0:0:0:0:0:1]", "[::]", "[::ffff:0:0]", "[0::1]"),
+        *("LOCALHOST", "localhost.", "x.y.localhost", "x.LocalHost."),
+    ],
+)
+def test_every_spelling_of_this_machine_is_the_control_listener(host: str) -> None:
+    assert is_control_address(host, 9000, ("127.0.0.1", 9000)), host
+    assert not is_control_address(host, 9001, ("127.0.0.1", 9000))  # its port only
+
+
+def test_a_name_is_judged_by_what_it_resolved_to() -> None:
+    listener = ("127.0.0.1", 9000)
+    assert needs_resolving("rebind.example", 9000, listener)
+    assert not needs_resolving("rebind.example", 443, listener)  # elsewhere: never the listener
+    assert not needs_resolving("127.1", 9000, listener)  # an address needs no DNS
+    assert is_control_address("rebind.example", 9000, listener, ("192.0.2.7", "127.0.0.1"))
+    assert is_control_address("rebind.example", 9000, listener, ("::ffff:127.0.0.1",))
+    assert not is_control_address("rebind.example", 9000, listener, ("192.0.2.7",))
+    assert not is_control_address("rebind.example", 9000, listener, ())  # unresolvable
+    # What a name says of itself is not overruled by an answer for it.
+    assert not is_control_address("192.0.2.7", 9000, listener, ("127.0.0.1",))
+
+
+def test_the_listeners_own_host_is_the_listener() -> None:
+    """--control HOST:PORT on an address: that address, however it is spelt."""
+    listener = ("192.0.2.250", 9000)
+    assert is_control_address("192.0.2.250", 9000, listener)
+    assert is_control_address("127.1", 9000, listener)  # any local address counts
+
+
+@pytest.mark.parametrize(
+    ("name", "fields", "detail"),
+    [
+        ("obs-fold SP", [(b"x-a", b"a\r\n Transfer-Encoding: chunked")], "obs-fold"),
+        ("obs-fold HTAB", [(b"x-a", b"a\r\n\tb")], "obs-fold"),
+        ("bare CR", [(b"x-a", b"a\rTransfer-Encoding: chunked")], "control byte"),
+        ("bare LF", [(b"x-a", b"a\nb")], "control byte"),
+        ("NUL", [(b"x-a", b"a\x00b")], "control byte"),
+        ("ESC", [(b"x-a", b"\x1b[2J")], "control byte"),
+        ("DEL", [(b"x-a", b"a\x7f")], "control byte"),
+        ("in the second field", [(b"x-a", b"a"), (b"x-b", b"\x01")], "control byte"),
+        ("space in a name", [(b"x a", b"a")], "name"),
+        ("empty name", [(b"", b"a")], "name"),
+        ("colon in a name", [(b"x:a", b"a")], "name"),
+        ("UTF-8 in a name", [("x-\u00e4".encode(), b"a")], "name"),
+    ],
+)
+def test_header_bytes_no_intermediary_passes_on(
+    name: str, fields: list[tuple[bytes, bytes]], detail: str
+) -> None:
+    with pytest.raises(Rejected, match="invalid_header_bytes") as refused:
+        judge_head_bytes("GET", "/v1/models", fields)
+    assert refused.value.detail is not None and detail in refused.value.detail, name
+    assert "Transfer-Encoding" not in refused.value.message  # nothing of the request
+
+
+def test_head_bytes_that_pass() -> None:
+    ok = [
+        (b"x-a", b"a\tb"),
+        (b"x-b", "caf\u00e9".encode()),
+        (b"x-c", b""),
+        (b"~!#$%&'*+-.^_`|", b"x"),
+    ]
+    judge_head_bytes("GET", "/v1/models?q=1", ok)
+    judge_head_bytes("OPTIONS", "*", ())
+    judge_head_bytes("POST", "/v1/chat/completions", ok, session="s-\u00e9")
+
+
+@pytest.mark.parametrize(
+    ("method", "target", "session"),
+    [
+        ("GE\x01T", "/", None),
+        ("GET /x", "/", None),
+        ("", "/", None),
+        ("GET", "/v1/models\x00", None),
+        ("GET", "/v1/models HTTP/1.1", None),
+        ("GET", "/v1/\x7f", None),
+        ("GET", "/", "s\r\nx"),
+        ("GET", "/", "s\x1b]0;t\x07"),
+    ],
+)
+def test_the_request_line_and_session_hold_no_control_byte(
+    method: str, target: str, session: str | None
+) -> None:
+    with pytest.raises(Rejected, match="invalid_header_bytes"):
+        judge_head_bytes(method, target, [(b"host", b"x")], session)
 
 
 def head(target: str, method: str = "GET", **headers: str) -> RequestHead:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from modeltap.rules.listening import is_loopback, open_proxy_listeners, open_proxy_message
+import ipaddress
+import socket
+
+from modeltap.rules.listening import (
+    host_addresses,
+    is_loopback,
+    is_this_machine,
+    open_proxy_listeners,
+    open_proxy_message,
+)
 
 
 @pytest.mark.parametrize(
@@ -45,3 +54,59 @@ def test_message_is_one_line_naming_address_and_fix() -> None:
         "refusing to start an open proxy: regular mode on 0.0.0.0:8787 would relay anyone's "
         "traffic to any host; use --proxyauth USER:PASS"
     )
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("127.1", "127.0.0.1"),
+        ("127.0.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("0x7f000001", "127.0.0.1"),
+        ("0177.0.0.1", "127.0.0.1"),
+        ("0", "0.0.0.0"),
+        ("10.1", "10.0.0.1"),
+        ("[::ffff:127.0.0.1]", "::ffff:7f00:1"),
+        ("[0:0:0:0:0:0:0:1]", "::1"),
+        ("127.0.0.1.", "127.0.0.1"),
+    ],
+)
+def test_host_addresses_are_read_as_the_os_reads_them(host: str, address: str) -> None:
+    assert host_addresses(host) == (ipaddress.ip_address(address),)
+    if not host.startswith("["):  # what the system's own resolver makes of it, where it can
+        try:
+            resolved = socket.getaddrinfo(host, 80, type=socket.SOCK_STREAM)[0][4][0]
+        except socket.gaierror:
+            return
+        assert resolved == address
+
+
+def test_localhost_and_names_below_it_are_loopback_whatever_dns_says() -> None:
+    for host in ("localhost", "LocalHost.", "a.localhost", "a.b.localhost."):
+        assert host_addresses(host) == (
+            ipaddress.IPv4Address("127.0.0.1"),
+            ipaddress.IPv6Address("::1"),
+        )
+    for host in ("example.com", "localhost.example", "1.2.3.4.5", "notlocalhost"):
+        assert host_addresses(host) is None
+
+
+def test_this_machine() -> None:
+    for address in ("127.0.0.1", "127.9.9.9", "0.0.0.0", "::1", "::", "::ffff:127.0.0.1"):
+        assert is_this_machine(ipaddress.ip_address(address)), address
+    # TEST-NET-3 and the documentation prefix: no machine's interface.
+    for address in ("203.0.113.9", "2001:db8::9", "::ffff:203.0.113.9"):
+        assert not is_this_machine(ipaddress.ip_address(address)), address
+
+
+def test_an_interface_address_is_this_machine() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: the route picks an interface
+        except OSError:
+            pytest.skip("no route off loopback on this machine")
+        own = probe.getsockname()[0]
+    if ipaddress.ip_address(own).is_loopback:
+        pytest.skip("only loopback here")
+    assert is_this_machine(ipaddress.ip_address(own))
+    assert is_this_machine(ipaddress.ip_address(f"::ffff:{own}"))

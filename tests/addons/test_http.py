@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import socket
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
-from mitmproxy import exceptions, http
+from mitmproxy import connection, exceptions, http
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.test import tflow, tutils
 
 from modeltap.addons import http as http_addon
@@ -265,3 +268,76 @@ async def test_a_body_past_max_body_while_it_arrives_is_refused(tmp_path: Path) 
         assert t.events("rejected")[0]["rule"] == "body_too_large"
         http_.modeltap_request_too_large(flow)  # answered already: once
         assert len(t.events("rejected")) == 1
+
+
+# ---------------------------------------------------------------- regular mode: the connection
+
+
+class Resolver:
+    """A DNS that answers a name with the next of its answers (a rebinding one)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, name: str, *answers: str) -> None:
+        self.answers = list(answers)
+        self.asked = 0
+        real = socket.getaddrinfo
+
+        def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+            if host != name:
+                return real(host, port, *args, **kwargs)
+            address = self.answers[min(self.asked, len(self.answers) - 1)]
+            self.asked += 1
+            family = socket.AF_INET6 if ":" in address else socket.AF_INET
+            return [(family, socket.SOCK_STREAM, 6, "", (address, port))]
+
+        monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+async def test_a_connection_landing_on_the_control_listener_is_killed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The head was judged on the name's first answer (elsewhere); the connection
+    is judged on what it resolves to when mitmproxy connects (here)."""
+    resolver = Resolver(monkeypatch, "rebind.test", "127.0.0.1")
+    with tap(tmp_path, mode="regular") as t:
+        assert t.run.control_address is not None
+        port = t.run.control_address[1]
+        for host in ("rebind.test", "127.1", "[::ffff:127.0.0.1]", "0"):
+            server = connection.Server(address=(host, port))
+            data = ServerConnectionHookData(server=server, client=tflow.tclient_conn())
+            hooked = t.addon(Http).server_connect(data)
+            assert hooked is not None
+            await hooked
+            assert server.error is not None, host  # killed before it connects
+    assert resolver.asked == 1
+
+
+async def test_a_connection_to_the_control_port_is_pinned_to_the_address_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checked on one answer, connected on another would be a rebinding gap:
+    mitmproxy connects to the address that was checked, the name kept for TLS."""
+    resolver = Resolver(monkeypatch, "rebind.test", "203.0.113.9", "127.0.0.1")
+    with tap(tmp_path, mode="regular") as t:
+        assert t.run.control_address is not None
+        port = t.run.control_address[1]
+        server = connection.Server(address=("rebind.test", port))
+        data = ServerConnectionHookData(server=server, client=tflow.tclient_conn())
+        hooked = t.addon(Http).server_connect(data)
+        assert hooked is not None
+        await hooked
+        assert server.error is None
+        assert (server.address, server.sni) == (("203.0.113.9", port), "rebind.test")
+        # Any other port can never be the listener: mitmproxy resolves and connects itself.
+        elsewhere = connection.Server(address=("rebind.test", 443))
+        other = ServerConnectionHookData(server=elsewhere, client=tflow.tclient_conn())
+        assert t.addon(Http).server_connect(other) is None
+        assert elsewhere.address == ("rebind.test", 443)
+    assert resolver.asked == 1
+
+
+async def test_reverse_mode_routes_are_never_pinned(tmp_path: Path) -> None:
+    with tap(tmp_path) as t:
+        assert t.run.control_address is not None
+        server = connection.Server(address=("127.0.0.1", t.run.control_address[1]))
+        data = ServerConnectionHookData(server=server, client=tflow.tclient_conn())
+        assert t.addon(Http).server_connect(data) is None  # the operator's routes

@@ -17,15 +17,17 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import socket
 import time
 from collections.abc import Awaitable
 from dataclasses import replace
 from typing import Any, Final
 
 from mitmproxy import exceptions, http
-from mitmproxy.connection import ConnectionState
+from mitmproxy.connection import ConnectionState, Server
 from mitmproxy.net.http import http1, validate
 from mitmproxy.proxy.mode_specs import ProxyMode
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 from mitmproxy.utils import human
 
 from modeltap.addons.base import Addon
@@ -44,12 +46,19 @@ from modeltap.core.body_audit import (
     WorkDone,
 )
 from modeltap.core.exchange import Exchange
-from modeltap.core.gate import SESSION_HEADER, RequestHead, take_session
+from modeltap.core.gate import (
+    SESSION_HEADER,
+    RequestHead,
+    is_control_address,
+    needs_resolving,
+    take_session,
+)
 from modeltap.core.notices import Forward, Reply
 from modeltap.core.run import Run, Settings
 from modeltap.rules.errors import Rejected, Rule
 from modeltap.rules.failures import FailureFacts, Phase, classify_failure
 from modeltap.rules.listening import (
+    host_addresses,
     is_loopback,
     modeltap_mode,
     open_proxy_listeners,
@@ -113,11 +122,27 @@ class Http(Addon):
 
     # ------------------------------------------------------------------ hooks
 
-    def requestheaders(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         self.deadlines.watch(flow, "request")  # a body that stalls must not hang forever
         req = flow.request
         session, signed = take_session(req.headers, req.path)
-        head = _head(flow, session, signed)
+        if self._resolving(req.host, req.port):
+            return self._open_resolved(flow, session, signed)
+        self._open(flow, _head(flow, session, signed))
+        return None
+
+    def _resolving(self, host: str, port: int) -> bool:
+        """Whether the target's name must be looked up before its head is judged
+        (regular mode, a name on the control listener's port)."""
+        control = self.run.control_address
+        return self.run.settings.mode == "regular" and needs_resolving(host, port, control)
+
+    async def _open_resolved(self, flow: http.HTTPFlow, session: str | None, signed: bool) -> None:
+        resolved = await _resolve(flow.request.host, flow.request.port)
+        self._open(flow, replace(_head(flow, session, signed), resolved=resolved))
+
+    def _open(self, flow: http.HTTPFlow, head: RequestHead) -> None:
+        req = flow.request
         ex = flow.metadata[_EXCHANGE] = Exchange.open(self.run, head, time.perf_counter_ns())
         if ex.reply is not None:
             _answer(flow, ex.reply)
@@ -139,13 +164,44 @@ class Http(Addon):
         if ex is not None and flow.response is None and not self.run.stopped:
             _answer(flow, ex.refuse(Rejected(Rule.BODY_TOO_LARGE), time.perf_counter_ns()))
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
+    def http_connect(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         # Regular mode: a tunnel to the control listener is refused like a request to it.
         head = _head(flow, flow.request.headers.get(SESSION_HEADER))
+        if self._resolving(head.host, head.port):
+            return self._tunnel_resolved(flow, head)
+        self._tunnel(flow, head)
+        return None
+
+    async def _tunnel_resolved(self, flow: http.HTTPFlow, head: RequestHead) -> None:
+        self._tunnel(flow, replace(head, resolved=await _resolve(head.host, head.port)))
+
+    def _tunnel(self, flow: http.HTTPFlow, head: RequestHead) -> None:
         ex = Exchange.open_tunnel(self.run, head, time.perf_counter_ns())
         if ex.reply is not None:
             flow.metadata[_EXCHANGE] = ex
             _answer(flow, ex.reply)
+
+    def server_connect(self, data: ServerConnectionHookData) -> Awaitable[None] | None:
+        """Regular mode: what mitmproxy connects to is what was judged.
+
+        The head was judged by the target's name (resolved when it is a name
+        on the control listener's port); mitmproxy then resolves it again to
+        connect, and a DNS answer that changed in between (rebinding) would
+        reach the control listener. So a connection to that port is decided
+        here, on what the name resolves to now, and pinned to the address
+        that was checked. Only that port pays for it: a connection elsewhere
+        can never reach the listener, and keeps the system's own choice
+        among a name's addresses.
+        """
+        control, server = self.run.control_address, data.server
+        if (
+            control is None
+            or self.run.settings.mode != "regular"
+            or server.address is None
+            or server.address[1] != control[1]
+        ):
+            return None
+        return _pin(server, control)
 
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         self.deadlines.watch(flow, "waiting")
@@ -274,6 +330,32 @@ def _install() -> None:
     # Request bodies are bounded by --max-body before mitmproxy has buffered
     # them (see request_limit).
     request_limit.install()
+
+
+async def _resolve(host: str, port: int) -> tuple[str, ...]:
+    """The addresses a name resolves to (as mitmproxy's connect would look it up);
+    none when it does not resolve (then nothing can be connected to either)."""
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return ()
+    return tuple(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+async def _pin(server: Server, control: tuple[str, int]) -> None:
+    """Refuse a connection that lands on the control listener; else pin it to the
+    address checked (a name keeps its name for TLS)."""
+    assert server.address is not None  # server_connect checked it
+    host, port = server.address[0], server.address[1]
+    named = host_addresses(host)
+    addresses = tuple(str(a) for a in named) if named is not None else await _resolve(host, port)
+    if not addresses or is_control_address(host, port, control, addresses):
+        # Killed before it connects (mitmproxy's server_connect contract).
+        server.error = "modeltap: this address is the control listener's, never the proxy's"
+        return
+    if named is None and server.sni is None:
+        server.sni = host  # TLS still names the host, not the address it was pinned to
+    server.address = (addresses[0], port)
 
 
 def _head(flow: http.HTTPFlow, session: str | None, signed: bool = False) -> RequestHead:

@@ -61,6 +61,7 @@ from modeltap.core.gate import (
     identify,
     is_control_address,
     is_control_path,
+    judge_head_bytes,
     judge_request_line,
     overlong_id_header,
     switch_asked,
@@ -209,6 +210,8 @@ class Exchange:
         ex, switch = cls._identify(run, head, now)
         if ex.state is State.OPEN:
             ex._route(head, now)
+        if ex.state is State.OPEN:
+            ex._judge_bytes(head, now)  # whatever it asks of a route, or with none
         if ex.state is State.OPEN and ex.route is not None:
             ex._judge(head, switch, now)
         if ex.state is State.OPEN and ex.api is not None:
@@ -253,7 +256,8 @@ class Exchange:
             # (On an MCP route its MCP side refuses it, in JSON-RPC's shape.)
             ex.refuse(Rejected(Rule.SESSION_ENDED), now)
         elif is_control_path(head.target) or (
-            s.mode == "regular" and is_control_address(head.host, head.port, run.control_address)
+            s.mode == "regular"
+            and is_control_address(head.host, head.port, run.control_address, head.resolved)
         ):
             # The control API is the harness's: never answered or forwarded here.
             ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
@@ -301,6 +305,14 @@ class Exchange:
         if session_id is not None:
             self.session_id = session_id
         self._view = None
+
+    def _judge_bytes(self, head: RequestHead, now: int) -> None:
+        """Bytes in its head that no intermediary passes on
+        (:func:`~modeltap.core.gate.judge_head_bytes`): refused, on a route or not."""
+        try:
+            fail_closed(judge_head_bytes, head.method, head.target, head.fields, head.session)
+        except Rejected as e:
+            self.refuse(e, now)
 
     def _judge(self, head: RequestHead, switch: bool | None, now: int) -> None:
         """What it asks of its route (SPEC 2): a switch modeltap can follow, a
@@ -363,14 +375,18 @@ class Exchange:
 
     @classmethod
     def open_tunnel(cls, run: Run, head: RequestHead, now: int) -> Exchange:
-        """Judge a CONNECT (regular mode): refused after stop, or to the control listener."""
+        """Judge a CONNECT (regular mode): refused after stop, to the control
+        listener, or with bytes in its head no intermediary passes on."""
         session_id = head.session or run.settings.session or run.run_id
         ex = cls(run, head.id, session_id, head.id, head.method)
         if run.stopped:
             ex.reply_after_stop(now)
-        elif is_control_address(head.host, head.port, run.control_address):
-            ex.path = head.target
+            return ex
+        ex.path = head.target
+        if is_control_address(head.host, head.port, run.control_address, head.resolved):
             ex.refuse(Rejected(Rule.CONTROL_NOT_ON_PROXY_PORT), now)
+        else:
+            ex._judge_bytes(head, now)
         return ex
 
     @property

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-from collections.abc import Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote
@@ -26,6 +26,7 @@ from modeltap.evidence.records import (
     OPERATION_CREATE,
 )
 from modeltap.rules.errors import Rejected, Rule
+from modeltap.rules.listening import IPAddress, host_addresses, is_this_machine
 from modeltap.rules.routing import (
     Route,
     RouteTable,
@@ -72,6 +73,9 @@ class RequestHead:
     #: connects to (:func:`provider_route`).
     host_header: str | None = None
     sni: str | None = None
+    #: The addresses the target host resolved to, when the glue looked it up
+    #: (:func:`needs_resolving`: only a name on the control listener's port).
+    resolved: tuple[str, ...] = ()
 
     @property
     def aliases(self) -> tuple[tuple[str, int], ...]:
@@ -185,6 +189,58 @@ def take_session(headers: MutableMapping[str, str], target: str) -> tuple[str | 
     return headers.pop(SESSION_HEADER, None), False
 
 
+#: A token (RFC 9110 5.6.2): what a field name and a method are made of.
+_TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: Bytes no field value carries on (RFC 9110 5.5): every control byte but HTAB, and DEL.
+_VALUE_CONTROL: Final = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+#: What no request target holds: control bytes, DEL, and the space that ends it.
+_TARGET_CONTROL: Final = re.compile(r"[\x00-\x20\x7f]")
+
+
+def judge_head_bytes(
+    method: str, target: str, fields: Sequence[tuple[bytes, bytes]], session: str | None = None
+) -> None:
+    """Refuse a request head carrying bytes an intermediary must not pass on.
+
+    mitmproxy's HTTP/1 reader keeps an obs-fold (a header line that starts
+    with a space or tab) as ``CR LF SP`` inside the value before it, keeps a
+    bare CR, NUL and other control bytes in a value, and forwards them all
+    as they came; its HTTP/2 reader stops NUL, CR and LF but not the other
+    control bytes. An upstream that reads the fold or the CR as a line
+    break sees a header (a ``Transfer-Encoding``) modeltap never saw, and
+    the body after it as a request nobody audited. RFC 9112 5.2 lets a
+    server reject a fold or replace it with spaces; like Envoy and HAProxy,
+    modeltap rejects, and does the same for every control byte (HTAB
+    aside) and DEL in a value (RFC 9110 5.5), for a header name that is not
+    a token (mitmproxy checks names only while ``validate_inbound_headers``
+    is on), and for a method or target that could be read as more than one.
+
+    Args:
+        method: the method as sent.
+        target: the request target as sent.
+        fields: the raw header fields, ``(name, value)`` (HTTP/2's pseudo
+            fields are not among them: they are the method and target).
+        session: ``x-modeltap-session``, already taken off the fields.
+
+    Raises:
+        Rejected: ``invalid_header_bytes``, naming which of the above (a fixed text).
+    """
+    names = [name for name, _ in fields]
+    values = b"\t".join(value for _, value in fields)  # HTAB is allowed in a value
+    if session is not None:
+        values += b"\t" + session.encode("utf-8", "surrogateescape")
+    if _VALUE_CONTROL.search(values):
+        folded = b"\r\n " in values or b"\r\n\t" in values
+        detail = "a folded header line (obs-fold)" if folded else "a control byte in a header value"
+        raise Rejected(Rule.INVALID_HEADER_BYTES, detail)
+    if names and (not all(names) or not _TOKEN.fullmatch(b"-".join(names))):
+        raise Rejected(Rule.INVALID_HEADER_BYTES, "a header name that is not a token")
+    if not _TOKEN.fullmatch(method.encode("utf-8", "surrogateescape")):
+        raise Rejected(Rule.INVALID_HEADER_BYTES, "a method that is not a token")
+    if _TARGET_CONTROL.search(target):
+        raise Rejected(Rule.INVALID_HEADER_BYTES, "a control byte or space in the target")
+
+
 def fail_closed[**P, R](audit: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """Run an audit step; any exception other than a refusal becomes one.
 
@@ -253,26 +309,48 @@ def is_control_path(path: str) -> bool:
     )
 
 
-def is_control_address(host: str, port: int, control: tuple[str, int] | None) -> bool:
+def is_control_address(
+    host: str, port: int, control: tuple[str, int] | None, resolved: Iterable[str] = ()
+) -> bool:
     """Whether ``host:port`` reaches the control listener (regular mode's targets).
+
+    Decided by the address the host names once the OS has read it
+    (:func:`~modeltap.rules.listening.host_addresses`: ``127.1``,
+    ``0x7f000001``, ``[::ffff:127.0.0.1]``, ``0``, ``foo.localhost.`` ...),
+    never by its spelling, and for a name DNS answers, by what it resolved
+    to (``resolved``, the glue's lookup: :func:`needs_resolving` says when
+    one is needed). Any address of this machine counts on the listener's
+    port (:func:`~modeltap.rules.listening.is_this_machine`): the listener
+    may be bound to any of them (``--control HOST:PORT``).
 
     Args:
         host: the target host.
         port: the target port.
         control: the control listener's address, if it is bound.
+        resolved: the addresses a DNS name resolved to (ignored for a host
+            that is an address, or ``localhost``).
     """
-    if control is None:
+    if control is None or port != control[1]:
         return False
-    control_host, control_port = control
-    if port != control_port:
-        return False
-    if host.lower() in ("localhost", control_host) or host.lower().endswith(".localhost"):
+    control_host = control[0].strip("[]").lower()
+    if host.strip().strip("[]").lower().rstrip(".") == control_host.rstrip("."):
         return True
+    named = host_addresses(host)
+    addresses = list(named) if named is not None else [a for a in map(_address, resolved) if a]
+    return any(is_this_machine(address) for address in addresses)
+
+
+def needs_resolving(host: str, port: int, control: tuple[str, int] | None) -> bool:
+    """Whether :func:`is_control_address` needs ``host``'s DNS answer: a name
+    (not an address, not ``localhost``) on the control listener's port."""
+    return control is not None and port == control[1] and host_addresses(host) is None
+
+
+def _address(text: str) -> IPAddress | None:
     try:
-        address = ipaddress.ip_address(host.strip("[]"))
+        return ipaddress.ip_address(text)
     except ValueError:
-        return False
-    return address.is_loopback or address.is_unspecified
+        return None
 
 
 #: The one WebSocket version mitmproxy opens as a WebSocket (RFC 6455).

@@ -51,6 +51,7 @@ class Rule(StrEnum):
     DUPLICATE_KEY = "duplicate_key"
     CASE_VARIANT_KEY = "case_variant_key"
     REQUEST_TRAILERS = "request_trailers"
+    INVALID_HEADER_BYTES = "invalid_header_bytes"
     NONCANONICAL_PATH = "noncanonical_path"
     SIGNED_REQUEST = "signed_request"
     SIGNED_REQUEST_REWRITE = "signed_request_rewrite"
@@ -122,6 +123,14 @@ RULES: Final[dict[Rule, tuple[int, str]]] = {
         400,
         "the request carries HTTP trailer fields after its body, which modeltap does not "
         "audit or forward",
+    ),
+    Rule.INVALID_HEADER_BYTES: (
+        400,
+        "the request head carries bytes an intermediary must not pass on (RFC 9110 5.5, "
+        "RFC 9112 5.2): a header line folded onto the one before (obs-fold), CR, LF, NUL or "
+        "another control character in a header value, a header name that is not a token, or "
+        "a control character or space in the method or target; servers read such a head "
+        "differently, so it is not forwarded",
     ),
     # The request line: what an upstream could read as a model request.
     Rule.NONCANONICAL_PATH: (

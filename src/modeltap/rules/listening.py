@@ -44,6 +44,66 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: An address of either family.
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def host_addresses(host: str) -> tuple[IPAddress, ...] | None:
+    """The addresses a host names without asking DNS, read as the OS reads it.
+
+    A name is not spelt one way: ``getaddrinfo`` (and so mitmproxy's connect)
+    reads IPv4 with ``inet_aton``'s rules, so ``127.1``, ``127.0.1``,
+    ``2130706433``, ``0x7f000001``, ``0177.0.0.1`` and ``0`` are addresses too;
+    IPv6 comes in brackets and in many spellings (``[::ffff:127.0.0.1]``,
+    ``[0:0:0:0:0:0:0:1]``); ``localhost`` and every name under it, with or
+    without the root's trailing dot, are this machine's loopback (RFC 6761
+    6.3), whatever a resolver says.
+
+    Args:
+        host: a host as a request names it (a target, a ``CONNECT`` authority).
+
+    Returns:
+        Its addresses; ``None`` for a name only DNS can answer.
+    """
+    name = host.strip().strip("[]").lower()
+    bare = name.rstrip(".")
+    if bare == "localhost" or bare.endswith(".localhost"):
+        return (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
+    for spelling in dict.fromkeys((name, bare)):
+        try:
+            return (ipaddress.ip_address(spelling),)
+        except ValueError:
+            pass
+        try:
+            return (ipaddress.IPv4Address(socket.inet_aton(spelling)),)
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def is_this_machine(address: IPAddress) -> bool:
+    """Whether a connection to ``address`` lands on this machine.
+
+    Loopback (all of ``127.0.0.0/8``, ``::1``), the unspecified address
+    (``0.0.0.0`` and ``::`` connect to this host), any of them mapped into
+    IPv6 (``::ffff:127.0.0.1``), and any address of this machine's own
+    interfaces (a listener on ``0.0.0.0`` answers on each; ``--control``
+    may name one). An interface address is told by binding to it: the
+    system that routes the connection is the judge.
+    """
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback or address.is_unspecified:
+        return True
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((str(address), 0))
+        except OSError:
+            return False
+    return True
+
+
 def open_proxy_listeners(
     listeners: Iterable[tuple[str, str, int | None]], proxyauth: str | None
 ) -> list[str]:
