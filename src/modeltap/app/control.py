@@ -22,8 +22,16 @@ first and writes nothing (``Modeltap-Ended: earlier``); an unknown session is
 a 404 that writes nothing.
 
 The server is a few lines of asyncio around h11 (mitmproxy's own HTTP/1.1
-parser, sans-I/O like our core): bounded header and body sizes, an idle
-timeout, a cap on connections. More routes can be added to a running server
+parser, sans-I/O like our core): bounded header and body sizes, and the
+harness always gets through. Any local process can connect (only the token
+keeps it out), so a connection that holds a place without being answered is
+what starves the listener: each must present a whole request within
+:data:`REQUEST_DEADLINE_S` (a slow drip is cut there), a request without
+the token is answered 401 and its connection closed, and when
+:data:`MAX_CONNECTIONS` are held a new connection closes the one that has
+waited longest for its request, never itself: the harness's connection,
+which sends its request at once, is answered while a crowd of idle ones
+take turns being closed. More routes can be added to a running server
 (:attr:`ControlServer.routes`, asked first): ``modeltap run --ui`` serves the
 live page of :mod:`modeltap.report.view.live` there, with its own authorisation.
 """
@@ -32,9 +40,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import itertools
 import os
 import secrets
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Protocol
@@ -50,9 +60,11 @@ from modeltap.evidence.records import to_json_line
 MAX_BODY: Final = 64 * 1024
 #: Request line plus headers.
 MAX_HEAD: Final = 16 * 1024
-#: A connection that sends nothing for this long is closed.
-IDLE_TIMEOUT_S: Final = 30.0
-#: Connections served at once; more are closed on arrival.
+#: A connection has this long to present a whole request (head and body), from
+#: when it connected or was last answered; then it is closed.
+REQUEST_DEADLINE_S: Final = 5.0
+#: Connections held at once. When a new one comes and all are held, the one
+#: that has waited longest for its request is closed to make room.
 MAX_CONNECTIONS: Final = 64
 #: ``Modeltap-Ended``: ``now`` (this request wrote the line) or ``earlier``.
 ENDED_HEADER: Final = "Modeltap-Ended"
@@ -199,6 +211,8 @@ class ControlServer:
         self.sock = sock
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        #: The connections waiting for their next request, longest-waiting first.
+        self._waiting: dict[asyncio.Task[None], None] = {}
         #: Asked before the control API; each answers its own paths only.
         self.routes: list[Routes] = []
 
@@ -224,21 +238,37 @@ class ControlServer:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._tasks.add(task)
         try:
-            if len(self._tasks) <= MAX_CONNECTIONS:
-                await self._connection(reader, writer)
+            if len(self._tasks) >= MAX_CONNECTIONS and not self._evict():
+                return  # every place is taken by a request being answered
+            self._tasks.add(task)
+            await self._connection(reader, writer, task)
         except (OSError, TimeoutError, asyncio.CancelledError):
-            pass  # the client left, stalled or the proxy is stopping
+            pass  # the client left, stalled, was evicted, or the proxy is stopping
         finally:
             self._tasks.discard(task)
+            self._waiting.pop(task, None)
             writer.close()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _evict(self) -> bool:
+        """Close the connection that has waited longest for its request, to make
+        room; False when none waits (all are being answered)."""
+        victim = next(iter(self._waiting), None)
+        if victim is None:
+            return False
+        del self._waiting[victim]
+        self._tasks.discard(victim)  # its place is free now, whenever its task ends
+        victim.cancel()
+        return True
+
+    async def _connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, task: asyncio.Task[None]
+    ) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         while True:
+            self._waiting[task] = None  # evictable until its request is whole
             try:
-                async with asyncio.timeout(IDLE_TIMEOUT_S):
+                async with asyncio.timeout(REQUEST_DEADLINE_S):
                     request = await self._read(conn, reader)
             except h11.RemoteProtocolError as e:
                 await self._send(
@@ -248,6 +278,8 @@ class ControlServer:
             except _TooLarge:
                 await self._send(conn, writer, _error(413, "too_large", "the body is too large"))
                 return
+            finally:
+                self._waiting.pop(task, None)
             if request is None:
                 return
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in request.headers}
@@ -261,7 +293,9 @@ class ControlServer:
             if reply is None:
                 reply = answer(self.api, self.token, method, target, headers.get("authorization"))
             await self._send(conn, writer, reply)
-            if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+            if reply.status == 401 or conn.our_state is not h11.DONE:
+                return  # no second try on a connection that could not authenticate
+            if conn.their_state is not h11.DONE:
                 return
             conn.start_next_cycle()
 
@@ -298,7 +332,7 @@ class ControlServer:
             *([] if "cache-control" in named else [("Cache-Control", "no-store")]),
             *reply.headers,
         ]
-        if conn.their_state is not h11.DONE:
+        if conn.their_state is not h11.DONE or reply.status == 401:
             headers.append(("Connection", "close"))
         data = conn.send(h11.Response(status_code=reply.status, headers=headers)) or b""
         if reply.body:
@@ -395,16 +429,37 @@ def endpoints(out_dir: Path) -> list[Endpoint]:
 
 
 def _post(endpoint: Endpoint, path: str, timeout: float) -> tuple[int, bytes, str | None]:
+    """POST to the control listener; a connection it closed unanswered is tried again.
+
+    The listener closes its longest-waiting connection to make room for a
+    new one (:data:`MAX_CONNECTIONS`), so under a crowd of connections this
+    one may be the one closed before its answer: ending a session is
+    idempotent, so it is simply sent again, until ``timeout`` is spent.
+
+    Raises:
+        OSError: the listener refused the connection (no proxy runs there),
+            or kept closing it until ``timeout``.
+    """
     import http.client  # the client side only; the proxy need not load it at start-up
 
     parts = urlsplit(endpoint.url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
-    try:
-        conn.request("POST", path, headers={"Authorization": f"Bearer {endpoint.token}"})
-        response = conn.getresponse()
-        return response.status, response.read(), response.getheader(ENDED_HEADER)
-    finally:
-        conn.close()
+    deadline = time.monotonic() + timeout
+    for attempt in itertools.count(1):
+        left = deadline - time.monotonic()
+        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=left)
+        try:
+            conn.request("POST", path, headers={"Authorization": f"Bearer {endpoint.token}"})
+            response = conn.getresponse()
+            return response.status, response.read(), response.getheader(ENDED_HEADER)
+        except ConnectionRefusedError:
+            raise
+        except (OSError, http.client.HTTPException) as e:
+            if time.monotonic() + 0.01 * attempt >= deadline:
+                raise OSError(f"the control listener kept closing the connection ({e})") from e
+            time.sleep(0.01 * attempt)
+        finally:
+            conn.close()
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _error_code(body: bytes) -> tuple[str, str]:
