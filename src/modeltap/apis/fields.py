@@ -102,12 +102,13 @@ def bounded(value: str, where: str) -> str:
 
 
 def optional_name(value: Any, where: str) -> str | None:
-    """A name or id kept when it is a string (bounded), else ``None`` (unknown).
+    """A name or id kept when it is a non-empty string (bounded), else ``None``
+    (unknown: an empty one too, never ``""``).
 
     Raises:
         Rejected: ``value_too_long`` for an overlong string.
     """
-    return bounded(value, where) if isinstance(value, str) else None
+    return bounded(value, where) if isinstance(value, str) and value else None
 
 
 def require_model(body: Json) -> str:
@@ -305,6 +306,17 @@ def output_type(response_format: Any) -> str | None:
 def str_or_none(value: Any) -> str | None:
     """``value`` if it is a string, else ``None``: a field of the wrong type is unknown."""
     return value if isinstance(value, str) else None
+
+
+def id_or_none(value: Any) -> str | None:
+    """``value`` if it is a string with something in it, else ``None``.
+
+    Unknown is null, never ``""``: an id or model sent empty is a placeholder
+    (Azure OpenAI opens a chat stream with a prompt-filter chunk whose ``id``
+    and ``model`` are ``""``), and a stream observer takes the first value
+    that is not one.
+    """
+    return value if isinstance(value, str) and value else None
 
 
 def objects(value: Any) -> list[Json]:

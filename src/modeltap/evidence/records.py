@@ -666,7 +666,9 @@ class ResponseFacts:
 
         for name in ("response_id", "model", "status", "service_tier", "system_fingerprint"):
             value = getattr(self, name)
-            if value is not None and len(value) > MAX_ID_CHARS:
+            if value == "":
+                object.__setattr__(self, name, None)  # unknown is null, never ""
+            elif value is not None and len(value) > MAX_ID_CHARS:
                 object.__setattr__(self, name, bounded(value, name))
         if self.finish_reasons is not None and any(
             len(r) > MAX_ID_CHARS for r in self.finish_reasons
@@ -677,10 +679,10 @@ class ResponseFacts:
         if any(_overlong_call(call) for call in self.tool_calls):
             calls = tuple(
                 ToolCall(
-                    bounded(call.call_id, "tool call id"),
-                    bounded(call.name, "tool call name"),
+                    bounded(call.call_id or None, "tool call id"),
+                    bounded(call.name or None, "tool call name"),
                     call.arguments,
-                    bounded(call.namespace, "tool call namespace"),
+                    bounded(call.namespace or None, "tool call namespace"),
                 )
                 for call in self.tool_calls
             )
@@ -695,8 +697,9 @@ class ResponseFacts:
 
 
 def _overlong_call(call: ToolCall) -> bool:
+    """A call holding an id or name too long to keep, or empty (unknown: null)."""
     return any(
-        value is not None and len(value) > MAX_ID_CHARS
+        value is not None and (len(value) > MAX_ID_CHARS or not value)
         for value in (call.call_id, call.name, call.namespace)
     )
 

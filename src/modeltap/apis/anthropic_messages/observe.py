@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from modeltap.apis import message_parts as parts
 from modeltap.apis.anthropic_messages.content import FINISH_REASONS, block_part
-from modeltap.apis.fields import str_or_none, token_count, whole_number
+from modeltap.apis.fields import id_or_none, str_or_none, token_count, whole_number
 from modeltap.apis.json_body import json_text
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase, error_type
 from modeltap.evidence.records import (
@@ -81,15 +81,15 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
             elif block.get("type") == "tool_use":
                 calls.append(
                     ToolCall(
-                        str_or_none(block.get("id")),
+                        id_or_none(block.get("id")),
                         str_or_none(block.get("name")),
                         json_text(block.get("input")),
                     )
                 )
     reason = body.get("stop_reason")
     return ResponseFacts(
-        response_id=str_or_none(body.get("id")),
-        model=str_or_none(body.get("model")),
+        response_id=id_or_none(body.get("id")),
+        model=id_or_none(body.get("model")),
         usage=_merge_usage(Usage(), usage) if isinstance(usage, dict) else Usage(),
         finish_reasons=(reason,) if isinstance(reason, str) else None,
         tool_calls=tuple(calls),
@@ -126,7 +126,7 @@ class _StreamedToolUse:
     __slots__ = ("call_id", "fragments", "name", "start_input")
 
     def __init__(self, block: Json) -> None:
-        self.call_id = str_or_none(block.get("id"))
+        self.call_id = id_or_none(block.get("id"))
         self.name = str_or_none(block.get("name"))
         self.start_input: Any = block.get("input")
         self.fragments: list[str] = []
@@ -184,8 +184,8 @@ class StreamObserver(StreamObserverBase):
         if kind == "message_start":
             message = data.get("message")
             if isinstance(message, dict):
-                self._response_id = str_or_none(message.get("id"))
-                self._model = str_or_none(message.get("model"))
+                self._response_id = self._response_id or id_or_none(message.get("id"))
+                self._model = self._model or id_or_none(message.get("model"))
                 usage = message.get("usage")
                 if isinstance(usage, dict):
                     self._usage = _merge_usage(self._usage, usage)

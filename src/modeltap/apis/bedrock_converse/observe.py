@@ -21,7 +21,7 @@ from typing import Any
 
 from modeltap.apis import message_parts as parts
 from modeltap.apis.bedrock_converse.content import FINISH_REASONS, output_content
-from modeltap.apis.fields import str_or_none, token_count, whole_number
+from modeltap.apis.fields import id_or_none, str_or_none, token_count, whole_number
 from modeltap.apis.json_body import json_text
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase, error_type
 from modeltap.evidence.records import (
@@ -94,7 +94,7 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
                 use = block["toolUse"]
                 calls.append(
                     ToolCall(
-                        str_or_none(use.get("toolUseId")),
+                        id_or_none(use.get("toolUseId")),
                         str_or_none(use.get("name")),
                         json_text(use.get("input")),
                     )
@@ -117,7 +117,7 @@ class _StreamedToolUse:
     __slots__ = ("call_id", "fragments", "name")
 
     def __init__(self, start: Json) -> None:
-        self.call_id = str_or_none(start.get("toolUseId"))
+        self.call_id = id_or_none(start.get("toolUseId"))
         self.name = str_or_none(start.get("name"))
         self.fragments: list[str] = []
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from modeltap.apis import message_parts as parts
-from modeltap.apis.fields import objects, str_or_none, token_count
+from modeltap.apis.fields import id_or_none, objects, str_or_none, token_count
 from modeltap.apis.json_body import json_text
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
 from modeltap.evidence.records import Json, RequestFacts, ResponseFacts, ToolCall, Usage
@@ -85,7 +85,7 @@ def _call(call: Any) -> ToolCall:
         return ToolCall(None, None, None)
     args = call.get("args")
     return ToolCall(
-        str_or_none(call.get("id")),
+        id_or_none(call.get("id")),
         str_or_none(call.get("name")),
         json_text(args) if args is not None else None,
     )
@@ -141,8 +141,8 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
                 calls.append(_call(part["functionCall"]))
     usage = body.get("usageMetadata")
     return ResponseFacts(
-        response_id=str_or_none(body.get("responseId")),
-        model=str_or_none(body.get("modelVersion")),
+        response_id=id_or_none(body.get("responseId")),
+        model=id_or_none(body.get("modelVersion")),
         usage=_usage(usage) if isinstance(usage, dict) else Usage(),
         finish_reasons=tuple(reasons) if isinstance(candidates, list) or blocked else None,
         tool_calls=tuple(calls),
@@ -197,8 +197,8 @@ class StreamObserver(StreamObserverBase):
             self._status = "error"
             self._note("upstream sent an error chunk")
             return False
-        self._response_id = self._response_id or str_or_none(chunk.get("responseId"))
-        self._model = self._model or str_or_none(chunk.get("modelVersion"))
+        self._response_id = self._response_id or id_or_none(chunk.get("responseId"))
+        self._model = self._model or id_or_none(chunk.get("modelVersion"))
         usage = chunk.get("usageMetadata")
         if isinstance(usage, dict):
             self._usage = _usage(usage)

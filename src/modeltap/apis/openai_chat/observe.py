@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from modeltap.apis import message_parts as parts
-from modeltap.apis.fields import str_or_none, token_count
+from modeltap.apis.fields import id_or_none, str_or_none, token_count
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase, error_type
 from modeltap.evidence.records import Json, RequestFacts, ResponseFacts, ToolCall, Usage
 from modeltap.wire.sse import SSEEvent
@@ -105,12 +105,12 @@ def observe_json(body: object, facts: RequestFacts | None) -> ResponseFacts:
             tool_calls = message.get("tool_calls") if isinstance(message, dict) else None
             for call in tool_calls if isinstance(tool_calls, list) else ():
                 if isinstance(call, dict):
-                    calls.append(ToolCall(str_or_none(call.get("id")), *tool_call_parts(call)))
+                    calls.append(ToolCall(id_or_none(call.get("id")), *tool_call_parts(call)))
                 else:
                     errors.append("response has a tool call that is not an object")
     return ResponseFacts(
-        response_id=str_or_none(body.get("id")),
-        model=str_or_none(body.get("model")),
+        response_id=id_or_none(body.get("id")),
+        model=id_or_none(body.get("model")),
         usage=_usage(usage) if isinstance(usage, dict) else Usage(),
         finish_reasons=tuple(reasons) if isinstance(choices, list) else None,
         tool_calls=tuple(calls),
@@ -183,10 +183,10 @@ class StreamObserver(StreamObserverBase):
             self._status = "error"
             self._note(f"upstream sent an error chunk: {error_type(chunk['error'])}")
             return False
-        if self._response_id is None:
-            self._response_id = str_or_none(chunk.get("id"))
-        if self._model is None:
-            self._model = str_or_none(chunk.get("model"))
+        # The first id and model that are not placeholders: Azure's first chunk
+        # (its prompt filter results) has "" for both.
+        self._response_id = self._response_id or id_or_none(chunk.get("id"))
+        self._model = self._model or id_or_none(chunk.get("model"))
         self._service_tier = str_or_none(chunk.get("service_tier")) or self._service_tier
         self._fingerprint = str_or_none(chunk.get("system_fingerprint")) or self._fingerprint
         usage = chunk.get("usage")
@@ -229,7 +229,7 @@ class StreamObserver(StreamObserverBase):
             tool_index = call.get("index")
             key = (index, tool_index if isinstance(tool_index, int) else tool_position)
             assembled = self._calls.setdefault(key, _StreamedCall())
-            call_id = str_or_none(call.get("id"))
+            call_id = id_or_none(call.get("id"))
             name, fragment = tool_call_parts(call)
             assembled.call_id = assembled.call_id or call_id
             assembled.name = assembled.name or name

@@ -14,7 +14,7 @@ incomplete reason is the one that explains a stop.
 from typing import Any, Final
 
 from modeltap.apis import message_parts as parts
-from modeltap.apis.fields import str_or_none
+from modeltap.apis.fields import id_or_none, str_or_none
 from modeltap.evidence.records import Json, ToolCall
 
 INSTRUCTION_ROLES = frozenset({"system", "developer"})
@@ -47,7 +47,7 @@ def tool_call(item: Json) -> ToolCall | None:
     else:
         return None
     return ToolCall(
-        call_id=str_or_none(item.get("call_id")),
+        call_id=id_or_none(item.get("call_id")),
         name=str_or_none(item.get("name")),
         arguments=str_or_none(arguments),
         namespace=str_or_none(item.get("namespace")),

@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from modeltap.apis import message_parts as parts
-from modeltap.apis.fields import str_or_none, token_count
+from modeltap.apis.fields import id_or_none, str_or_none, token_count
 from modeltap.apis.openai_responses.content import bounded_messages, response_content
 from modeltap.apis.openai_responses.items import finish_reason, finish_reasons, tool_call
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
@@ -64,8 +64,8 @@ def _from_response(
     """ResponseFacts from a whole Response object's id, model, status and usage."""
     status = str_or_none(response.get("status"))
     return ResponseFacts(
-        response_id=str_or_none(response.get("id")),
-        model=str_or_none(response.get("model")),
+        response_id=id_or_none(response.get("id")),
+        model=id_or_none(response.get("model")),
         usage=_usage(response.get("usage")),
         finish_reasons=finish_reasons(status, response.get("incomplete_details")),
         tool_calls=tool_calls,
@@ -288,8 +288,10 @@ class StreamObserver(StreamObserverBase):
             return
         # Only facts are kept: the Response object also holds the output text.
         facts = _from_response(response, (), ())
-        self._response_id = facts.response_id or self._response_id
-        self._model = facts.model or self._model
+        # The first id and model that are not placeholders (response.created may
+        # open with none; later events repeat them).
+        self._response_id = self._response_id or facts.response_id
+        self._model = self._model or facts.model
         self._status = facts.status or self._status
         self._service_tier = facts.service_tier or self._service_tier
         if terminal:
