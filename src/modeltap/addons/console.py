@@ -19,13 +19,12 @@ HTTP and WebSocket turns alike; tokens read ``-`` when no answer came at all.
 
 from __future__ import annotations
 
-import sys
 import time
 
 from modeltap.addons.base import Addon
 from modeltap.core.notices import Listener, Outcome
 from modeltap.evidence.records import Usage
-from modeltap.report.terminal import printable
+from modeltap.report.terminal import print_lines, printable
 from modeltap.rules.failures import describe_failure
 
 
@@ -45,8 +44,7 @@ class Console(Addon, Listener):
                 self.run.listeners.subscribe(self)
 
     def finished(self, outcome: Outcome) -> None:
-        for line in lines(outcome):
-            print(line, file=sys.stderr, flush=True)
+        print_lines(*lines(outcome), stderr=True, flush=True)
 
 
 def lines(outcome: Outcome, clock: str | None = None) -> list[str]:

@@ -13,7 +13,6 @@ receives in order.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -30,6 +29,7 @@ from modeltap.evidence.sink import JsonlFile
 from modeltap.replay.matching import MISMATCH, UNRECORDED, Player, Problem
 from modeltap.replay.recording import DIFF_FILE, TurnKey
 from modeltap.replay.upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
+from modeltap.report.terminal import print_lines
 
 
 class Replayer(Listener):
@@ -112,9 +112,12 @@ class Replayer(Listener):
                 self.out.mkdir(parents=True, exist_ok=True)
                 self.diff_file.append(orjson.dumps(problem.to_json()) + b"\n")
             if not self.quiet:
-                print(f"modeltap replay: {problem.message}", file=sys.stderr, flush=True)
-                for line in problem.content:  # only with --show-content
-                    print(f"    {line}", file=sys.stderr, flush=True)
+                print_lines(
+                    f"modeltap replay: {problem.message}",
+                    *(f"    {line}" for line in problem.content),  # only with --show-content
+                    stderr=True,
+                    flush=True,
+                )
 
     def summary(self) -> str:
         """One line: how much of the recording was replayed and how much differed."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import tempfile
 import time
@@ -17,6 +18,12 @@ from modeltap.app.client_env import export_lines, exported_routes, mcp_snippets,
 from modeltap.app.proxy import Proxy, ProxyConfig, replay_proxy
 from modeltap.replay.matching import plural
 from modeltap.replay.recording import DIFF_FILE, Recording, RecordingError
+from modeltap.report.terminal import (
+    TerminalLogHandler,
+    print_document,
+    print_lines,
+    printable,
+)
 from modeltap.rules.errors import StartupError
 from modeltap.rules.listening import is_loopback, open_proxy_listeners, open_proxy_message
 from modeltap.rules.routing import PROVIDER_HOSTS, RouteError, RouteTable, parse_route_spec
@@ -175,7 +182,8 @@ def startup_screen(
             "(it still needs the run's token)"
         )
     lines.append("  Ctrl-C stops and flushes.")
-    return "\n".join(lines)
+    # A recording's routes and sessions are wire text: each line escaped on its own.
+    return "\n".join(printable(line) for line in lines)
 
 
 def _mcp_lines(routes: RouteTable, url: str) -> list[str]:
@@ -200,32 +208,32 @@ def run(args: argparse.Namespace) -> int:
     try:
         RouteTable.build(list(args.route), args.upstream, list(args.mcp), list(args.mcp_host))
     except RouteError as e:
-        print(f"modeltap: {e}", file=sys.stderr)
+        print_lines(f"modeltap: {e}", stderr=True)
         return 2
     host, port = args.listen
     open_ones = open_proxy_listeners([(args.mode, host, port)], args.proxyauth)
     if open_ones and not args.allow_open_proxy:
         fix = "listen on 127.0.0.1, add --proxyauth USER:PASS, or pass --allow-open-proxy"
-        print(f"modeltap: {open_proxy_message(open_ones, fix)}", file=sys.stderr)
+        print_lines(f"modeltap: {open_proxy_message(open_ones, fix)}", stderr=True)
         return 2
     proxy = Proxy(config_from_args(args))
 
     def ready(p: Proxy) -> None:
-        print(startup_screen(p, serve_ui(p) if args.ui else None), file=sys.stderr, flush=True)
+        screen = startup_screen(p, serve_ui(p) if args.ui else None)
+        print_lines(*screen.split("\n"), stderr=True, flush=True)
 
     try:
         proxy.run_foreground(on_ready=ready)
     except Exception as e:  # bad options or a port in use: say it plainly
-        print(f"modeltap: {e}", file=sys.stderr)
+        print_lines(f"modeltap: {e}", stderr=True)
         return 1
     counts = proxy.counts
-    print(
+    print_lines(
         f"modeltap: stopped. audited {counts['audited']}, refused {counts['refused']}, "
         f"unaudited {counts['unaudited']}, errors {counts['errors']}.",
-        file=sys.stderr,
+        *(f"modeltap: {line}" for line in (proxy.spans.summary or "").splitlines()),
+        stderr=True,
     )
-    for line in (proxy.spans.summary or "").splitlines():
-        print(f"modeltap: {line}", file=sys.stderr)
     return 0
 
 
@@ -290,7 +298,7 @@ def replay_main(argv: Sequence[str]) -> int:
     try:
         recording = Recording.load(args.recording)
     except RecordingError as e:
-        print(f"modeltap replay: {e}", file=sys.stderr)
+        print_lines(f"modeltap replay: {e}", stderr=True)
         return 2
     config = ProxyConfig.from_options(
         {o.name: getattr(args, o.cli_name) for o in options.OPTIONS if options.REPLAY in o.commands}
@@ -299,24 +307,24 @@ def replay_main(argv: Sequence[str]) -> int:
 
     def ready(p: Proxy) -> None:
         pace = "without delays (--fast)" if args.fast else "at the recorded pace"
-        print(startup_screen(p, recording=recording), file=sys.stderr)
         turns = plural(replay.player.turns_recorded, "turn")
         sessions = plural(len(recording.sessions), "session")
-        print(
+        print_lines(
+            *startup_screen(p, recording=recording).split("\n"),
             f"  replaying  {recording.root}  ({turns} in {sessions}) {pace}; diff -> "
             f"{Path(config.out) / DIFF_FILE}",
-            file=sys.stderr,
+            stderr=True,
             flush=True,
         )
 
     try:
         proxy.run_foreground(on_ready=ready)
     except Exception as e:  # bad options or a port in use: say it plainly
-        print(f"modeltap replay: {e}", file=sys.stderr)
+        print_lines(f"modeltap replay: {e}", stderr=True)
         return 2
-    for problem in replay.problems:
-        print(problem.message)
-    print(f"modeltap replay: {replay.summary()}", file=sys.stderr)
+    # A problem's message quotes the recorded session: escaped, like every line.
+    print_lines(*(problem.message for problem in replay.problems))
+    print_lines(f"modeltap replay: {replay.summary()}", stderr=True)
     return 1 if args.check and replay.problems else 0
 
 
@@ -343,7 +351,7 @@ def demo_main(argv: Sequence[str]) -> int:
 
         from modeltap.app.demo import agent
     except ImportError:
-        print("modeltap demo needs the openai package: pip install openai", file=sys.stderr)
+        print_lines("modeltap demo needs the openai package: pip install openai", stderr=True)
         return 2
     from modeltap.app.demo import record_lines
     from modeltap.evidence.capture import Capture
@@ -357,7 +365,7 @@ def demo_main(argv: Sequence[str]) -> int:
         try:
             proxy.start()
         except StartupError as e:  # an --out that cannot be written: one line, as run says it
-            print(f"modeltap demo: {e}", file=sys.stderr)
+            print_lines(f"modeltap demo: {e}", stderr=True)
             return 1
         try:
             client = openai.OpenAI(
@@ -371,22 +379,30 @@ def demo_main(argv: Sequence[str]) -> int:
         finally:
             proxy.stop()
         elapsed = time.monotonic() - started
-    print(f"== the agent (openai SDK tool loop, {elapsed:.2f}s) answered:\n{answer}\n")
     capture = Capture.load(out)
-    print(f"== {out / 'audit.jsonl'}: one record per model request, written before forwarding")
-    print("\n".join(record_lines(capture.records)))
-    print(f"   (names, counts, hashes and sizes only; every field: jq . {out / 'audit.jsonl'})")
-    print(f"\n== modeltap report {out}")
-    print(render_text(build_report(capture)))
-    print(f"== replay: {replay.summary()}")
-    for problem in replay.problems:
-        print(f"   {problem.message}")
+    print_lines(
+        f"== the agent (openai SDK tool loop, {elapsed:.2f}s) answered:",
+        *answer.split("\n"),  # the model's text: each of its lines escaped
+        "",
+        f"== {out / 'audit.jsonl'}: one record per model request, written before forwarding",
+        *record_lines(capture.records),
+        f"   (names, counts, hashes and sizes only; every field: jq . {out / 'audit.jsonl'})",
+        "",
+        f"== modeltap report {out}",
+        *render_text(build_report(capture)).split("\n"),
+        f"== replay: {replay.summary()}",
+        *(f"   {problem.message}" for problem in replay.problems),
+    )
     return 1 if replay.problems else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``modeltap`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not logging.getLogger().handlers:
+        # What Python would print unconfigured (WARNING and up), escaped: a log line
+        # of mitmproxy's or ours may quote a value from the wire.
+        logging.getLogger().addHandler(TerminalLogHandler())
     if argv[:1] == ["report"]:
         from modeltap.report import report
 
@@ -423,16 +439,16 @@ def end_session(out: Path, session_id: str) -> int:
     try:
         ended = control.end_session(out, session_id)
     except control.ControlError as e:
-        print(f"modeltap: {e}", file=sys.stderr)
+        print_lines(f"modeltap: {e}", stderr=True)
         return 1
     for end in ended:
         if not end.now:
-            print(
+            print_lines(
                 f"modeltap: session {session_id!r} had already ended; this is its status "
                 "from then (nothing was written)",
-                file=sys.stderr,
+                stderr=True,
             )
-        sys.stdout.write(to_json_line(end.status).decode())
+        print_document(to_json_line(end.status).decode())
     return 0
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -42,7 +41,7 @@ from modeltap.evidence.capture import Capture, Session
 from modeltap.evidence.recordings import RecordingError
 from modeltap.evidence.verdicts.cases import Case, CaseFileError, load_cases
 from modeltap.report import case_report
-from modeltap.report.terminal import printable
+from modeltap.report.terminal import print_document, print_lines, printable
 
 
 def problems(capture: Capture, session_id: str | None = None) -> dict[str, list[str]]:
@@ -167,41 +166,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if (args.json or args.junit) and args.expect is None:
-        print(
+        print_lines(
             "modeltap check: --json and --junit report cases: give --expect CASES.toml",
-            file=sys.stderr,
+            stderr=True,
         )
         return 2
     try:
         cases = load_cases(args.expect) if args.expect is not None else None
     except CaseFileError as e:
-        print(f"modeltap check: {printable(str(e))}", file=sys.stderr)
+        print_lines(f"modeltap check: {e}", stderr=True)
         return 2
     try:
         capture = Capture.load(args.dir, record=args.record)
     except OSError as e:  # the path and the OS's reason; nothing from the files
-        print(f"modeltap check: {e}", file=sys.stderr)
+        print_lines(f"modeltap check: {e}", stderr=True)
         return 2
     except RecordingError as e:
-        print(f"modeltap check: --record: {e}", file=sys.stderr)
+        print_lines(f"modeltap check: --record: {e}", stderr=True)
         return 2
     if cases is not None:
         return _judge(capture, cases, args)
     found = problems(capture, args.session)
     if not found:
-        print("FAIL: no model traffic in this out dir (did the agent use the proxy?)")
+        print_lines("FAIL: no model traffic in this out dir (did the agent use the proxy?)")
         return 1
     failed = {sid: reasons for sid, reasons in found.items() if reasons}
     for sid, reasons in found.items():
-        print(f"{'FAIL' if reasons else 'ok  '} session {printable(sid)}")
-        for reason in reasons:
-            print(f"       {printable(reason)}")
+        print_lines(
+            f"{'FAIL' if reasons else 'ok  '} session {printable(sid)}",
+            *(f"       {printable(reason)}" for reason in reasons),
+        )
     noun = "session" if len(found) == 1 else "sessions"
     if failed:
-        print(f"{len(failed)} of {len(found)} {noun} failed the check.")
+        print_lines(f"{len(failed)} of {len(found)} {noun} failed the check.")
         return 1
     both = "the" if len(found) == 1 else "all"
-    print(f"{both} {len(found)} {noun} completed with complete evidence.")
+    print_lines(f"{both} {len(found)} {noun} completed with complete evidence.")
     return 0
 
 
@@ -212,15 +212,15 @@ def _judge(capture: Capture, cases: list[Case], args: argparse.Namespace) -> int
     judged = case_report.judge(cases, capture)
     if args.json:
         document = case_report.to_json(judged, capture, str(args.expect))
-        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_document(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        print(case_report.render_text(judged))
+        print_lines(*case_report.render_text(judged).split("\n"))  # its lines escaped
     if args.junit is not None:
         try:
             case_report.write_junit(args.junit, judged)
         except OSError as e:
-            print(
-                f"modeltap check: --junit: cannot write {args.junit}: {e.strerror}", file=sys.stderr
+            print_lines(
+                f"modeltap check: --junit: cannot write {args.junit}: {e.strerror}", stderr=True
             )
             return 2
     return 0 if all(item.verdicts.status == "passed" for item in judged) else 1

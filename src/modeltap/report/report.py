@@ -114,6 +114,7 @@ from modeltap.evidence.capture import (
 )
 from modeltap.evidence.coverage import turn_number
 from modeltap.evidence.records import USAGE_COUNTS, Cost, Usage
+from modeltap.report.terminal import print_document, print_lines
 from modeltap.report.text import render_text
 
 REPORT_VERSION: Final = 1
@@ -378,13 +379,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         capture = Capture.load(args.directory)
     except OSError as exc:
         # The message names the path and the OS reason; nothing from the files.
-        print(f"modeltap report: {exc}", file=sys.stderr)
+        print_lines(f"modeltap report: {exc}", stderr=True)
         return 2
     report = build_report(capture)
     if args.json:
-        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+        print_document(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        sys.stdout.write(render_text(report))
+        print_lines(*render_text(report).splitlines())
     return 0
 
 

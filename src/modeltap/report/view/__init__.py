@@ -19,7 +19,6 @@ session.
 from __future__ import annotations
 
 import argparse
-import sys
 import webbrowser
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +27,7 @@ from modeltap.evidence.capture import Capture
 from modeltap.evidence.recordings import RecordingError
 from modeltap.evidence.verdicts.cases import CaseFileError, load_cases
 from modeltap.report import case_report
+from modeltap.report.terminal import print_document, print_lines
 from modeltap.report.view.bodies import (
     DEFAULT_BODY_LIMIT,
     RecordingUnreadable,
@@ -173,25 +173,25 @@ def main(argv: Sequence[str]) -> int:
             expect=args.expect,
         )
     except CaseFileError as e:
-        print(f"modeltap view: {e}", file=sys.stderr)
+        print_lines(f"modeltap view: {e}", stderr=True)
         return 2
     except (OSError, RecordingUnreadable) as e:
-        print(f"modeltap view: {e}", file=sys.stderr)
+        print_lines(f"modeltap view: {e}", stderr=True)
         return 1
     if args.output == "-":
-        sys.stdout.write(page)
+        print_document(page)
         return 0
     target = Path(args.output) if args.output else Path(args.directory) / DEFAULT_FILE
     try:
         target.write_text(page, encoding="utf-8")
     except OSError as e:
-        print(
+        print_lines(
             f"modeltap view: cannot write {target}: {e.strerror or e} "
             "(choose another file with -o)",
-            file=sys.stderr,
+            stderr=True,
         )
         return 1
-    print(f"modeltap view: wrote {target} ({len(page.encode()) // 1024} KB)", file=sys.stderr)
+    print_lines(f"modeltap view: wrote {target} ({len(page.encode()) // 1024} KB)", stderr=True)
     if args.open:
         webbrowser.open(target.resolve().as_uri())
     return 0
