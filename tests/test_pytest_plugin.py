@@ -282,16 +282,19 @@ def test_marker_on_a_direct_test(modeltap: ModelTapFixture) -> None:
 
 @pytest.mark.modeltap(session="direct-end")
 def test_fixture_ends_a_session_through_the_control_api(modeltap: ModelTapFixture) -> None:
-    from modeltap.app.control import ControlError
-
     oai = openai.OpenAI(base_url=modeltap.openai_base_url, api_key=KEY, max_retries=0)
     oai.chat.completions.create(model="gpt-x", messages=[])
     status = modeltap.end_session("direct-end")
     assert (status.stop_reason, status.evidence_complete) == ("completed", True)
     assert modeltap.end_session("direct-end") == status  # again: the same, nothing written
     assert len((modeltap.out_dir / "sessions.jsonl").read_bytes().splitlines()) == 1
-    with pytest.raises(ControlError, match="unknown session"):
-        modeltap.end_session("nobody")
+    # A session no request of which came through (the agent bypassed the proxy):
+    # ended all the same, its line says so, and the capture fails it by name.
+    nobody = modeltap.end_session("nobody")
+    assert (nobody.message, nobody.requests_audited) == (NO_REQUESTS, 0)
+    assert modeltap.end_session("nobody") == nobody  # idempotent: nothing written again
+    assert len((modeltap.out_dir / "sessions.jsonl").read_bytes().splitlines()) == 2
+    assert not modeltap.capture().sessions["nobody"].evidence_complete
     with pytest.raises(openai.BadRequestError, match="session_ended"):
         oai.chat.completions.create(model="gpt-x", messages=[])
     # The late request is evidence too: the session no longer reads as complete.

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from modeltap.core.run import Run, new_run_id
-from modeltap.evidence.records import RequestFacts, ToolCall, ToolResult
+from modeltap.evidence.records import NO_REQUESTS_MESSAGE, RequestFacts, ToolCall, ToolResult
 from modeltap.evidence.sink import Sink
 from modeltap.rules.errors import Rejected
 from tests.conftest import Core, exchange_view
@@ -81,6 +81,20 @@ def test_stopped_or_ended_sessions_refuse(core: Core) -> None:
     core.run.stop(1)
     with pytest.raises(Rejected, match="proxy_stopped"):
         core.run.audit(replace(VIEW, session_id="s2"), facts(), 1, "a" * 64)
+
+
+def test_ending_a_session_no_traffic_carried(core: Core) -> None:
+    """The harness says the agent ran in it; nothing came through: its line says so."""
+    assert core.run.end_session("bypassed") is None  # unasked: another proxy may know it
+    first = core.run.end_session("bypassed", unseen=True)
+    assert first is not None and first.now
+    assert (first.status.requests_audited, first.status.evidence_complete) == (0, False)
+    assert first.status.message == NO_REQUESTS_MESSAGE
+    again = core.run.end_session("bypassed", unseen=True)
+    assert again is not None and (again.now, again.status) == (False, first.status)
+    assert [s["session_id"] for s in core.sessions()] == ["bypassed"]  # one line, once
+    with pytest.raises(Rejected, match="session_ended"):
+        core.run.audit(replace(VIEW, session_id="bypassed"), facts(), 1, "a" * 64)
 
 
 def test_ending_a_session_is_idempotent(core: Core) -> None:

@@ -20,6 +20,7 @@ from websockets.sync.client import connect
 from modeltap.app import control
 from modeltap.evidence.capture import Capture
 from modeltap.evidence.coverage import PROXY_REPORTED
+from modeltap.evidence.records import NO_REQUESTS_MESSAGE
 from modeltap.report.report import build_report
 from tests.cli_process import cli_main
 from tests.conftest import Running, read_jsonl
@@ -133,6 +134,8 @@ CASES: dict[str, tuple[Callable[[Running], None], bool, str]] = {
         False,
         "[turn 1] tool call lookup (call_ws) got no result in a later request",
     ),
+    # The harness ends a session no request carried (the agent bypassed the proxy).
+    "never-seen": (lambda running: None, False, NO_REQUESTS_MESSAGE),
 }
 
 
@@ -154,7 +157,9 @@ def test_every_reader_agrees(start_proxy: Callable[..., Running], case: str) -> 
     session = Capture.load(running.out).sessions[SESSION]
     (reported,) = [s for s in build_report(Capture.load(running.out))["sessions"]]
     code, printed = check_cli(running.out)
+    alone, printed_alone = check_cli(running.out, "--session", SESSION)
 
+    assert (alone, printed_alone) == (code, printed)  # the one session, named or not
     assert line["evidence_complete"] is expected
     assert session.evidence_complete is expected
     assert reported["evidence_complete"] is expected

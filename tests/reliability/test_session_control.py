@@ -23,6 +23,7 @@ from websockets.sync.client import connect
 
 from modeltap.app import control
 from modeltap.evidence.capture import Capture
+from modeltap.evidence.records import NO_REQUESTS_MESSAGE
 from modeltap.report import check
 from tests.cli_process import cli_main
 from tests.conftest import Running, read_jsonl
@@ -202,7 +203,7 @@ def test_control_listener_needs_the_token(running: Running) -> None:
     figure("control_listener_attacks", attempts=len(attempts) + 6, lines_written=0)
 
 
-def test_end_is_idempotent_and_an_unknown_session_writes_nothing(
+def test_end_is_idempotent_and_an_unseen_session_gets_its_line(
     upstream: Upstream, tmp_path: Path
 ) -> None:
     """The real CLI (its main, called here) against a real `modeltap run` process."""
@@ -225,15 +226,22 @@ def test_end_is_idempotent_and_an_unknown_session_writes_nothing(
         assert second.returncode == 0
         assert orjson.loads(second.stdout) == status  # the first status, again
         assert "had already ended" in second.stderr
-        unknown = session_end("never-seen")
-        assert unknown.returncode == 1
-        assert "unknown session 'never-seen'" in unknown.stderr
+        # No request of it came through (the agent bypassed the proxy): ended all
+        # the same, its line says so, and so does the command (exit 1).
+        unseen = session_end("never-seen")
+        assert unseen.returncode == 1
+        assert "no model request of session 'never-seen' was audited" in unseen.stderr
+        never = orjson.loads(unseen.stdout)
+        assert (never["message"], never["requests_audited"]) == (NO_REQUESTS_MESSAGE, 0)
+        again = session_end("never-seen")  # idempotent: the first status, nothing written
+        assert (again.returncode, orjson.loads(again.stdout)) == (1, never)
         assert session_lines(out, "eval-1") == [status]
-        assert session_lines(out, "never-seen") == []
+        assert session_lines(out, "never-seen") == [never]
+        assert_check_fails(out, "never-seen")
     finally:
         assert p.stop() == 0
-    # Stopping the proxy does not end it again either.
-    assert read_jsonl(out / "sessions.jsonl") == [status]
+    # Stopping the proxy does not end them again either.
+    assert read_jsonl(out / "sessions.jsonl") == [status, never]
 
 
 def test_requests_in_an_ended_session_are_refused(start_proxy: Callable[..., Running]) -> None:
@@ -409,3 +417,30 @@ def test_a_control_port_in_use_stops_the_start(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert f"cannot listen for the control API on 127.0.0.1:{port}" in result.stderr
+
+
+def test_an_unseen_session_is_written_once_among_proxies_sharing_an_out_dir(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """Two proxies on one out dir: a session one of them saw is ended there only
+    (the other writes nothing: it was not the agent's way around), and one neither
+    saw gets its "audit unsupported" line once."""
+    from modeltap.app.proxy import Proxy, ProxyConfig
+
+    out = tmp_path / "out"
+
+    def config() -> ProxyConfig:
+        return ProxyConfig(listen_port=0, out=str(out), routes=[f"stub={upstream.url}"], quiet=True)
+
+    with Proxy(config()) as first, Proxy(config()):
+        client = openai.OpenAI(base_url=f"{first.url}/stub/v1", api_key="k", max_retries=0)
+        client.chat.completions.create(
+            model="gpt-5", messages=CHAT, extra_headers={"x-modeltap-session": "seen"}
+        )
+        (seen,) = control.end_session(out, "seen")
+        (unseen,) = control.end_session(out, "unseen")
+        assert control.end_session(out, "unseen")[0].status == unseen.status  # idempotent
+    assert (seen.status.requests_audited, unseen.status.requests_audited) == (1, 0)
+    assert unseen.status.message == NO_REQUESTS_MESSAGE
+    lines = read_jsonl(out / "sessions.jsonl")
+    assert sorted(s["session_id"] for s in lines) == ["seen", "unseen"]

@@ -430,8 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def end_session(out: Path, session_id: str) -> int:
     """``modeltap session end ID --out DIR``: end a session on the proxy writing to DIR.
 
-    Prints the session's ``sessions.jsonl`` line; exits 1 when no proxy runs
-    there or none knows the session (nothing is written then).
+    Prints the session's ``sessions.jsonl`` line. A session no model request
+    was audited in (the agent bypassed the proxy, or every request of it was
+    refused) is ended too, its line says "No outbound model requests
+    captured; audit unsupported", and stderr says so: exit 1, as
+    ``modeltap check`` will fail it. Exits 1 too when no proxy runs there.
     """
     from modeltap.app import control
     from modeltap.evidence.records import to_json_line
@@ -441,6 +444,7 @@ def end_session(out: Path, session_id: str) -> int:
     except control.ControlError as e:
         print_lines(f"modeltap: {e}", stderr=True)
         return 1
+    code = 0
     for end in ended:
         if not end.now:
             print_lines(
@@ -448,8 +452,16 @@ def end_session(out: Path, session_id: str) -> int:
                 "from then (nothing was written)",
                 stderr=True,
             )
+        if end.status.requests_audited == 0:
+            print_lines(
+                f"modeltap: no model request of session {session_id!r} was audited: "
+                f"{end.status.message} (did the agent's requests go through the proxy?); "
+                "modeltap check fails it",
+                stderr=True,
+            )
+            code = 1
         print_document(to_json_line(end.status).decode())
-    return 0
+    return code
 
 
 if __name__ == "__main__":

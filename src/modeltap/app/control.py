@@ -18,8 +18,12 @@ web page (a browser can reach 127.0.0.1). Who can read the out dir can
 control the run.
 
 Ending is idempotent: a second end of a session answers the status of the
-first and writes nothing (``Modeltap-Ended: earlier``); an unknown session is
-a 404 that writes nothing.
+first and writes nothing (``Modeltap-Ended: earlier``). A session the proxy
+never saw is a 404 that writes nothing, unless the end says
+``?unseen=write``: then its line is written, saying no traffic carried it
+(the agent bypassed the proxy), so that ``modeltap check`` fails it by name.
+The client asks every proxy of the out dir first, and only when none knew
+the session asks one of them to write that line.
 
 The server is a few lines of asyncio around h11 (mitmproxy's own HTTP/1.1
 parser, sans-I/O like our core): bounded header and body sizes, and the
@@ -68,6 +72,8 @@ REQUEST_DEADLINE_S: Final = 5.0
 MAX_CONNECTIONS: Final = 64
 #: ``Modeltap-Ended``: ``now`` (this request wrote the line) or ``earlier``.
 ENDED_HEADER: Final = "Modeltap-Ended"
+#: The query of an end that writes the line of a session this proxy never saw.
+UNSEEN_QUERY: Final = "unseen=write"
 
 
 def control_file_name(run_id: str) -> str:
@@ -78,8 +84,9 @@ def control_file_name(run_id: str) -> str:
 class ControlApi(Protocol):
     """What the control listener asks of the proxy."""
 
-    def end_session(self, session_id: str) -> Ended | None:
-        """End a session; ``None`` when the proxy does not know it."""
+    def end_session(self, session_id: str, *, unseen: bool = False) -> Ended | None:
+        """End a session; ``None`` when the proxy does not know it, unless
+        ``unseen`` (then its line says no traffic carried it)."""
         ...
 
 
@@ -139,7 +146,8 @@ def answer(
             "modeltap session end reads it from the out dir",
         )
         return Reply(reply.status, reply.body, (("WWW-Authenticate", "Bearer"),))
-    parts = target.split("?", 1)[0].split("/")
+    path, _, query = target.partition("?")
+    parts = path.split("/")
     if len(parts) != 4 or parts[:2] != ["", "sessions"] or parts[3] != "end" or not parts[2]:
         return _error(404, "not_found", "no such control endpoint (POST /sessions/ID/end)")
     if method != "POST":
@@ -149,7 +157,7 @@ def answer(
         session_id = unquote_to_bytes(parts[2]).decode("utf-8")
     except UnicodeDecodeError:
         return _error(400, "bad_session_id", "the session id is not UTF-8")
-    ended = api.end_session(session_id)
+    ended = api.end_session(session_id, unseen=UNSEEN_QUERY in query.split("&"))
     if ended is None:
         return _error(
             404,
@@ -474,7 +482,10 @@ def end_session(out_dir: Path, session_id: str, *, timeout: float = 10.0) -> lis
     """End a session on the proxies writing to ``out_dir``.
 
     Every running proxy of the out dir is asked (usually there is one); those
-    that do not know the session write nothing.
+    that do not know the session write nothing. When none of them knows it,
+    the first is asked to end it all the same (``?unseen=write``): the
+    harness ran the agent in it and no request came through, and its line
+    says so ("No outbound model requests captured; audit unsupported").
 
     Args:
         out_dir: the proxy's ``--out``.
@@ -482,31 +493,23 @@ def end_session(out_dir: Path, session_id: str, *, timeout: float = 10.0) -> lis
         timeout: seconds per proxy.
 
     Returns:
-        One :class:`Ended` per proxy that knew the session.
+        One :class:`Ended` per proxy that knew the session, or the one that
+        wrote the line of a session none had seen.
 
     Raises:
-        ControlError: no proxy is running there, one refused, or none knows
-            the session.
+        ControlError: no proxy is running there, or one refused.
     """
     path = f"/sessions/{quote(session_id, safe='')}/end"
     ended: list[Ended] = []
-    reachable = 0
+    reachable: list[Endpoint] = []
     for endpoint in endpoints(out_dir):
         try:
-            status, body, how = _post(endpoint, path, timeout)
+            found = _end(endpoint, path, timeout)
         except OSError:
             continue  # a stale file of a proxy that was killed
-        reachable += 1
-        if status == 200:
-            from modeltap.evidence.capture import (
-                decode_session_end,  # reading side, not the proxy's
-            )
-
-            ended.append(Ended(decode_session_end(orjson.loads(body)), how != "earlier"))
-            continue
-        code, message = _error_code(body)
-        if code != "unknown_session":
-            raise ControlError(f"the proxy answered HTTP {status}: {message}")
+        reachable.append(endpoint)
+        if found is not None:
+            ended.append(found)
     if not reachable:
         raise ControlError(
             f"no running modeltap proxy writes to {out_dir}: its control files were left by "
@@ -515,5 +518,30 @@ def end_session(out_dir: Path, session_id: str, *, timeout: float = 10.0) -> lis
             f"not ended. Delete {out_dir / control_file_name('*')} to clear them."
         )
     if not ended:
-        raise ControlError(f"unknown session {session_id!r}: no running proxy has seen it")
+        try:
+            found = _end(reachable[0], f"{path}?{UNSEEN_QUERY}", timeout)
+        except OSError as e:
+            raise ControlError(f"the proxy could not be asked again: {e}") from None
+        if found is None:
+            raise ControlError(f"the proxy would not end session {session_id!r}")
+        ended.append(found)
     return ended
+
+
+def _end(endpoint: Endpoint, path: str, timeout: float) -> Ended | None:
+    """One proxy's answer to an end: the session's end, or ``None`` when it does
+    not know the session.
+
+    Raises:
+        OSError: it could not be reached.
+        ControlError: it refused.
+    """
+    status, body, how = _post(endpoint, path, timeout)
+    if status == 200:
+        from modeltap.evidence.capture import decode_session_end  # reading side, not the proxy's
+
+        return Ended(decode_session_end(orjson.loads(body)), how != "earlier")
+    code, message = _error_code(body)
+    if code != "unknown_session":
+        raise ControlError(f"the proxy answered HTTP {status}: {message}")
+    return None

@@ -150,7 +150,10 @@ class ModelTapFixture:
 
         Its ``sessions.jsonl`` line is written and later requests in it are
         refused (``session_ended``). Ending it again returns the same status
-        and writes nothing.
+        and writes nothing. A session no request carried (the agent bypassed
+        the proxy) is ended too: its line says "No outbound model requests
+        captured; audit unsupported" (``status.message``), and the capture
+        fails it by name.
 
         Args:
             session_id: the ``x-modeltap-session`` the agent sent (or the
@@ -160,7 +163,7 @@ class ModelTapFixture:
             The session's status, as its ``sessions.jsonl`` line says.
 
         Raises:
-            modeltap.app.control.ControlError: the proxy has not seen the session.
+            modeltap.app.control.ControlError: the proxy could not be reached.
         """
         from modeltap.app import control
 

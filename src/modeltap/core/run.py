@@ -290,7 +290,7 @@ class Run:
             session.file_reopened(file)
         return [session.session_id for session in lost]
 
-    def end_session(self, session_id: str) -> Ended | None:
+    def end_session(self, session_id: str, *, unseen: bool = False) -> Ended | None:
         """End a session for good (the control API: the harness asked).
 
         Idempotent: a session that already has its line (ended before, or a
@@ -298,9 +298,21 @@ class Run:
         and nothing is written. Requests that arrive in it later are refused
         (``session_ended``).
 
+        A session no traffic carried is the harness's word that the agent ran
+        and none of its requests came here (it bypassed the proxy): with
+        ``unseen`` it is ended all the same, and its line says "No outbound
+        model requests captured; audit unsupported", so ``modeltap check``
+        fails it by name. Without, it is left alone (another proxy writing to
+        the same out dir may have seen it: the harness's client asks them
+        all first).
+
+        Args:
+            session_id: the session.
+            unseen: end it even if this proxy never saw it.
+
         Returns:
             Its status and whether this call wrote it; ``None`` for a session
-            this proxy has not seen (nothing is written).
+            this proxy has not seen, unless ``unseen`` (nothing is written).
         """
         status = self.sessions.ended(session_id)
         if status is not None:
@@ -308,7 +320,8 @@ class Run:
         status = self.sessions.unpark(session_id)
         if status is not None:
             ended = Ended(status, now=False)
-        elif session_id in self.sessions.open:
+        elif session_id in self.sessions.open or (unseen and not self.stopped):
+            self.sessions.get(session_id)  # opened, if no traffic ever did
             ended = Ended(self._write_end(session_id), now=True)
         else:
             return None
