@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 import ipaddress
 import socket
+
+import pytest
 
 from modeltap.rules.listening import (
     host_addresses,

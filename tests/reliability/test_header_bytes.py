@@ -140,7 +140,7 @@ def kinds(raw_url: str) -> dict[str, Callable[[bytes], tuple[bytes, bytes]]]:
                 b"Content-Type: application/json\r\n",
             ),
             CHAT,
-        ),  # fmt: skip
+        ),
         "websocket handshake": lambda line: (
             request(b"GET", b"/raw/v1/responses", line, b"", WEBSOCKET).replace(
                 b"Connection: close\r\n", b""
