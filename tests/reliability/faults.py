@@ -12,10 +12,12 @@ import contextlib
 import hashlib
 import os
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 
 import orjson
@@ -354,3 +356,17 @@ def figure(name: str, **values: object) -> None:
     if target:
         with open(target, "ab") as f:
             f.write(orjson.dumps({"test": name, **values}, option=orjson.OPT_APPEND_NEWLINE))
+
+
+def h2_tunnel(proxy_port: int, ca: Path, host: str, port: int) -> ssl.SSLSocket:
+    """A TLS connection to ``host:port`` through the proxy's CONNECT tunnel, with
+    mitmproxy's CA and ALPN h2 (asserted); the caller speaks HTTP/2 on it."""
+    raw = socket.create_connection(("127.0.0.1", proxy_port), timeout=30)
+    target = f"{host}:{port}".encode()
+    raw.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
+    assert raw.recv(4096).startswith(b"HTTP/1.1 200")
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.set_alpn_protocols(["h2"])
+    sock = ctx.wrap_socket(raw, server_hostname=host)
+    assert sock.selected_alpn_protocol() == "h2"
+    return sock

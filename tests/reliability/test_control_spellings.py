@@ -20,7 +20,7 @@ import pytest
 
 from modeltap.app import control
 from tests.conftest import Running, read_jsonl
-from tests.reliability.faults import figure
+from tests.reliability.faults import figure, read_request
 
 #: The issue's spellings, then more members of the class.
 SPELLINGS = [
@@ -42,25 +42,6 @@ def machine_name() -> str | None:
     return name
 
 
-def answer(sock: socket.socket) -> bytes:
-    """One HTTP/1.1 answer: its head, and its body as its Content-Length says."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return data
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    length = next(
-        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")[1:]
-         if line.lower().startswith(b"content-length:")),
-        0,
-    )  # fmt: skip
-    while len(body) < length and (chunk := sock.recv(65536)):
-        body += chunk
-    return head + b"\r\n\r\n" + body
-
-
 def attempts(proxy_port: int, host: str, port: int, token: str) -> list[bytes]:
     """An absolute-form request and a CONNECT to ``host:port``, with the token: the
     first line of each answer."""
@@ -74,11 +55,11 @@ def attempts(proxy_port: int, host: str, port: int, token: str) -> list[bytes]:
     for raw in (end, tunnel):
         with socket.create_connection(("127.0.0.1", proxy_port), timeout=30) as sock:
             sock.sendall(raw)
-            data = answer(sock)
+            data = read_request(sock)  # an answer is framed the same way
             if data.startswith(b"HTTP/1.1 200 Connection established"):
                 # A tunnel that opened: try the control API through it too.
                 sock.sendall(end.replace(b"http://" + authority, b""))
-                data += answer(sock)
+                data += read_request(sock)
         answers.append(data)
     return answers
 

@@ -14,7 +14,6 @@ oracle is a raw-socket upstream that records every byte it received.
 from __future__ import annotations
 
 import socket
-import ssl
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,7 +25,7 @@ import orjson
 import pytest
 
 from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
-from tests.reliability.faults import RawUpstream, figure, read_request, wait_until
+from tests.reliability.faults import RawUpstream, figure, h2_tunnel, read_request, wait_until
 from tests.upstream import Upstream, self_signed_tls
 
 CHAT = orjson.dumps({"model": "gpt-5", "messages": [{"role": "user", "content": "hi"}]})
@@ -292,14 +291,8 @@ def h2_get(
 ) -> int | str:
     """One HTTP/2 GET through a CONNECT tunnel (TLS with mitmproxy's CA, ALPN h2),
     the extra headers sent unvalidated; its status, or ``"reset"``."""
-    raw = socket.create_connection(("127.0.0.1", proxy_port), timeout=30)
     target = f"{host}:{port}".encode()
-    raw.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
-    assert raw.recv(4096).startswith(b"HTTP/1.1 200")
-    ctx = ssl.create_default_context(cafile=str(ca))
-    ctx.set_alpn_protocols(["h2"])
-    with ctx.wrap_socket(raw, server_hostname=host) as sock:
-        assert sock.selected_alpn_protocol() == "h2"
+    with h2_tunnel(proxy_port, ca, host, port) as sock:
         config = h2.config.H2Configuration(client_side=True, validate_outbound_headers=False)
         conn = h2.connection.H2Connection(config)
         conn.initiate_connection()
@@ -346,3 +339,25 @@ def test_http2_carries_no_control_byte_upstream(tmp_path: Path, name: str, value
     if status == 400:
         events = read_jsonl(tmp_path / "out" / "events.jsonl")
         assert [e["rule"] for e in events if e["kind"] == "rejected"] == ["invalid_header_bytes"]
+
+
+def test_the_refusal_is_in_the_routes_error_shape(
+    recorded: tuple[Callable[..., Running], Recorder, RawUpstream],
+) -> None:
+    """The agent's SDK raises a clear error: the refusal comes in its provider's shape."""
+    start, recorder, raw = recorded
+    running = start(routes=[f"openai={raw.url}", f"anthropic={raw.url}"])
+    shapes = {}
+    for route in ("openai", "anthropic"):
+        head = request(b"GET", f"/{route}/v1/models".encode(), FORBIDDEN["bare CR"])
+        with socket.create_connection(("127.0.0.1", running.proxy.port), timeout=30) as sock:
+            sock.sendall(head)
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+        assert data.startswith(b"HTTP/1.1 400")
+        shapes[route] = orjson.loads(data.partition(b"\r\n\r\n")[2])
+    assert shapes["openai"]["error"]["code"] == "modeltap_rejected"
+    assert shapes["anthropic"]["type"] == "error"
+    assert "invalid_header_bytes" in shapes["anthropic"]["error"]["message"]
+    assert recorder.requests == []

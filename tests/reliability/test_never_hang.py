@@ -9,7 +9,6 @@ timeout, far above the one-second limits used here: a hang fails the test.
 from __future__ import annotations
 
 import socket
-import ssl
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.conftest import Running, intercepting_proxy, proxy_ca, read_jsonl
 from tests.reliability.faults import (
     RawUpstream,
     answers_with_trailers,
+    h2_tunnel,
     never_answers,
     read_response,
     read_until_closed,
@@ -185,14 +185,7 @@ def h2_exchange(
     """One HTTP/2 POST through the proxy's CONNECT tunnel (TLS with mitmproxy's CA,
     ALPN h2), with or without a trailer section, and without a content-length
     (HTTP/2 frames the body itself); returns ``(status, body)``."""
-    raw = socket.create_connection(("127.0.0.1", proxy.port), timeout=30)
-    target = f"{host}:{port}".encode()
-    raw.sendall(b"CONNECT " + target + b" HTTP/1.1\r\nHost: " + target + b"\r\n\r\n")
-    assert raw.recv(4096).startswith(b"HTTP/1.1 200")
-    ctx = ssl.create_default_context(cafile=str(ca))
-    ctx.set_alpn_protocols(["h2"])
-    with ctx.wrap_socket(raw, server_hostname=host) as sock:
-        assert sock.selected_alpn_protocol() == "h2"
+    with h2_tunnel(proxy.port, ca, host, port) as sock:
         conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         conn.initiate_connection()
         conn.send_headers(1, [(":method", "POST"), (":path", path),
