@@ -375,6 +375,8 @@ def _head(flow: http.HTTPFlow, session: str | None, signed: bool = False) -> Req
         signed=signed,
         host_header=req.host_header,
         sni=flow.client_conn.sni,
+        # mitmproxy flags a head it refuses before this hook (validate_inbound_headers).
+        broken=flow.error is not None,
     )
 
 

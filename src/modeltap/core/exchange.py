@@ -210,7 +210,7 @@ class Exchange:
         ex, switch = cls._identify(run, head, now)
         if ex.state is State.OPEN:
             ex._route(head, now)
-        if ex.state is State.OPEN:
+        if ex.state is State.OPEN and not head.broken:
             ex._judge_bytes(head, now)  # whatever it asks of a route, or with none
         if ex.state is State.OPEN and ex.route is not None:
             ex._judge(head, switch, now)

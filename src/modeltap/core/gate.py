@@ -76,6 +76,10 @@ class RequestHead:
     #: The addresses the target host resolved to, when the glue looked it up
     #: (:func:`needs_resolving`: only a name on the control listener's port).
     resolved: tuple[str, ...] = ()
+    #: The proxy engine refuses this head itself as broken HTTP (mitmproxy's
+    #: header validation): it answers 400, and the failure is reported as the
+    #: client's (``bad_request``) when it ends the exchange.
+    broken: bool = False
 
     @property
     def aliases(self) -> tuple[tuple[str, int], ...]:
