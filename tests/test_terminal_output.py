@@ -205,3 +205,12 @@ def test_replay_prints_a_recorded_session_id_escaped(evil_capture: Path) -> None
     assert proc.returncode == 1  # --check: the recorded turn was not replayed
     assert_clean(stdout, screen + rest)
     assert "not replayed" in stdout and "e\\x1b]0;PWNED\\x07" in stdout
+
+
+def test_the_console_script_escapes_what_python_prints_unhandled() -> None:
+    before = logging.lastResort
+    try:
+        cli_main("check", "/nonexistent-out-dir")
+        assert isinstance(logging.lastResort, TerminalLogHandler)
+    finally:
+        logging.lastResort = before

@@ -399,10 +399,9 @@ def demo_main(argv: Sequence[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``modeltap`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not logging.getLogger().handlers:
-        # What Python would print unconfigured (WARNING and up), escaped: a log line
-        # of mitmproxy's or ours may quote a value from the wire.
-        logging.getLogger().addHandler(TerminalLogHandler())
+    # What Python prints of a record no handler takes (WARNING and up), escaped: a
+    # log line of mitmproxy's or ours may quote a value from the wire.
+    logging.lastResort = TerminalLogHandler()
     if argv[:1] == ["report"]:
         from modeltap.report import report
 

@@ -95,8 +95,9 @@ class TerminalLogHandler(logging.Handler):
     """Log records on stderr, each line escaped (a message quoting a value from
     the wire, mitmproxy's or modeltap's, never acts on the terminal).
 
-    What Python prints without a handler (``logging.lastResort``: the message
-    alone, WARNING and up), escaped; a traceback keeps its lines.
+    modeltap's console script makes it ``logging.lastResort``: what Python
+    prints of a record no handler takes (the message alone, WARNING and up),
+    escaped; a traceback keeps its lines.
     """
 
     def __init__(self, level: int = logging.WARNING) -> None:
