@@ -36,6 +36,7 @@ from modeltap.apis.contract import WireApi
 from modeltap.evidence.records import ResponseFacts, ToolCall
 from modeltap.wire.sse import SSEDecoder
 from tests.conftest import Running
+from tests.reliability.faults import wait_until
 from tests.test_samples import DATA, sse_bytes
 from tests.upstream import Reply, Upstream
 
@@ -222,7 +223,8 @@ def test_azure_stream_through_the_proxy(
     # The annotation chunk has a choice without a delta: the SDK gives None there.
     text = [c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta]
     assert "".join(t or "" for t in text) == "Hello"
-    (response,) = running.events("response")
+    # The event is written once the proxy has seen the stream's end, maybe after the SDK.
+    (response,) = wait_until(lambda: running.events("response"))
     assert response["response_id"] == "chatcmpl-CH2azure0001"
     assert response["model"] == "gpt-4o-2024-11-20"
     assert response["evidence_complete"] is True
