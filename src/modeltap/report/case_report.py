@@ -10,7 +10,7 @@
   a case whose only gaps are optional as ``<skipped>``: what CI systems show.
 
 Text from the wire (tool and model names, session ids) is made safe for a
-terminal (:func:`~modeltap.report.terminal.printable`) and for XML (no
+terminal (:func:`~modeltap.rules.printable.printable`) and for XML (no
 control characters, which XML 1.0 cannot hold).
 """
 

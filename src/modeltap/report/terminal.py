@@ -22,19 +22,7 @@ import re
 import sys
 from typing import Final, TextIO
 
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would act on written as an escape.
-
-    Control characters (line breaks and ESC included), format characters
-    (bidirectional overrides) and other unprintable ones become ``\\x1b``,
-    ``\\n``, ``\\u202e``; everything else is kept.
-    """
-    if text.isprintable():
-        return text
-    return "".join(
-        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
-    )
+from modeltap.rules.printable import printable as printable
 
 
 def print_lines(*lines: str, stderr: bool = False, flush: bool = False) -> None:

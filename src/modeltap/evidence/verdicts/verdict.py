@@ -26,6 +26,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from modeltap.rules.printable import printable
+
 __all__ = [
     "FAILED",
     "PASSED",
@@ -35,7 +37,6 @@ __all__ = [
     "Status",
     "Verdict",
     "Verdicts",
-    "terminal_safe",
     "verdicts",
     "watch_verdicts",
 ]
@@ -163,11 +164,11 @@ class Verdict:
                 text += " Marked optional: it does not fail, and is still listed."
         elif not text.endswith("."):
             text += "."
-        return terminal_safe(text)
+        return printable(text)
 
     def __repr__(self) -> str:
         # pytest prints this on one line after `assert`; the plugin adds str(v).
-        return terminal_safe(f"<Verdict {self.headline} on {self.scope}: {self.reason or ''}>")
+        return printable(f"<Verdict {self.headline} on {self.scope}: {self.reason or ''}>")
 
     def to_dict(self) -> dict[str, Any]:
         """The verdict's JSON (``schemas/verdicts.schema.json``'s ``verdict``)."""
@@ -181,20 +182,6 @@ class Verdict:
             "optional": self.is_optional,
             "details": None if self.details is None else [dict(d) for d in self.details],
         }
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with what a terminal would act on written as its escape.
-
-    Verdict text quotes the wire (tool names, call and session ids): a name
-    holding ESC, a line break or a bidirectional override must not clear a
-    screen or forge a report line wherever ``str(v)`` or ``repr(v)`` is
-    printed (pytest writes ``assert <Verdict ...>`` itself). ``to_dict()``
-    keeps the text exact: JSON escapes it.
-    """
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _sentence(text: str) -> str:
@@ -250,10 +237,10 @@ class Verdicts:
 
     def lines(self) -> list[str]:
         """The roll-up's head line and one line per verdict that did not pass."""
-        out = [f"[{_MARKS[self.status]}] {terminal_safe(self.name)}"]
+        out = [f"[{_MARKS[self.status]}] {printable(self.name)}"]
         for verdict in self.not_passed:
             mark = " (optional)" if verdict.is_optional else ""
-            out.append(f"       - {verdict.status}{mark}: {terminal_safe(_one_line(verdict))}")
+            out.append(f"       - {verdict.status}{mark}: {printable(_one_line(verdict))}")
         return out
 
     def __str__(self) -> str:
