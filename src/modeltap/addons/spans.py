@@ -3,7 +3,8 @@
 It owns ``--otlp`` and ``--capture-content`` and listens to the run only
 while spans are exported: each model exchange gets an exchange span (a
 WebSocket turn's is a child of its connection's span), each session a root,
-and the export is flushed when the run stops (:mod:`modeltap.telemetry`).
+each MCP message a client span (:mod:`modeltap.telemetry.mcp`), and the
+export is flushed when the run stops (:mod:`modeltap.telemetry`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from mitmproxy import exceptions
 
 from modeltap import apis
 from modeltap.addons.base import Addon
-from modeltap.core.notices import ExchangeView, Listener, Outcome
+from modeltap.core.notices import ExchangeView, Listener, McpCall, McpEvent, Outcome
 from modeltap.core.run import Run
-from modeltap.evidence.records import RequestFacts, WsCloseEvent
+from modeltap.evidence.records import McpAuditRecord, McpResultEvent, RequestFacts, WsCloseEvent
 from modeltap.evidence.redaction import redact_path
 from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
 
@@ -127,6 +128,8 @@ class Spans(Addon, Listener):
             span.first_chunk(epoch_ns(t_ns))
 
     def finished(self, outcome: Outcome) -> None:
+        if outcome.mcp is not None:
+            self._mcp_finished(outcome)
         span = self._exchanges.pop(outcome.view.id, None)
         if span is None:
             return
@@ -139,6 +142,48 @@ class Spans(Addon, Listener):
             status_code=outcome.status,
             content=outcome.content,
             observed=outcome.observed,
+        )
+        record, response = outcome.view.record, outcome.response
+        if record is not None and response is not None and response.tool_calls:
+            self.telemetry.mcp.model_asked(record.session_id, record.seq, response.tool_calls)
+
+    # ------------------------------------------------------------------ MCP
+
+    def mcp_audited(
+        self, view: ExchangeView, records: tuple[McpAuditRecord, ...], t_ns: int
+    ) -> None:
+        self.telemetry.mcp.sent(records, traceparent=view.traceparent, sent_ns=epoch_ns(t_ns))
+
+    def mcp_observed(
+        self, view: ExchangeView, event: McpEvent, call: McpCall | None, t_ns: int
+    ) -> None:
+        if isinstance(event, McpResultEvent) and call is not None:
+            self.telemetry.mcp.answered(
+                call.record.seq,
+                event,
+                sent_ns=epoch_ns(call.forwarded_ns),
+                end_ns=epoch_ns(t_ns),
+            )
+
+    def _mcp_finished(self, outcome: Outcome) -> None:
+        mcp, view = outcome.mcp, outcome.view
+        assert mcp is not None
+        if mcp.refused is not None and outcome.rejected is not None:
+            self.telemetry.mcp.refused(
+                mcp.refused,
+                session_id=view.session_id,
+                traceparent=view.traceparent,
+                rule=outcome.rejected.rule,
+                start_ns=epoch_ns(outcome.end_ns),
+                end_ns=epoch_ns(outcome.end_ns),
+            )
+            return
+        error = outcome.error
+        self.telemetry.mcp.exchange_ended(
+            mcp.records,
+            status=outcome.status,
+            failure=error.error if error is not None else outcome.failure,
+            end_ns=epoch_ns(outcome.end_ns),
         )
 
     def opened(self, view: ExchangeView, t_ns: int) -> None:

@@ -25,6 +25,7 @@ from modeltap.evidence.records import (
     McpAuditRecord,
     McpExchangeEvent,
     McpNotificationEvent,
+    McpRefused,
     McpRequestEvent,
     McpResultEvent,
     RequestFacts,
@@ -146,6 +147,8 @@ class McpOutcome:
     duration_ms: float | None = None
     #: Its ``mcp_exchange`` line, when it has one (a GET stream, a DELETE).
     event: McpExchangeEvent | None = None
+    #: A refused POST: what its ``rejected`` line says it held.
+    refused: McpRefused | None = None
 
 
 @dataclass(frozen=True, slots=True)

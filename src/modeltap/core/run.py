@@ -28,7 +28,7 @@ from modeltap import apis
 from modeltap.apis.websocket_mode import WsPolicy
 from modeltap.core.listeners import Listeners
 from modeltap.core.mcp_sessions import McpSessions
-from modeltap.core.notices import ExchangeView, Outcome
+from modeltap.core.notices import ExchangeView, McpOutcome, Outcome
 from modeltap.core.sessions import Ended, Sessions, SessionTracker
 from modeltap.evidence.cost import response_cost
 from modeltap.evidence.mcp_pairing import Execution
@@ -402,7 +402,8 @@ class Run:
             if session is not None:  # None: the harness ended it (rule session_ended)
                 session.refused(event)
         if self.listeners.hear.finished:
-            self.listeners.finished(Outcome(view, now, status=status, rejected=rejected))
+            told = McpOutcome(mcp.mcp_server, refused=mcp) if mcp is not None else None
+            self.listeners.finished(Outcome(view, now, status=status, rejected=rejected, mcp=told))
 
     def unaudited(self, view: ExchangeView, host: str, status: int | None) -> UnauditedEvent:
         """Write the ``unaudited`` event of a request passed through (or unrouted)."""

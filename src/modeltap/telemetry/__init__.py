@@ -13,6 +13,7 @@ Trace layout::
      ├── chat gpt-5                 CLIENT, one per exchange (GenAI attributes)
      │    ├── wait upstream         forwarded -> upstream's first byte
      │    └── stream | receive      first byte -> end (``stream`` if it streamed)
+     │    └── tools/call get_weather    CLIENT, the MCP execution of a call it asked for
      ├── execute_tool get_weather   INTERNAL, response asked -> request carried the result
      ├── chat gpt-5                 the next turn
      └── websocket /openai/v1/responses     CLIENT, one per WebSocket connection
@@ -29,6 +30,7 @@ The package splits along one seam::
           ├── tree.py          where a span hangs: session roots, traceparent, open
           │                    spans, tool calls awaiting their results
           ├── spans.py         ExchangeSpan, ConnectionSpan and their phase spans
+          ├── mcp.py           MCP client spans and mcp.client.operation.duration
           ├── attributes.py    attribute values, asked of the API modules (modeltap.apis)
           └── conventions.py   every name emitted, and the convention version followed
 
@@ -54,6 +56,7 @@ from modeltap import __version__
 from modeltap.evidence.sink import LineObserver
 from modeltap.telemetry.export import SessionIdGenerator, SpanExport, SpanStats, session_trace_id
 from modeltap.telemetry.logs import LogExport, LogSettings, LogStats, log_settings_from_env
+from modeltap.telemetry.mcp import McpSpans
 from modeltap.telemetry.metrics import DEFAULT_EXPORT_INTERVAL, MetricExport
 from modeltap.telemetry.spans import ConnectionSpan, ExchangeSpan
 from modeltap.telemetry.targets import (
@@ -140,6 +143,8 @@ class Telemetry:
             capture_content=capture_content,
             metrics=self._metrics,
         )
+        #: The MCP client spans and metric, fed by the addon (SPEC 3b).
+        self.mcp = McpSpans(self._tree)
         self._logs: LogExport | None = None
         if logs_target is not None:
             self._logs = LogExport(
@@ -374,6 +379,7 @@ class Telemetry:
             session_id: the session.
             end_ns: when it ended; default the end of its last finished span.
         """
+        self.mcp.end_session(session_id, end_ns)
         self._tree.end_session(session_id, end_ns)
 
     def shutdown(self, *, end_ns: int | None = None) -> str:
@@ -407,7 +413,9 @@ class Telemetry:
             summary = f"spans: {NO_ENDPOINT}"
         else:
             # From here on new exchanges get no-op spans: nothing would export them.
-            self._tree.stop(end_ns if end_ns is not None else time.time_ns())
+            end = end_ns if end_ns is not None else time.time_ns()
+            self.mcp.stop(end)
+            self._tree.stop(end)
             spans = (
                 self._export.shutdown(deadline)
                 if self._export is not None

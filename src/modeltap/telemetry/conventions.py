@@ -24,6 +24,27 @@ Three span attribute names are not in v1.41.1 and are spelled as SPEC section
 - ``gen_ai.request.reasoning.level`` and ``gen_ai.request.previous_response.id``:
   no name in v1.41.1.
 
+**MCP** (SPEC section 3b): the MCP client span and
+``mcp.client.operation.duration`` follow v1.41.1's ``docs/gen-ai/mcp.md``,
+which semantic-conventions v1.42.0 (2026-06-12) moved out to
+semantic-conventions-genai without changing it; the text on that
+repository's main (read 2026-12-02, ``docs/gen-ai/mcp.md`` at 1e01e830,
+``model/mcp/*.yaml``) still spells every name and bucket used here the same
+way. The installed package marks the ``mcp.*`` constants "moved", not
+renamed; they are used as they are.
+
+Whether semantic-conventions-genai has released (checked 2026-12-02, for
+issue 26): no. Every stored snapshot of its ``CHANGELOG.md`` opens with
+``## Unreleased`` and no version heading; ``model/manifest.yaml`` says
+``schema_url: https://opentelemetry.io/schemas/gen-ai-dev/1.42.0-dev`` on
+semantic-conventions v1.44.0; its ``RELEASING.md`` cuts only ``vX.Y.Z-dev``
+pre-releases and none is recorded (opentelemetry-js#7014, 2026-08-18: "The
+registry has no tagged release yet"). So the token-metric change (the
+``gen_ai.client.token.usage`` histogram replaced by
+``gen_ai.client.inference.*`` counters) is not followed: it is unreleased,
+and a dev schema is no release. No git mirror of that repository could be had
+here, so this reads its stored files, not its tags.
+
 Names of modeltap's own (``modeltap.*``) are for what the conventions have no
 name for: the audit record's links, cost estimates, content cuts, tool results.
 """
@@ -33,9 +54,20 @@ from __future__ import annotations
 from typing import Final
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
-from opentelemetry.semconv._incubating.attributes import log_attributes, openai_attributes
-from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
-from opentelemetry.semconv.attributes import error_attributes, http_attributes, server_attributes
+from opentelemetry.semconv._incubating.attributes import (
+    jsonrpc_attributes,
+    log_attributes,
+    mcp_attributes,
+    openai_attributes,
+    rpc_attributes,
+)
+from opentelemetry.semconv._incubating.metrics import gen_ai_metrics, mcp_metrics
+from opentelemetry.semconv.attributes import (
+    error_attributes,
+    http_attributes,
+    network_attributes,
+    server_attributes,
+)
 
 from modeltap import apis
 
@@ -85,6 +117,8 @@ SERVER_ADDRESS: Final = server_attributes.SERVER_ADDRESS
 SERVER_PORT: Final = server_attributes.SERVER_PORT
 HTTP_RESPONSE_STATUS_CODE: Final = http_attributes.HTTP_RESPONSE_STATUS_CODE
 ERROR_TYPE: Final = error_attributes.ERROR_TYPE
+#: ``error.type`` "when the instrumentation doesn't define a custom value".
+ERROR_OTHER: Final = error_attributes.ErrorTypeValues.OTHER.value
 
 # --------------------------------------------------------------------------
 # Span attributes: the tool execution span
@@ -93,6 +127,27 @@ TOOL_NAME: Final = gen_ai.GEN_AI_TOOL_NAME
 TOOL_CALL_ID: Final = gen_ai.GEN_AI_TOOL_CALL_ID
 TOOL_TYPE: Final = gen_ai.GEN_AI_TOOL_TYPE
 TOOL_CALL_ARGUMENTS: Final = gen_ai.GEN_AI_TOOL_CALL_ARGUMENTS
+
+# --------------------------------------------------------------------------
+# Span attributes: the MCP client span (v1.41.1 docs/gen-ai/mcp.md, "Client")
+
+MCP_METHOD_NAME: Final = mcp_attributes.MCP_METHOD_NAME
+MCP_PROTOCOL_VERSION: Final = mcp_attributes.MCP_PROTOCOL_VERSION
+#: Set to the files' ``mcp_session`` (16 hex digits of the SHA-256 of the
+#: ``Mcp-Session-Id``), never the id itself: an id can be a capability (SPEC 3b).
+MCP_SESSION_ID: Final = mcp_attributes.MCP_SESSION_ID
+JSONRPC_REQUEST_ID: Final = jsonrpc_attributes.JSONRPC_REQUEST_ID
+RPC_RESPONSE_STATUS_CODE: Final = rpc_attributes.RPC_RESPONSE_STATUS_CODE
+NETWORK_TRANSPORT: Final = network_attributes.NETWORK_TRANSPORT
+NETWORK_PROTOCOL_NAME: Final = network_attributes.NETWORK_PROTOCOL_NAME
+#: ``network.transport`` of MCP over HTTP ("SHOULD be set to tcp or quic if
+#: the transport protocol is HTTP"); ``network.protocol.name`` ``http``.
+NETWORK_TRANSPORT_TCP: Final = network_attributes.NetworkTransportValues.TCP.value
+NETWORK_PROTOCOL_HTTP: Final = "http"
+#: The method whose span is also an ``execute_tool`` operation.
+MCP_METHOD_TOOLS_CALL: Final = "tools/call"
+#: ``error.type`` of a ``CallToolResult`` with ``isError: true``.
+MCP_ERROR_TOOL: Final = "tool_error"
 
 # --------------------------------------------------------------------------
 # Values
@@ -135,6 +190,13 @@ def tool_span_name(tool: str | None) -> str:
     return f"{OPERATION_EXECUTE_TOOL} {tool}" if tool else OPERATION_EXECUTE_TOOL
 
 
+def mcp_span_name(method: str | None, tool: str | None) -> str:
+    """``{mcp.method.name} {target}``: the target is ``gen_ai.tool.name`` when there
+    is one, else the span is named after the method alone (``ping``)."""
+    method = method or "mcp"
+    return f"{method} {tool}" if tool else method
+
+
 # --------------------------------------------------------------------------
 # modeltap's own
 
@@ -157,6 +219,10 @@ MODELTAP_TOOL_RESULT_SEEN: Final = "modeltap.tool.result_seen"
 MODELTAP_TOOL_RESULT_BYTES: Final = "modeltap.tool.result_bytes"
 #: error.type of spans still open when telemetry shut down (Ctrl-C mid-stream).
 ERROR_INTERRUPTED: Final = "modeltap.interrupted"
+#: On an MCP span: the server's name (``--mcp NAME``, or the ``--mcp-host``).
+MODELTAP_MCP_SERVER: Final = "modeltap.mcp.server"
+#: error.type of an MCP request whose session ended before an answer came.
+ERROR_MCP_UNANSWERED: Final = "modeltap.mcp.unanswered"
 
 # --------------------------------------------------------------------------
 # Log records: one per JSONL line (telemetry/logs.py, SPEC section 9)
@@ -215,3 +281,11 @@ TOKEN_BUCKETS: Final = (
     16777216,
     67108864,
 )
+
+# --------------------------------------------------------------------------
+# Metrics: MCP (v1.41.1 docs/gen-ai/mcp.md, "Metrics"; unchanged on
+# semantic-conventions-genai main)
+
+METRIC_MCP_CLIENT_OPERATION_DURATION: Final = mcp_metrics.MCP_CLIENT_OPERATION_DURATION
+#: ExplicitBucketBoundaries of ``mcp.client.operation.duration``.
+MCP_SECONDS_BUCKETS: Final = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)

@@ -140,6 +140,8 @@ class MetricExport:
         meter = self._provider.get_meter(
             "modeltap", __version__, schema_url=names.METRICS_SCHEMA_URL
         )
+        #: The run's meter: the MCP histogram (:mod:`modeltap.telemetry.mcp`) is made on it.
+        self.meter = meter
         self._duration = meter.create_histogram(
             names.METRIC_OPERATION_DURATION,
             unit=names.UNIT_SECONDS,
