@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 import openai
+import orjson
 import pytest
 from mcp.shared.exceptions import MCPError
 
@@ -156,6 +157,14 @@ def test_a_model_tool_call_executed_over_mcp(
     }
     assert all(ORDER not in repr(s.attributes) + s.name for s in spans)
 
+    # The audit line's log record and its answer's link to the MCP span.
+    linked = {
+        log.attributes["modeltap.kind"]: (log.trace_id, log.span_id)
+        for log in otlp_receiver.logs
+        if log.attributes.get("modeltap.seq") == record["seq"]
+    }
+    assert linked == {"audit": (add.trace_id, add.span_id), "mcp_result": linked["audit"]}
+
     points = mcp_points(otlp_receiver)
     server = {"server.address": "127.0.0.1", "server.port": box["port"]}
     common = {
@@ -212,3 +221,29 @@ def test_a_refused_tools_call_has_a_span_and_no_measurement(
     points = mcp_points(otlp_http_receiver)
     assert ("tools/call", "add") in points
     assert ("tools/call", "weather") not in points  # it never went
+
+
+def test_content_capture_puts_the_arguments_in_the_tools_call_span(
+    start_proxy: Callable[..., Running], otlp_http_receiver: HttpReceiver
+) -> None:
+    box: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with serve(json_response=True) as base:
+            running = box["running"] = start_proxy(
+                otlp=otlp_http_receiver.endpoint,
+                mcp=[f"{SERVER}={base}/mcp"],
+                capture_content=True,
+            )
+            async with mcp_shapes.client(f"{running.proxy.url}/mcp/{SERVER}", "legacy") as c:
+                await c.call_tool("lookup_order", {"order_id": ORDER})
+            await anyio.sleep(0.2)
+
+    asyncio.run(scenario())
+    spans = stop(box["running"], otlp_http_receiver)
+    lookup = named(spans, "tools/call lookup_order")
+    assert orjson.loads(lookup.attributes["gen_ai.tool.call.arguments"]) == {"order_id": ORDER}
+    assert "gen_ai.tool.call.result" not in lookup.attributes  # results are never kept
+    assert all("gen_ai.tool.call.arguments" not in s.attributes for s in spans if s is not lookup)
+    # The files keep only the hash, capture or not.
+    assert ORDER not in (box["running"].out / "audit.jsonl").read_text()

@@ -17,7 +17,15 @@ from mitmproxy import exceptions
 
 from modeltap import apis
 from modeltap.addons.base import Addon
-from modeltap.core.notices import ExchangeView, Listener, McpCall, McpEvent, Outcome
+from modeltap.core.notices import (
+    ExchangeView,
+    Forward,
+    Listener,
+    McpCall,
+    McpEvent,
+    Outcome,
+    Reply,
+)
 from modeltap.core.run import Run
 from modeltap.evidence.records import McpAuditRecord, McpResultEvent, RequestFacts, WsCloseEvent
 from modeltap.evidence.redaction import redact_path
@@ -152,7 +160,17 @@ class Spans(Addon, Listener):
     def mcp_audited(
         self, view: ExchangeView, records: tuple[McpAuditRecord, ...], t_ns: int
     ) -> None:
-        self.telemetry.mcp.sent(records, traceparent=view.traceparent, sent_ns=epoch_ns(t_ns))
+        self.telemetry.mcp.sent(
+            records, traceparent=view.traceparent, sent_ns=epoch_ns(t_ns), exchange_id=view.id
+        )
+
+    def forwarding(
+        self, view: ExchangeView, body: bytes, headers: Mapping[str, str]
+    ) -> Forward | Reply | None:
+        # Only an MCP POST's tools/call arguments, only with content capture.
+        if view.mcp_server is not None and body and self.telemetry.capture_content:
+            self.telemetry.mcp.forwarded(view.id, body)
+        return None
 
     def mcp_observed(
         self, view: ExchangeView, event: McpEvent, call: McpCall | None, t_ns: int

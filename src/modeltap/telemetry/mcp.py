@@ -23,7 +23,10 @@ MCP traffic is in the agent's session only when the session is named
 (``x-modeltap-session`` or ``--session``); else each MCP session is a session
 and a trace of its own (docs/MCP.md).
 
-When a span ends: a request's at its answer (the ``mcp_result`` event, on
+A span starts as its message is forwarded, with every attribute the audit
+line gives (where a sampler sees them), and the log records of the lines of
+its ``seq`` (its audit line, its ``mcp_result``) link to it. It ends: a
+request's at its answer (the ``mcp_result`` event, on
 whatever exchange it came); a notification's at the end of the POST that
 carried it (the server's ``202`` is its acknowledgement); a request whose POST
 failed (unreachable, reset, an HTTP error) at that end; a request still
@@ -37,35 +40,39 @@ measured (it never went).
 ``isError: true``; the HTTP status of an ``http_error``; modeltap's failure
 kind (``upstream_unreachable``) or refusal rule (``tool_budget_exceeded``).
 
-Nothing of the content goes into these spans: the audit keeps only the
-arguments' hash and the observer only the results' sizes, so there is no
-argument or result to capture even with ``capture_content`` (the model's own
-arguments are on its ``execute_tool`` span, as before). ``mcp.session.id`` is
-the files' ``mcp_session`` hash, never the ``Mcp-Session-Id``.
+Content goes into these spans only with ``capture_content``, as for model
+spans: then a ``tools/call`` span carries ``gen_ai.tool.call.arguments`` (the
+opt-in attribute of the conventions), read from the body as it was forwarded
+and bounded as every content attribute is. Results are never captured: the
+observer passes an answer through without keeping it (only the sizes of its
+content items), and holding it for a span would buffer it. ``mcp.session.id``
+is the files' ``mcp_session`` hash, never the ``Mcp-Session-Id``.
 
 This module is fed facts (the audit lines, the result events, the ends of
-exchanges); it reads no header and no body, and keeps at most
-:data:`MAX_OPEN` requests waiting for answers (the oldest ends first,
-unanswered).
+exchanges, and with content capture the forwarded body); it reads no header,
+and keeps at most :data:`MAX_OPEN` requests waiting for answers (the oldest
+ends first, unanswered).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+import orjson
 from opentelemetry import trace
 from opentelemetry.metrics import Histogram
 from opentelemetry.trace import Status, StatusCode
 
 from modeltap.evidence.mcp_pairing import Execution, ExecutionPairing
-from modeltap.evidence.records import McpAuditRecord, McpRefused, McpResultEvent, ToolCall
+from modeltap.evidence.records import Json, McpAuditRecord, McpRefused, McpResultEvent, ToolCall
 from modeltap.telemetry import conventions as names
-from modeltap.telemetry.attributes import Attributes, server_address
-from modeltap.telemetry.tree import SpanTree, never_raises
+from modeltap.telemetry.attributes import Attributes, content_values, server_address
+from modeltap.telemetry.tree import SessionRoot, SpanTree, never_raises
 
 __all__ = ["MAX_OPEN", "McpSpans", "error_type_of"]
 
@@ -106,6 +113,12 @@ class _Sent:
     #: The model's call id, when known (the agent's ``_meta``, or the pairing).
     call_id: str | None
     end_ns: int | None = None
+    #: ``tools/call`` with content capture: the arguments as forwarded.
+    arguments: Json | None = None
+    #: Its span, open from the send (``None`` when spans are not exported).
+    span: trace.Span | None = None
+    #: The session root it hangs under, if it does.
+    root: SessionRoot | None = None
 
     def _interrupt(self, end_ns: int) -> None:
         """Never tracked by the tree: :meth:`McpSpans.stop` ends what still waits."""
@@ -128,6 +141,9 @@ class McpSpans:
         #: Each session's model tool calls awaiting their execution, with the
         #: context of the exchange span that asked for them and the call's id.
         self._calls: OrderedDict[str, ExecutionPairing[_Asked | None]] = OrderedDict()
+        #: With content capture: each POST's tools/call spans-to-be, until its body is
+        #: read (:meth:`forwarded`), by exchange id.
+        self._unread: OrderedDict[str, list[tuple[int, _Sent]]] = OrderedDict()
         self._histogram: Histogram | None = None
         self._meter_of: object | None = None
 
@@ -156,17 +172,23 @@ class McpSpans:
         *,
         traceparent: str | None,
         sent_ns: int,
+        exchange_id: str | None = None,
     ) -> None:
         """A POST's audit lines were written; it is forwarded now (``sent_ns``).
 
         Requests and notifications get spans; the client's answers to the
         server's requests do not (they are not operations of the client).
+        ``exchange_id`` names the POST for :meth:`forwarded` (content capture).
         """
-        for record in records:
+        unread: list[tuple[int, _Sent]] = []
+        for index, record in enumerate(records):
             if record.message_type not in ("request", "notification") or not record.mcp_method:
                 continue
             parent, call_id = self._paired(record)
             sent = _Sent(record, sent_ns, traceparent, parent, call_id)
+            self._start(sent)
+            if record.mcp_method == names.MCP_METHOD_TOOLS_CALL:
+                unread.append((index, sent))
             # A notification is acknowledged by its POST's answer; a request by its own.
             waiting = self._open if record.message_type == "request" else self._acks
             with self._lock:
@@ -174,6 +196,27 @@ class McpSpans:
                 oldest = waiting.popitem(last=False)[1] if len(waiting) > MAX_OPEN else None
             if oldest is not None:
                 self._draw(oldest, sent_ns, names.ERROR_MCP_UNANSWERED)
+        if unread and exchange_id is not None and self._tree.capture_content:
+            with self._lock:
+                self._unread[exchange_id] = unread
+                if len(self._unread) > MAX_OPEN:
+                    self._unread.popitem(last=False)
+
+    @never_raises
+    def forwarded(self, exchange_id: str, body: bytes) -> None:
+        """With content capture: the POST ``exchange_id`` went with ``body`` (decoded,
+        audited): its ``tools/call`` spans take their arguments from it."""
+        with self._lock:
+            unread = self._unread.pop(exchange_id, None)
+        if not unread:
+            return
+        value = orjson.loads(body)
+        messages = value if isinstance(value, list) else [value]
+        for index, sent in unread:
+            message = messages[index] if index < len(messages) else None
+            params = message.get("params") if isinstance(message, dict) else None
+            if isinstance(params, dict) and "arguments" in params:
+                sent.arguments = params["arguments"]
 
     @never_raises
     def answered(self, seq: int, event: McpResultEvent, *, sent_ns: int, end_ns: int) -> None:
@@ -261,15 +304,17 @@ class McpSpans:
 
     @never_raises
     def end_session(self, session_id: str, end_ns: int | None) -> None:
-        """The session ends: its requests still unanswered end with it."""
+        """The session ends (at ``end_ns``, default now): its requests still
+        unanswered end with it."""
         ending: list[_Sent] = []
         with self._lock:
             self._calls.pop(session_id, None)
             for waiting in (self._open, self._acks):
                 keys = [k for k, sent in waiting.items() if sent.record.session_id == session_id]
                 ending.extend(waiting.pop(k) for k in keys)
+        now = end_ns if end_ns is not None else time.time_ns()
         for sent in ending:
-            self._draw(sent, end_ns or sent.sent_ns, names.ERROR_MCP_UNANSWERED)
+            self._draw(sent, now, names.ERROR_MCP_UNANSWERED)
 
     @never_raises
     def stop(self, end_ns: int) -> None:
@@ -279,6 +324,7 @@ class McpSpans:
             self._open.clear()
             self._acks.clear()
             self._calls.clear()
+            self._unread.clear()
         for sent in leftovers:
             self._draw(sent, max(sent.sent_ns, end_ns), names.ERROR_INTERRUPTED)
 
@@ -315,25 +361,13 @@ class McpSpans:
         _put(attributes, names.SERVER_PORT, port)
         return attributes
 
-    def _draw(
-        self,
-        sent: _Sent,
-        end_ns: int,
-        error_type: str | None,
-        event: McpResultEvent | None = None,
-    ) -> None:
-        """Draw the span of ``sent`` (ending at ``end_ns``) and measure it."""
-        record = sent.record
-        end_ns = max(end_ns, sent.sent_ns)
-        attributes = self._attributes(sent)
-        if error_type is not None:
-            attributes[names.ERROR_TYPE] = error_type
-        if event is not None and event.error_code is not None:
-            attributes[names.RPC_RESPONSE_STATUS_CODE] = str(event.error_code)
-        if error_type not in (names.ERROR_INTERRUPTED, names.ERROR_MCP_UNANSWERED):
-            self._measure(attributes, (end_ns - sent.sent_ns) / 1e9)
+    def _start(self, sent: _Sent) -> None:
+        """Start the span of ``sent`` as it is forwarded, every attribute known then
+        set (a sampler sees them); the lines of its ``seq`` link to it."""
         if self._tree.tracer is None:
             return
+        record = sent.record
+        attributes = self._attributes(sent)
         attributes[names.MODELTAP_SEQ] = record.seq
         attributes[names.MODELTAP_REQUEST_ID] = record.request_id
         attributes[names.MODELTAP_SESSION_ID] = record.session_id
@@ -342,9 +376,7 @@ class McpSpans:
         if record.jsonrpc_id is not None:
             attributes[names.JSONRPC_REQUEST_ID] = str(record.jsonrpc_id)
         _put(attributes, names.TOOL_CALL_ID, sent.call_id)
-        if event is not None and event.status is not None:
-            attributes[names.HTTP_RESPONSE_STATUS_CODE] = event.status
-        span, root, _ = self._tree.start_span(
+        sent.span, sent.root, _ = self._tree.start_span(
             names.mcp_span_name(record.mcp_method, record.tool_name),
             session_id=record.session_id,
             traceparent=sent.traceparent,
@@ -352,12 +384,41 @@ class McpSpans:
             start_ns=sent.sent_ns,
             attributes=attributes,
         )
+        # The audit line's log record (and its answer's) link to this span.
+        self._tree.link(record.seq, sent.span.get_span_context())
+
+    def _draw(
+        self,
+        sent: _Sent,
+        end_ns: int,
+        error_type: str | None,
+        event: McpResultEvent | None = None,
+    ) -> None:
+        """End the span of ``sent`` at ``end_ns`` and measure it."""
+        end_ns = max(end_ns, sent.sent_ns)
+        ending: Attributes = {}
         if error_type is not None:
-            # The class only: a JSON-RPC error's message can hold the server's text.
-            span.set_status(Status(StatusCode.ERROR, error_type))
-        span.end(end_time=end_ns)
-        sent.end_ns = end_ns
-        self._tree.untrack(sent, root, record.session_id)
+            ending[names.ERROR_TYPE] = error_type
+        if event is not None and event.error_code is not None:
+            ending[names.RPC_RESPONSE_STATUS_CODE] = str(event.error_code)
+        if error_type not in (names.ERROR_INTERRUPTED, names.ERROR_MCP_UNANSWERED):
+            self._measure(self._attributes(sent) | ending, (end_ns - sent.sent_ns) / 1e9)
+        span = sent.span
+        if span is None:
+            return
+        if event is not None and event.status is not None:
+            ending[names.HTTP_RESPONSE_STATUS_CODE] = event.status
+        if sent.arguments is not None and self._tree.capture_content:
+            ending |= content_values({names.TOOL_CALL_ARGUMENTS: sent.arguments})
+        try:
+            span.set_attributes(ending)
+            if error_type is not None:
+                # The class only: a JSON-RPC error's message can hold the server's text.
+                span.set_status(Status(StatusCode.ERROR, error_type))
+        finally:
+            span.end(end_time=end_ns)
+            sent.end_ns = end_ns
+            self._tree.untrack(sent, sent.root, sent.record.session_id)
 
     def _measure(self, attributes: Attributes, duration_s: float) -> None:
         metrics = self._tree.metrics
