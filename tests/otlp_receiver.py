@@ -102,6 +102,8 @@ class ReceivedSpan:
     events: tuple[ReceivedEvent, ...]
     resource: dict[str, Any]
     scope: str
+    #: Its links, as ``(trace id, span id)``.
+    links: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def decode(cls, span: trace_pb2.Span, resource: dict[str, Any], scope: str) -> ReceivedSpan:
@@ -123,6 +125,7 @@ class ReceivedSpan:
             ),
             resource=resource,
             scope=scope,
+            links=tuple((link.trace_id.hex(), link.span_id.hex()) for link in span.links),
         )
 
 

@@ -128,6 +128,8 @@ def test_a_model_tool_call_executed_over_mcp(
         "modeltap.mcp.server": SERVER,
     }
     assert add.status == "UNSET"
+    # The agent's time running the tool links to the MCP call that ran it.
+    assert named(spans, "execute_tool mcp__shapes__add").links == ((add.trace_id, add.span_id),)
     # The span lasts what the mcp_result line says the answer took.
     duration_ms = results[record["seq"]]["duration_ms"]
     assert (add.end_ns - add.start_ns) / 1e6 == pytest.approx(duration_ms, abs=0.01)

@@ -11,7 +11,7 @@ of the ``mcp.client.operation.duration`` histogram (names and buckets in
     session agent
      ├── chat gpt-5                 the model asks for mcp__shapes__add
      │    └── tools/call add        CLIENT: forwarded -> its answer, under the turn that asked
-     ├── execute_tool mcp__shapes__add
+     ├── execute_tool mcp__shapes__add   links to tools/call add
      └── chat gpt-5                 the request carrying the result
 
 Where a span hangs: a ``tools/call`` the model asked for hangs under the model
@@ -144,8 +144,12 @@ class McpSpans:
         #: With content capture: each POST's tools/call spans-to-be, until its body is
         #: read (:meth:`forwarded`), by exchange id.
         self._unread: OrderedDict[str, list[tuple[int, _Sent]]] = OrderedDict()
+        #: The spans of paired executions, by (session, model call id), until the
+        #: call's execute_tool span links to them.
+        self._executions: OrderedDict[tuple[str, str], trace.SpanContext] = OrderedDict()
         self._histogram: Histogram | None = None
         self._meter_of: object | None = None
+        tree.tool_links = self._tool_links
 
     # ------------------------------------------------------------------ facts in
 
@@ -325,6 +329,7 @@ class McpSpans:
             self._acks.clear()
             self._calls.clear()
             self._unread.clear()
+            self._executions.clear()
         for sent in leftovers:
             self._draw(sent, max(sent.sent_ns, end_ns), names.ERROR_INTERRUPTED)
 
@@ -385,7 +390,21 @@ class McpSpans:
             attributes=attributes,
         )
         # The audit line's log record (and its answer's) link to this span.
-        self._tree.link(record.seq, sent.span.get_span_context())
+        context = sent.span.get_span_context()
+        self._tree.link(record.seq, context)
+        if sent.parent is not None and sent.call_id is not None:
+            with self._lock:
+                self._executions[(record.session_id, sent.call_id)] = context
+                if len(self._executions) > MAX_OPEN:
+                    self._executions.popitem(last=False)
+
+    def _tool_links(self, session_id: str, call: ToolCall) -> list[trace.Link]:
+        """The link of a model call's ``execute_tool`` span to the MCP span that ran it."""
+        if call.call_id is None:
+            return []
+        with self._lock:
+            context = self._executions.pop((session_id, call.call_id), None)
+        return [trace.Link(context)] if context is not None else []
 
     def _draw(
         self,

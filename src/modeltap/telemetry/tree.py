@@ -22,9 +22,11 @@ span once a later request of the session carries its result (paired as the
 evidence pairs it, :mod:`modeltap.evidence.pairing`: by id, or by position for
 Gemini's calls without one), from the end of
 the response that asked to the arrival of that request (the agent's own time
-running the tool), beside the exchanges in the waterfall. A call never
-answered ends with its session, ``modeltap.tool.result_seen`` false. At most
-:data:`MAX_PENDING_TOOLS` calls wait per session, so memory stays bounded.
+running the tool), beside the exchanges in the waterfall; when an MCP
+``tools/call`` ran it, the span links to that call's span
+(:attr:`SpanTree.tool_links`). A call never answered ends with its session,
+``modeltap.tool.result_seen`` false. At most :data:`MAX_PENDING_TOOLS` calls
+wait per session, so memory stays bounded.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import functools
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -166,6 +168,9 @@ class SpanTree:
         #: Called with ``(seq, span context)`` when an exchange span learns its
         #: ``seq`` (the log records waiting for that link go out then).
         self.on_link: Callable[[int, trace.SpanContext], None] | None = None
+        #: Called with ``(session id, call)`` as a call's ``execute_tool`` span is
+        #: drawn: the links it carries (the MCP span that ran it, telemetry/mcp.py).
+        self.tool_links: Callable[[str, ToolCall], Sequence[trace.Link]] | None = None
 
     def start_span(
         self,
@@ -304,10 +309,15 @@ class SpanTree:
                 return
             answered = tools.pending.answer(results)
         for asked, size in answered:
-            self._tool_span(asked, max(asked.asked_ns, arrived_ns), True, size)
+            self._tool_span(session_id, asked, max(asked.asked_ns, arrived_ns), True, size)
 
     def _tool_span(
-        self, asked: _AskedTool, end_ns: int, answered: bool, result_bytes: int = 0
+        self,
+        session_id: str,
+        asked: _AskedTool,
+        end_ns: int,
+        answered: bool,
+        result_bytes: int = 0,
     ) -> None:
         """One ``execute_tool`` span: answered (its result's size) or ended with its session."""
         tracer = self.tracer
@@ -321,11 +331,13 @@ class SpanTree:
         if self.capture_content and asked.call.arguments is not None:
             arguments = json_value(asked.call.arguments)
             attributes |= content_values({names.TOOL_CALL_ARGUMENTS: arguments})
+        links = self.tool_links(session_id, asked.call) if self.tool_links is not None else ()
         span = tracer.start_span(
             names.tool_span_name(name),
             context=asked.context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
+            links=links,
             start_time=asked.asked_ns,
         )
         span.end(end_time=end_ns)
@@ -343,7 +355,7 @@ class SpanTree:
             end = end_ns if end_ns is not None else tools.last_end_ns
             if asked.root is not None and end_ns is None:
                 end = max(end, asked.root.last_end_ns)
-            self._tool_span(asked, max(asked.asked_ns, end), False)
+            self._tool_span(session_id, asked, max(asked.asked_ns, end), False)
 
     def end_session(self, session_id: str, end_ns: int | None) -> None:
         """End a session's root span (see :meth:`~modeltap.telemetry.Telemetry.end_session`).
