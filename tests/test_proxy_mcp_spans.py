@@ -13,6 +13,7 @@ import mcp_types as types
 import openai
 import orjson
 import pytest
+from mcp.client.sse import sse_client
 from mcp.shared.exceptions import MCPError
 
 from modeltap.telemetry import conventions
@@ -249,3 +250,41 @@ def test_content_capture_puts_the_arguments_in_the_tools_call_span(
     assert all("gen_ai.tool.call.arguments" not in s.attributes for s in spans if s is not lookup)
     # The files keep only the hash, capture or not.
     assert ORDER not in (box["running"].out / "audit.jsonl").read_text()
+
+
+@pytest.mark.parametrize("transport", ["sse", "2026-07-28"])
+def test_answers_off_their_post_still_end_their_spans(
+    start_proxy: Callable[..., Running], otlp_http_receiver: HttpReceiver, transport: str
+) -> None:
+    """HTTP+SSE answers every POST with 202 and the answer on the GET stream;
+    2026-07-28 has no session at all (no ``mcp.session.id``)."""
+    box: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        kind: Any = "sse" if transport == "sse" else "streamable"
+        async with serve(kind) as base:
+            endpoint = base if transport == "sse" else f"{base}/mcp"
+            running = box["running"] = start_proxy(
+                otlp=otlp_http_receiver.endpoint, mcp=[f"{SERVER}={endpoint}"]
+            )
+            url = f"{running.proxy.url}/mcp/{SERVER}"
+            server = sse_client(url + "/sse") if transport == "sse" else url
+            mode = "legacy" if transport == "sse" else "auto"
+            async with mcp_shapes.client(server, mode) as c:
+                added = await c.call_tool("add", {"a": 2, "b": 3})
+                assert not added.is_error
+            await anyio.sleep(0.2)
+
+    asyncio.run(scenario())
+    running: Running = box["running"]
+    spans = stop(running, otlp_http_receiver)
+    add = named(spans, "tools/call add")
+    (record,) = [r for r in running.audit() if r["tool_name"] == "add"]
+    (answer,) = [e for e in running.events("mcp_result") if e["seq"] == record["seq"]]
+    assert add.status == "UNSET" and "error.type" not in add.attributes
+    assert (add.end_ns - add.start_ns) / 1e6 == pytest.approx(answer["duration_ms"], abs=0.01)
+    if transport == "sse":
+        assert add.attributes["mcp.session.id"] == record["mcp_session"]
+    else:
+        assert "mcp.session.id" not in add.attributes
+        assert add.attributes["mcp.protocol.version"] == "2026-07-28"
