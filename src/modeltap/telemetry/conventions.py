@@ -33,17 +33,19 @@ repository's main (read 2026-12-02, ``docs/gen-ai/mcp.md`` at 1e01e830,
 way. The installed package marks the ``mcp.*`` constants "moved", not
 renamed; they are used as they are.
 
-Whether semantic-conventions-genai has released (checked 2026-12-02, for
-issue 26): no. Every stored snapshot of its ``CHANGELOG.md`` opens with
-``## Unreleased`` and no version heading; ``model/manifest.yaml`` says
-``schema_url: https://opentelemetry.io/schemas/gen-ai-dev/1.42.0-dev`` on
-semantic-conventions v1.44.0; its ``RELEASING.md`` cuts only ``vX.Y.Z-dev``
-pre-releases and none is recorded (opentelemetry-js#7014, 2026-08-18: "The
-registry has no tagged release yet"). So the token-metric change (the
-``gen_ai.client.token.usage`` histogram replaced by
-``gen_ai.client.inference.*`` counters) is not followed: it is unreleased,
-and a dev schema is no release. No git mirror of that repository could be had
-here, so this reads its stored files, not its tags.
+Whether semantic-conventions-genai has released since v1.41.1 (checked
+2026-12-02, for issue 26): no. Its ``CHANGELOG.md`` (read at 002c8a6e and an
+earlier snapshot) opens with ``## Unreleased`` and no version heading, the
+token-metric rework listed under it; ``model/manifest.yaml`` (at 67dff024)
+says ``schema_url: https://opentelemetry.io/schemas/gen-ai-dev/1.42.0-dev``
+on semantic-conventions v1.44.0; its ``RELEASING.md`` cuts only
+``vX.Y.Z-dev`` pre-releases, and none is recorded (opentelemetry-js#7014,
+2026-08-18: "The registry has no tagged release yet"). The core repository's
+tags after v1.41.1 (v1.42.0 2026-06-12, v1.43.0, v1.44.0 2026-08-04; mirror
+head 384d6616, 2026-08-20) carry no GenAI text. So the token-metric change
+(``gen_ai.client.token.usage`` replaced by ``gen_ai.client.inference.*``
+counters) is not followed: it is unreleased. No git mirror of the genai
+repository could be had here, so this reads its stored files, not its tags.
 
 Names of modeltap's own (``modeltap.*``) are for what the conventions have no
 name for: the audit record's links, cost estimates, content cuts, tool results.
