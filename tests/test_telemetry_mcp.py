@@ -138,7 +138,7 @@ def test_each_way_a_span_ends(otlp_receiver: Receiver) -> None:
         mcp.sent((record,), traceparent=None, sent_ns=T0 + record.seq * MS)
     # HTTP+SSE: the POST is acknowledged (202), the answer comes later on the stream.
     mcp.exchange_ended((answered_late,), status=202, failure=None, end_ns=T0 + 10 * MS)
-    mcp.answered(1, result(seq=1, mcp_method="tools/list"), sent_ns=T0 + MS, end_ns=T0 + 40 * MS)
+    mcp.answered(1, result(seq=1, mcp_method="tools/list"), end_ns=T0 + 40 * MS)
     mcp.exchange_ended((broken,), status=None, failure="upstream_reset", end_ns=T0 + 12 * MS)
     mcp.exchange_ended((refused_by_http,), status=500, failure=None, end_ns=T0 + 13 * MS)
     mcp.exchange_ended((notified,), status=202, failure=None, end_ns=T0 + 14 * MS)
@@ -187,7 +187,7 @@ def test_a_call_paired_by_the_agents_id_hangs_under_its_turn(
     stranger = mcp_audit_record(seq=3, mcp_method="tools/call", tool_name="add")
     telemetry.mcp.sent((execution, stranger), traceparent=None, sent_ns=T0 + 6 * MS)
     for seq in (2, 3):
-        telemetry.mcp.answered(seq, result(seq=seq), sent_ns=T0 + 6 * MS, end_ns=T0 + 9 * MS)
+        telemetry.mcp.answered(seq, result(seq=seq), end_ns=T0 + 9 * MS)
     spans = collect(telemetry, otlp_http_receiver)
     (chat,) = [s for s in spans if s.attributes.get("modeltap.seq") == 1]
     mcp = by_seq(spans)

@@ -176,12 +176,7 @@ class Spans(Addon, Listener):
         self, view: ExchangeView, event: McpEvent, call: McpCall | None, t_ns: int
     ) -> None:
         if isinstance(event, McpResultEvent) and call is not None:
-            self.telemetry.mcp.answered(
-                call.record.seq,
-                event,
-                sent_ns=epoch_ns(call.forwarded_ns),
-                end_ns=epoch_ns(t_ns),
-            )
+            self.telemetry.mcp.answered(call.record.seq, event, end_ns=epoch_ns(t_ns))
 
     def _mcp_finished(self, outcome: Outcome) -> None:
         mcp, view = outcome.mcp, outcome.view

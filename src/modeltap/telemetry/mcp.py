@@ -103,7 +103,8 @@ _Asked = tuple[trace.SpanContext, str | None]
 
 @dataclass(slots=True)
 class _Sent:
-    """A client-to-server message whose span is not drawn yet."""
+    """A client-to-server message whose span is open (or, without spans, whose
+    measurement is to come)."""
 
     record: McpAuditRecord
     sent_ns: int
@@ -223,20 +224,18 @@ class McpSpans:
                 sent.arguments = params["arguments"]
 
     @never_raises
-    def answered(self, seq: int, event: McpResultEvent, *, sent_ns: int, end_ns: int) -> None:
+    def answered(self, seq: int, event: McpResultEvent, *, end_ns: int) -> None:
         """The answer to the request of audit line ``seq`` arrived at ``end_ns``.
 
         Args:
-            seq: the request's audit line.
+            seq: the request's audit line (the span started when it was forwarded).
             event: its ``mcp_result`` line.
-            sent_ns: when the request was forwarded.
             end_ns: when the answer arrived.
         """
         with self._lock:
             sent = self._open.pop(seq, None)
         if sent is None:
             return
-        sent.sent_ns = sent_ns
         self._draw(sent, end_ns, error_type_of(event), event)
 
     @never_raises
