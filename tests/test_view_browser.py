@@ -30,8 +30,10 @@ from tests.view_captures import (
     INJECT_TOOL,
     SECRET_PROMPT,
     TOOL_ARGUMENTS,
+    WEATHER_MODEL,
     Made,
     make_long_capture,
+    make_weather_capture,
     rich_capture,
 )
 
@@ -449,7 +451,8 @@ def test_keyboard_and_link_to_a_turn(browser: Any, rich_page_file: Path) -> None
 def test_agent_controlled_strings_are_shown_as_text(page: Page) -> None:
     page.session(INJECT_SESSION)
     page.row("t1")
-    assert page.text("#rows .row[data-key=t1] .model") == INJECT_MODEL
+    # One model for the whole session: said once, above the labels.
+    assert page.text("#timeline-labels") == f"turn · {INJECT_MODEL} · tools called"
     assert page.field("#audit", "model") == INJECT_MODEL
     assert page.field("#audit", "tool_names") == INJECT_TOOL
     assert page.texts("#tool-calls .call .name") == [INJECT_CALLED]
@@ -676,3 +679,144 @@ def test_cases_show_their_verdicts_beside_each_session(
         screenshot(opened.tab, "cases")
     finally:
         opened.close()
+
+
+# --------------------------------------------------------------------------
+# As a first user opens it (issue 28): a three-second agent session, 1400x900
+
+
+@pytest.fixture(scope="module")
+def weather_page_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("view-weather")
+    out = make_weather_capture(root / "out")
+    path = root / "view.html"
+    path.write_text(build_page(out), encoding="utf-8")
+    return out, path
+
+
+#: What the page lays out, read in the page: how far the page and the timeline
+#: scroll sideways, and every label of the timeline that shows less than its text.
+LAYOUT = """() => {
+    const tl = document.getElementById('timeline');
+    const wider = e => e.scrollWidth - e.clientWidth;
+    const cut = sel => [...document.querySelectorAll(sel)].filter(e => wider(e) > 0)
+        .map(e => e.textContent);
+    const right = tl.getBoundingClientRect().right;
+    return {
+        page: wider(document.scrollingElement), timeline: wider(tl),
+        past: [...tl.querySelectorAll('.tick, .gl, .seg')].filter(
+            e => e.getBoundingClientRect().right > right + 0.5).map(e => e.textContent),
+        cut: cut('#rows .row .lab > span').concat(cut('#rows .gl'), cut('#timeline-labels')),
+        tools: [...document.querySelectorAll('#rows .row')].map(r => [r.dataset.key,
+            (r.querySelector('.tools') || {}).textContent || null]),
+        gaps: [...document.querySelectorAll('#rows .gl')].map(e => e.textContent),
+        lab: document.querySelector('#rows .row .lab').getBoundingClientRect().width,
+        lane: document.querySelector('#rows .row .lane').getBoundingClientRect().width};
+}"""
+
+
+@pytest.mark.parametrize(
+    ("width", "height"), [(1400, 900), (1024, 768), (1920, 1080)], ids=["1400", "1024", "1920"]
+)
+def test_a_three_second_session_fits_with_its_tool_names_whole(
+    browser: Any, weather_page_file: tuple[Path, Path], width: int, height: int
+) -> None:
+    out, path = weather_page_file
+    capture = Capture.load(out)
+    session = capture.sessions["weather-1"]
+    (drawn,) = build_view_data(capture)["sessions"]
+    assert drawn["stop"] - drawn["start"] >= 3000  # ms: the agent's own sleeps and pauses
+    context = browser.new_context(viewport={"width": width, "height": height})
+    tab = context.new_page()
+    watch = PageWatch(tab)
+    try:
+        tab.goto(path.as_uri())
+        tab.wait_for_selector("html[data-ready=true]")
+        shown = tab.evaluate(LAYOUT)
+        screenshot(tab, f"weather-{width}")
+        # No sideways scrolling, nothing past the timeline's right edge, no label cut.
+        assert (shown["page"], shown["timeline"], shown["past"]) == (0, 0, [])
+        assert shown["cut"] == []
+        assert shown["tools"] == [
+            [f"t{t.number}", f"→ {', '.join(i.name for i in t.tool_invocations)}"]
+            if t.tool_invocations
+            else [f"t{t.number}", None]
+            for t in session.turns
+        ]
+        assert shown["tools"][1] == ["t2", "→ get_weather, get_local_time"]
+        # The tool time after each asking turn: the names where they fit, the time always.
+        gaps = [
+            ms_text(t.tool_invocations[0].duration_ms) for t in session.turns if t.tool_invocations
+        ]
+        assert len(shown["gaps"]) == len(gaps) == 2
+        for label, took in zip(shown["gaps"], gaps, strict=True):
+            assert label.endswith(f"{took}"), (label, took)
+        # The model, the same for every turn, is said once above the labels.
+        assert tab.inner_text("#timeline-labels") == f"turn · {WEATHER_MODEL} · tools called"
+        # The bars keep at least half of the timeline.
+        assert shown["lane"] >= shown["lab"]
+        watch.assert_clean()
+    finally:
+        context.close()
+
+
+def test_the_session_shows_on_the_right_until_a_turn_is_chosen(
+    browser: Any, weather_page_file: tuple[Path, Path]
+) -> None:
+    out, path = weather_page_file
+    session = Capture.load(out).sessions["weather-1"]
+    opened = Page(browser, path)
+    opened.context.pages[0].set_viewport_size({"width": 1400, "height": 900})
+    try:
+        assert opened.text("#detail-title") == "Session weather-1"
+        assert opened.field("#session-summary", "turns") == "3"
+        assert opened.field("#session-summary", "models") == WEATHER_MODEL
+        assert opened.field("#session-summary", "tool_calls") == "3"
+        assert opened.field("#session-summary", "input_tokens") == f"{session.usage.input_tokens:,}"
+        assert opened.field("#session-summary", "execution_time_ms") == ms_text(
+            session.execution_time_ms
+        )
+        rows = opened.tab.evaluate(
+            """() => [...document.querySelectorAll('#session-tools tr[data-tool]')].map(
+                tr => [...tr.children].map(td => td.textContent))"""
+        )
+        times = {
+            name: sorted(
+                i.duration_ms
+                for t in session.turns
+                for i in t.tool_invocations
+                if i.name == name and i.duration_ms is not None
+            )
+            for name in ("get_local_time", "get_weather")
+        }
+        assert rows == [
+            ["get_local_time", "1", ms_text(times["get_local_time"][0])],
+            [
+                "get_weather",
+                "2",
+                f"{ms_text(times['get_weather'][0])} to {ms_text(times['get_weather'][1])}",
+            ],
+        ]
+        screenshot(opened.tab, "weather-session-summary")
+        opened.row("t2")
+        assert opened.text("#detail-title").startswith("Turn 2 ·")
+        opened.tab.keyboard.press("Escape")
+        assert opened.text("#detail-title") == "Session weather-1"
+        assert opened.tab.evaluate("() => location.hash") == "#s=weather-1"
+    finally:
+        opened.close()
+
+
+def test_the_session_summary_links_its_problems(page: Page, rich_capture: Made) -> None:
+    session = Capture.load(rich_capture.out).sessions["agent-1"]
+    page.session("agent-1")
+    assert page.text("#detail-title") == "Session agent-1"
+    assert page.field("#session-summary", "turns") == f"{len(session.turns)} (1 retry)"
+    problems = page.tab.evaluate(
+        """() => [...document.querySelectorAll('#session-problems li')].map(
+            li => [li.dataset.key, li.textContent])"""
+    )
+    (turn,) = [t for t in session.turns if t.errors]
+    assert problems == [[f"t{turn.number}", f"turn {turn.number}: {turn.errors[0]}"]]
+    page.tab.click("#session-problems li")
+    assert page.text("#detail-title").startswith(f"Turn {turn.number} ·")

@@ -8,6 +8,7 @@ are. Nothing is written by hand: the page is tested on what modeltap wrote.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -26,7 +27,9 @@ from tests.upstream import (
     Upstream,
     anthropic_text_sse,
     anthropic_tool_sse,
+    chat_delta_chunk,
     chat_text_json,
+    chat_text_sse,
     chat_tool_json,
 )
 
@@ -317,3 +320,83 @@ def make_long_capture(out: Path, turns: int, record: Path | None = None) -> Path
 def rich_capture(tmp_path_factory: pytest.TempPathFactory) -> Made:
     """:func:`make_rich_capture`, made once per test session."""
     return make_rich_capture(tmp_path_factory.mktemp("view-rich"))
+
+
+#: The model of :func:`make_weather_capture`: a dated name, as providers answer.
+WEATHER_MODEL = "gpt-4.1-mini-2025-04-14"
+
+
+def _streamed_tool_calls(calls: list[tuple[str, str, str]], think: float) -> Reply:
+    """A streamed chat answer asking for ``calls`` (call id, name, arguments),
+    its first chunk held back ``think`` seconds."""
+    model = WEATHER_MODEL
+    events: list[tuple[str | None, Any]] = [
+        (None, chat_delta_chunk(model, {"role": "assistant", "content": None}))
+    ]
+    for i, (call_id, name, arguments) in enumerate(calls):
+        head = {"index": i, "id": call_id, "type": "function"}
+        function = {"name": name, "arguments": arguments}
+        events.append(
+            (None, chat_delta_chunk(model, {"tool_calls": [{**head, "function": function}]}))
+        )
+    events.append((None, chat_delta_chunk(model, {}, "tool_calls")))
+    usage = {"prompt_tokens": 310, "completion_tokens": 24, "total_tokens": 334}
+    events.append((None, {**chat_delta_chunk(model, {}), "choices": [], "usage": usage}))
+    events.append((None, "[DONE]"))
+    return Reply(sse=events, pause_after={0: think, 1: 0.15})
+
+
+def make_weather_capture(out: Path) -> Path:
+    """One agent session of about three seconds, as a first user makes one.
+
+    ``weather-1`` (openai chat, streamed, usage included, a dated model name):
+    the model asks for ``get_weather``, the agent takes 0.6 s to run it; then
+    for ``get_weather`` and ``get_local_time`` at once (0.5 s); then it
+    answers in text, streamed over half a second. The session is ended
+    through the control API, as a harness does.
+    """
+    with running_proxy(out) as run:
+        up, client = run.upstream, run.openai("weather-1", retries=0)
+        tools = [_function("get_weather"), _function("get_local_time")]
+        messages: list[Any] = [{"role": "user", "content": "Walk in Lisbon or Porto?"}]
+        script = [
+            ([("call_w1", "get_weather", '{"city": "Lisbon"}')], 0.45, 0.6),
+            (
+                [
+                    ("call_w2", "get_weather", '{"city": "Porto"}'),
+                    ("call_t1", "get_local_time", '{"tz": "Europe/Lisbon"}'),
+                ],
+                0.4,
+                0.5,
+            ),
+        ]
+        for calls, think, tool_time in script:
+            up.replies.append(_streamed_tool_calls(calls, think))
+            with client.chat.completions.create(
+                model=WEATHER_MODEL, messages=messages, tools=tools, stream=True,
+                stream_options={"include_usage": True},
+            ) as stream:  # fmt: skip
+                for _ in stream:
+                    pass
+            time.sleep(tool_time)  # the agent runs its tools
+            messages.append(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {"id": c, "type": "function", "function": {"name": n, "arguments": a}}
+                        for c, n, a in calls
+                    ],
+                }
+            )
+            messages += [{"role": "tool", "tool_call_id": c, "content": "{}"} for c, _, _ in calls]
+        answer = chat_text_sse(WEATHER_MODEL, include_usage=True)
+        answer.pause_after = {0: 0.3, 1: 0.25, 2: 0.25}
+        up.replies.append(answer)
+        with client.chat.completions.create(
+            model=WEATHER_MODEL, messages=messages, tools=tools, stream=True,
+            stream_options={"include_usage": True},
+        ) as stream:  # fmt: skip
+            for _ in stream:
+                pass
+        control.end_session(run.out, "weather-1")
+    return out

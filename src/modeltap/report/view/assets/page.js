@@ -100,6 +100,12 @@
     return '+' + msText(v);
   }
 
+  // A tick's label, as precise as the ticks' step: "+2 s", not "+2.00 s".
+  function tickText(v, step) {
+    if (v > 0 && v < 60000 && step >= 1000 && step % 1000 === 0) return '+' + v / 1000 + ' s';
+    return relText(v);
+  }
+
   function plural(n, one, many) { return n + ' ' + (n === 1 ? one : (many || one + 's')); }
 
   function value(v) {
@@ -233,7 +239,12 @@
           if (stop === null || end > stop) stop = end;
         }
       });
-      out.push({ s: s, rows: rows, byKey: byKey, byIndex: byIndex, t0: start,
+      // One model for every turn (the usual case): said once above the labels, not on each row.
+      var requested = new Set();
+      rows.forEach(function (r) { if (r.kind === 'turn') requested.add(r.turn.record.model); });
+      var oneModel = requested.size === 1 ? Array.from(requested)[0] : null;
+      rows.forEach(function (r) { r.oneModel = oneModel; });
+      out.push({ s: s, rows: rows, byKey: byKey, byIndex: byIndex, t0: start, oneModel: oneModel,
         span: start !== null && stop !== null ? Math.max(stop - start, 1) : 1, maxDur: maxDur });
     });
     return out;
@@ -265,7 +276,7 @@
     el.top = h('header', { class: 'top' });
     el.side = h('nav', { class: 'side', 'aria-label': 'sessions' });
     el.main = h('main', { class: 'main' });
-    el.detail = h('aside', { class: 'detail', 'aria-label': 'selected turn', id: 'detail' });
+    el.detail = h('aside', { class: 'detail', 'aria-label': 'the session or the selected turn', id: 'detail' });
     add(app, [el.top, el.side, el.main, el.detail]);
 
     el.q = h('input', { type: 'search', id: 'q', placeholder: 'search: model, tool, session, request id, error  ( / )',
@@ -300,7 +311,8 @@
         h('span', null, h('span', { class: 'sw tool' }), 'tool execution (agent)'),
         h('span', null, h('span', { class: 'sw bad' }), 'error / refused')));
     el.ticks = h('div', { class: 'ticks' });
-    el.axis = h('div', { class: 'axis' }, h('div', { class: 'lab', text: 'turn · model · tools called' }), el.ticks);
+    el.axisLab = h('div', { class: 'lab', id: 'timeline-labels' });
+    el.axis = h('div', { class: 'axis' }, el.axisLab, el.ticks);
     el.rows = h('div', { class: 'rows', id: 'rows' });
     el.tl = h('div', { class: 'tl', id: 'timeline', tabindex: '0', role: 'listbox', 'aria-label': 'timeline' },
       el.axis, el.rows);
@@ -312,7 +324,7 @@
       pending = true;
       requestAnimationFrame(function () { pending = false; drawRows(false); });
     }, { passive: true });
-    window.addEventListener('resize', function () { drawRows(true); });
+    window.addEventListener('resize', function () { drawTimeline(true); });
     document.addEventListener('keydown', onKey);
   }
 
@@ -320,6 +332,7 @@
 
   function drawTop() {
     var c = DATA.capture;
+    var open = DATA.sessions.filter(running);
     clear(el.top);
     var facts = h('div', { class: 'facts', id: 'capture-facts' },
       h('span', null, h('b', { text: DATA.sessions.length }), ' sessions'),
@@ -332,10 +345,13 @@
     add(el.top, [
       h('h1', { text: 'modeltap view' }),
       h('span', { class: 'where', title: c.directory, text: DATA.title }),
-      c.evidence_complete
-        ? h('span', { class: 'badge ok', id: 'capture-evidence', text: 'evidence complete' })
-        : h('span', { class: 'badge bad', id: 'capture-evidence', text: 'evidence incomplete',
-          title: c.capture_errors.join('\n') }),
+      !c.evidence_complete
+        ? h('span', { class: 'badge bad', id: 'capture-evidence', text: 'evidence incomplete',
+          title: c.capture_errors.join('\n') })
+        : open.length
+          ? h('span', { class: 'badge warn', id: 'capture-evidence', title: NOT_FINAL.replace('the session is', 'sessions are'),
+            text: 'evidence not final: ' + plural(open.length, 'session') + ' running' })
+          : h('span', { class: 'badge ok', id: 'capture-evidence', text: 'evidence complete' }),
       facts,
       S.live ? S.live.badge : null
     ]);
@@ -385,9 +401,17 @@
       text: S.live ? 'running' : 'not ended' });
   }
 
-  function evidenceBadge(ok, reasons) {
-    return ok ? h('span', { class: 'badge ok', 'data-role': 'evidence', text: 'evidence complete' })
-      : h('span', { class: 'badge bad', 'data-role': 'evidence', text: 'evidence incomplete', title: reasons.join('\n') });
+  // The live page sees a session without a sessions.jsonl line as running: what it
+  // shows is complete so far, not final (the next exchange may yet lack its answer).
+  function running(s) { return S.live !== null && !s.stop_reason; }
+
+  var NOT_FINAL = 'complete so far, not final: the session is still running (final once it ends: ' +
+    'POST /sessions/ID/end, or the proxy stops)';
+
+  function evidenceBadge(ok, reasons, isRunning) {
+    if (!ok) return h('span', { class: 'badge bad', 'data-role': 'evidence', text: 'evidence incomplete', title: reasons.join('\n') });
+    return isRunning ? h('span', { class: 'badge warn', 'data-role': 'evidence', text: 'evidence not final', title: NOT_FINAL })
+      : h('span', { class: 'badge ok', 'data-role': 'evidence', text: 'evidence complete' });
   }
 
   function drawSide() {
@@ -415,7 +439,7 @@
         'aria-selected': s.id === S.sessionId ? 'true' : 'false',
         onclick: function () { selectSession(s.id, null); } },
         h('div', { class: 'sid', text: s.id }),
-        h('div', { class: 'meta' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors),
+        h('div', { class: 'meta' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors, running(s)),
           h('span', { 'data-role': 'turns', text: filtering() ? n + ' of ' + plural(s.turns.length, 'turn') : plural(s.turns.length, 'turn') }),
           s.refusals.length ? h('span', { class: 'badge bad', text: s.refusals.length + ' refused' }) : null),
         h('div', { class: 'meta' }, s.models.join(', ')));
@@ -461,7 +485,7 @@
     s.turns.forEach(function (t) { calls += t.invocations.length; });
     add(el.shead, [
       h('h2', { id: 'session-id', text: s.id }),
-      h('div', { class: 'line' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors),
+      h('div', { class: 'line' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors, running(s)),
         h('span', null, h('b', { text: s.turns.length }), ' turns'),
         h('span', null, h('b', { text: calls }), ' tool calls'),
         s.refusals.length ? h('span', null, h('b', { text: s.refusals.length }), ' refused') : null,
@@ -521,14 +545,103 @@
     return 10 * pow;
   }
 
+  // ------------------------------------------------------------------ label column
+
+  // The label column is as wide as the session's widest label (turn, badges, model,
+  // tools called, duration), so a tool name is not cut to "get_weat…", and at most
+  // half the timeline, so the bars keep the other half. Past that the model name
+  // gives way first, then the tools (both keep their full text as a title).
+  var LAB_MIN = 240;
+  var measure = null;
+
+  function measurer() {
+    if (measure) return measure;
+    var probe = h('div', { class: 'row', 'aria-hidden': 'true' });
+    var retry = h('div', { class: 'row retry', 'aria-hidden': 'true' });
+    var classes = ['idx', 'badge', 'model', 'tools', 'dur'];
+    var spans = classes.map(function (c) { return h('span', { class: c, text: 'x' }); });
+    var gl = h('span', { class: 'gl', text: 'x' });
+    var tick = h('div', { class: 'tick', text: 'x' });
+    add(probe, [h('div', { class: 'lab' }, spans), h('div', { class: 'lane' }, h('div', { class: 'gap' }, gl)),
+      h('div', { class: 'axis' }, h('div', { class: 'ticks' }, tick))]);
+    spans.push(gl, tick);
+    classes.push('gl', 'tick');
+    add(retry, h('div', { class: 'lab' }));
+    probe.style.visibility = retry.style.visibility = 'hidden';
+    add(el.rows, [probe, retry]);
+    var px = function (v) { return parseFloat(v) || 0; };
+    var lab = getComputedStyle(probe.firstChild);
+    var fonts = {}, extra = {}, least = {};
+    spans.forEach(function (sp, i) {
+      var cs = getComputedStyle(sp);
+      fonts[classes[i]] = [cs.fontStyle, cs.fontWeight, cs.fontSize, cs.fontFamily].join(' ');
+      extra[classes[i]] = px(cs.paddingLeft) + px(cs.paddingRight) + px(cs.borderLeftWidth) + px(cs.borderRightWidth);
+      least[classes[i]] = px(cs.minWidth);
+    });
+    measure = {
+      ctx: document.createElement('canvas').getContext('2d'), widths: new Map(),
+      fonts: fonts, extra: extra, least: least, gap: px(lab.columnGap),
+      pad: px(lab.paddingLeft) + px(lab.paddingRight),
+      retryPad: px(getComputedStyle(retry.firstChild).paddingLeft) - px(lab.paddingLeft)
+    };
+    probe.remove();
+    retry.remove();
+    return measure;
+  }
+
+  function textWidth(m, kind, text) {
+    var key = kind + '\u0000' + text;
+    var w = m.widths.get(key);
+    if (w === undefined) {
+      m.ctx.font = m.fonts[kind];
+      w = Math.ceil(m.ctx.measureText(text).width) + 1;
+      m.widths.set(key, w);
+    }
+    return w;
+  }
+
+  function labelWidth(x) {
+    if (x.labNatural !== undefined) return x.labNatural;
+    var m = measurer();
+    var most = 0;
+    x.rows.forEach(function (r) {
+      var items = labelItems(r);
+      var w = m.pad + m.gap * (items.length - 1) + (r.kind === 'turn' && r.turn.retry_of !== null ? m.retryPad : 0);
+      items.forEach(function (it) {
+        var kind = it[0].split(' ')[0];
+        w += Math.max(m.least[kind] || 0, textWidth(m, kind, it[1]) + m.extra[kind]);
+      });
+      if (w > most) most = w;
+    });
+    x.labNatural = Math.ceil(most);
+    return x.labNatural;
+  }
+
+  function fitLabels(x) {
+    var width = el.tl.clientWidth || 800;
+    var most = Math.max(180, Math.floor(width / 2));
+    var lab = Math.max(Math.min(LAB_MIN, most), Math.min(most, x ? labelWidth(x) : LAB_MIN));
+    el.tl.style.setProperty('--lab', lab + 'px');
+    return width - lab - 14;  // the lanes' width (.row .lane's margin-right)
+  }
+
   function drawAxis(x) {
     clear(el.ticks);
     var span = S.axis === 'time' ? x.span : x.maxDur;
-    var step = niceStep(span, 6);
+    var room = el.ticks.clientWidth || 300;
+    // A tick label needs about 60 px; one that would run past the right end hangs
+    // left of its line, so nothing runs past the timeline (no sideways scrolling).
+    var step = niceStep(span, Math.max(2, Math.min(8, Math.floor(room / 60))));
+    var m = measurer(), reach = 0;
     for (var v = 0; v <= span + 1e-9; v += step) {
-      var t = h('div', { class: 'tick', text: relText(v) });
+      var text = tickText(v, step), at = v / span * room, w = textWidth(m, 'tick', text) + m.extra.tick;
+      var end = at + w > room;
+      // A label that would run into the one before it is left out (its line stays).
+      var fits = end ? at - w > reach + 6 : true;
+      var t = h('div', { class: 'tick' + (end ? ' end' : ''), text: fits ? text : '', title: text });
       t.style.left = (v / span * 100) + '%';
       add(el.ticks, t);
+      reach = end ? at : at + w;
     }
   }
 
@@ -541,26 +654,39 @@
     return e;
   }
 
+  // What a row's label says, as [class, text, title] items: drawn by rowEl and
+  // measured by labelWidth, so the label column fits what it holds.
+  function labelItems(r) {
+    if (r.kind !== 'turn') {
+      var e = r.ev, isRef = r.kind === 'refusal';
+      return [['idx', isRef ? 'refused' : 'error'], ['model', isRef ? e.rule : e.error, isRef ? e.rule : e.error],
+        ['tools', e.path || '', e.path || null]];
+    }
+    var t = r.turn, called = r.called.join(', ');
+    return [
+      ['idx', 'turn ' + t.number],
+      t.retry_of !== null ? ['badge retry', 'retry', 'retry of turn ' + turnNo(t.retry_of)] : null,
+      t.attempts > 1 ? ['badge retry', '×' + t.attempts, t.attempts + ' attempts'] : null,
+      t.changes.length ? ['badge change', 'Δ', t.changes.map(function (c) { return c.text; }).join('\n')] : null,
+      r.error ? ['badge bad', t.response && t.response.status >= 400 ? String(t.response.status) : 'error'] : null,
+      !r.error && !t.evidence_complete ? ['badge warn', 'incomplete'] : null,
+      r.oneModel === null ? ['model', t.record.model, t.record.model] : null,
+      r.called.length ? ['tools', '→ ' + called, 'tools called: ' + called] : null,
+      ['dur', msText(r.timing.dur) || '?']
+    ].filter(Boolean);
+  }
+
   function rowEl(x, r, i) {
     var sel = r.key === S.rowKey;
     var cls = 'row ' + r.kind + (sel ? ' sel' : '');
-    var lab = h('div', { class: 'lab' });
+    var lab = h('div', { class: 'lab' }, labelItems(r).map(function (it) {
+      return h('span', { class: it[0], text: it[1], title: it[2] || null });
+    }));
     var lane = h('div', { class: 'lane' });
     var title;
     if (r.kind === 'turn') {
       var t = r.turn, tm = r.timing;
       if (t.retry_of !== null) cls += ' retry';
-      add(lab, [
-        h('span', { class: 'idx', text: 'turn ' + t.number }),
-        t.retry_of !== null ? h('span', { class: 'badge retry', text: 'retry', title: 'retry of turn ' + turnNo(t.retry_of) }) : null,
-        t.attempts > 1 ? h('span', { class: 'badge retry', text: '×' + t.attempts, title: t.attempts + ' attempts' }) : null,
-        t.changes.length ? h('span', { class: 'badge change', text: 'Δ', title: t.changes.map(function (c) { return c.text; }).join('\n') }) : null,
-        r.error ? h('span', { class: 'badge bad', text: t.response && t.response.status >= 400 ? String(t.response.status) : 'error' }) : null,
-        !r.error && !t.evidence_complete ? h('span', { class: 'badge warn', text: 'incomplete' }) : null,
-        h('span', { class: 'model', text: t.record.model }),
-        r.called.length ? h('span', { class: 'tools', text: '→ ' + r.called.join(', ') }) : null,
-        h('span', { class: 'dur', text: msText(tm.dur) || '?' })
-      ]);
       title = 'turn ' + t.number + ' · ' + t.record.model + '\nfirst chunk ' + (msText(tm.first) || 'unknown') +
         ' · duration ' + (msText(tm.dur) || 'unknown');
       var span = S.axis === 'time' ? x.span : x.maxDur;
@@ -579,11 +705,6 @@
     } else {
       var e = r.ev;
       var isRef = r.kind === 'refusal';
-      add(lab, [
-        h('span', { class: 'idx', text: isRef ? 'refused' : 'error' }),
-        h('span', { class: 'model', text: isRef ? e.rule : e.error }),
-        h('span', { class: 'tools', text: e.path || '' })
-      ]);
       title = (isRef ? 'refused (' + e.rule + '): ' : e.error + ': ') + e.message;
       if (S.axis === 'time' && r.t !== null && x.t0 !== null) {
         var m = h('div', { class: 'mark ' + (isRef ? 'refused' : 'error'), title: title });
@@ -613,10 +734,17 @@
     by.forEach(function (names, idx) {
       var target = x.byIndex.get(idx);
       if (!target || target.t === null) return;
-      var g = h('div', { class: 'gap', title: 'tool execution: ' + names.join(', ') + ' · ' + msText(target.t - end) },
-        h('span', { class: 'gl', text: names.join(', ') + ' ' + msText(target.t - end) }));
+      var took = msText(target.t - end), said = names.join(', ') + ' ' + took;
+      // The row's label names the tools already: where the names do not fit, the time alone.
+      var room = S.lane * (1 - Math.max(0, end - x.t0) / span) - 6;
+      var m = measurer();
+      var gl = h('span', { class: 'gl', text: textWidth(m, 'gl', said) <= room ? said : (textWidth(m, 'gl', took) <= room ? took : '') });
+      var g = h('div', { class: 'gap', title: 'tool execution: ' + names.join(', ') + ' · ' + msText(target.t - end) }, gl);
       g.style.left = pct(end - x.t0, span);
       g.style.width = pct(Math.max(target.t - end, 0), span);
+      // The label may run past its gap, never past the lane (it ends in "…", the title has it all).
+      var from = parseFloat(g.style.left), wide = Math.max(parseFloat(g.style.width), 0.01);
+      gl.style.maxWidth = 'calc(' + ((100 - from) / wide * 100) + '% - 6px)';
       add(lane, g);
     });
   }
@@ -628,6 +756,9 @@
       : 'every bar starts at 0; click to place bars in session time';
     S.visible = x ? x.rows.filter(matches) : [];
     el.rows.style.height = (S.visible.length * ROW_H) + 'px';
+    el.axisLab.textContent = x && x.oneModel !== null ? 'turn · ' + x.oneModel + ' · tools called' : 'turn · model · tools called';
+    el.axisLab.title = x && x.oneModel !== null ? 'every turn of this session asked for ' + x.oneModel : '';
+    S.lane = fitLabels(x);
     if (x) drawAxis(x); else clear(el.ticks);
     drawRows(true);
     if (x && !S.visible.length) {
@@ -718,14 +849,76 @@
     var x = current();
     var r = x && S.rowKey ? x.byKey.get(S.rowKey) : null;
     if (!r) {
+      if (x) drawSessionSummary(x);
       add(el.detail, h('div', { class: 'hint' }, 'Select a turn in the timeline (click, or ',
         h('span', { class: 'kbd', text: 'j' }), ' / ', h('span', { class: 'kbd', text: 'k' }),
-        ') to see its audit facts, what changed, tool calls and usage.'));
+        ') to see its audit facts, what changed, tool calls and usage', x ? '; ' : '.',
+        x ? [h('span', { class: 'kbd', text: 'Esc' }), ' comes back here.'] : null));
       return;
     }
     if (r.kind === 'refusal') return drawRefusal(r.ev);
     if (r.kind === 'error') return drawLooseError(r.ev);
     drawTurn(x, r);
+  }
+
+  // The session, until a turn is chosen: what it did (turns, models, time, tokens),
+  // the tools it called and how long the agent took to run them, and its problems,
+  // each a link to its row.
+  function drawSessionSummary(x) {
+    var s = x.s;
+    var calls = 0, retries = 0;
+    var tools = new Map();
+    s.turns.forEach(function (t) {
+      if (t.retry_of !== null) retries++;
+      t.invocations.forEach(function (inv) {
+        calls++;
+        var name = inv.name || '(no name)';
+        var tool = tools.get(name) || { calls: 0, open: 0, times: [] };
+        tool.calls++;
+        if (!inv.answered) tool.open++;
+        if (inv.duration_ms !== null && inv.duration_ms !== undefined) tool.times.push(inv.duration_ms);
+        tools.set(name, tool);
+      });
+    });
+    add(el.detail, [
+      h('h3', { id: 'detail-title', text: 'Session ' + s.id }),
+      h('div', { class: 'sub' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors, running(s)),
+        h('span', { text: clock(s.start) || '' })),
+      h('h4', { text: 'Session' }),
+      h('div', { id: 'session-summary' }, facts([
+        ['turns', String(s.turns.length) + (retries ? ' (' + plural(retries, 'retry', 'retries') + ')' : ''), 'turns'],
+        ['models', s.models.length ? s.models.join(', ') : unknown('none'), 'models'],
+        ['span', ms(s.stop !== null && s.start !== null ? s.stop - s.start : null), 'span'],
+        ['model time', ms(s.execution_time_ms), 'execution_time_ms'],
+        ['tokens in', total(s.usage.input_tokens, s.turns, 'input_tokens'), 'input_tokens'],
+        ['tokens out', total(s.usage.output_tokens, s.turns, 'output_tokens'), 'output_tokens'],
+        costText(s) !== undefined ? ['cost', costNode(costText(s)), 'cost'] : null,
+        ['tool calls', String(calls), 'tool_calls']
+      ]))
+    ]);
+    if (tools.size) {
+      add(el.detail, h('h4', { text: 'Tools called' }));
+      add(el.detail, h('table', { class: 'usage tools', id: 'session-tools' },
+        h('tr', null, h('th', { text: 'tool' }), h('th', { text: 'calls' }), h('th', { text: 'agent time' })),
+        Array.from(tools.keys()).sort().map(function (name) {
+          var tool = tools.get(name);
+          var lo = Math.min.apply(null, tool.times), hi = Math.max.apply(null, tool.times);
+          var time = !tool.times.length ? unknown() : lo === hi ? msText(lo) : msText(lo) + ' to ' + msText(hi);
+          return h('tr', { 'data-tool': name },
+            h('td', { class: 'name', text: name }),
+            h('td', null, String(tool.calls), tool.open ? h('span', { class: 'errs', text: ' (' + tool.open + ' without a result)' }) : null),
+            h('td', null, time));
+        })));
+    }
+    var problems = x.rows.filter(function (r) { return r.problem; });
+    if (problems.length) {
+      add(el.detail, h('h4', { text: 'Problems (' + problems.length + ')' }));
+      add(el.detail, h('ul', { class: 'errs', id: 'session-problems' }, problems.slice(0, 20).map(function (r) {
+        var what = r.kind === 'turn' ? 'turn ' + r.turn.number + ': ' + (r.turn.errors[0] || 'evidence incomplete')
+          : (r.kind === 'refusal' ? 'refused: ' + r.ev.rule : 'error: ' + r.ev.error);
+        return h('li', { class: 'link', 'data-key': r.key, text: what, onclick: function () { selectRow(r.key, true); } });
+      }), problems.length > 20 ? h('li', { text: (problems.length - 20) + ' more: tick "problems only"' }) : null));
+    }
   }
 
   function drawRefusal(e) {
@@ -966,6 +1159,7 @@
       return;
     }
     if (ev.key === '/') { ev.preventDefault(); el.q.focus(); return; }
+    if (ev.key === 'Escape' && S.rowKey) { selectRow(null, false); return; }
     var step = ev.key === 'j' || ev.key === 'ArrowDown' ? 1 : ev.key === 'k' || ev.key === 'ArrowUp' ? -1 : 0;
     if (!step || !S.visible.length) return;
     ev.preventDefault();
