@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from modeltap.app.cli import serve_ui
-from modeltap.app.control import endpoints
+from modeltap.app.control import end_session, endpoints
 from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Upstream
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch, require_browser, screenshot
@@ -185,6 +185,17 @@ def _wait_for_link(p: ProxyProcess) -> str:
     raise AssertionError(f"no ui line on the start-up screen: {p.stderr.decode()}")
 
 
+def _evidence(tab: Any) -> dict[str, str]:
+    """What the live page says of the evidence: at the top, in the session list,
+    above the timeline and in the right pane (the session, no turn chosen)."""
+    return {
+        "capture": tab.inner_text("#capture-evidence"),
+        "list": tab.inner_text("#sessions li[data-session=live-1] [data-role=evidence]"),
+        "head": tab.inner_text("#session-head [data-role=evidence]"),
+        "right": tab.inner_text("#detail [data-role=evidence]"),
+    }
+
+
 def test_run_ui_updates_as_exchanges_happen(upstream: Upstream, tmp_path: Path) -> None:
     require_browser()
     from playwright.sync_api import sync_playwright
@@ -203,7 +214,7 @@ def test_run_ui_updates_as_exchanges_happen(upstream: Upstream, tmp_path: Path) 
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                tab: Any = browser.new_context(viewport={"width": 1400, "height": 800}).new_page()
+                tab: Any = browser.new_context(viewport={"width": 1400, "height": 900}).new_page()
                 watch = PageWatch(tab, allowed_origin=origin + "/ui")
                 tab.goto(link)
                 tab.wait_for_selector("html[data-ready=true]")
@@ -217,6 +228,15 @@ def test_run_ui_updates_as_exchanges_happen(upstream: Upstream, tmp_path: Path) 
                 assert tab.inner_text(
                     "#sessions li[data-session=live-1] [data-role=stop-reason]"
                 ) == ("running")
+                # Running: what the page has seen is complete so far, and not final.
+                assert _evidence(tab) == {
+                    "capture": "evidence not final: 1 session running",
+                    "list": "evidence not final",
+                    "head": "evidence not final",
+                    "right": "evidence not final",
+                }
+                assert "evidence complete" not in tab.inner_text("body")
+                screenshot(tab, "live-running")
                 client.chat.completions.create(
                     model="gpt-stub-2", messages=[{"role": "user", "content": "two"}]
                 )
@@ -225,6 +245,24 @@ def test_run_ui_updates_as_exchanges_happen(upstream: Upstream, tmp_path: Path) 
                 assert tab.inner_text("#changes li") == "model changed: gpt-stub -> gpt-stub-2"
                 assert tab.inner_text("#live").startswith("live · ")
                 screenshot(tab, "live")
+                watch.assert_clean()
+
+                # The harness ends the session: the page says so, and the evidence is final.
+                end_session(out, "live-1")
+                tab.wait_for_selector(
+                    "#sessions li[data-session=live-1] "
+                    "[data-role=stop-reason]:text-is('completed')",
+                    timeout=10_000,
+                )
+                tab.keyboard.press("Escape")
+                assert _evidence(tab) == {
+                    "capture": "evidence complete",
+                    "list": "evidence complete",
+                    "head": "evidence complete",
+                    "right": "evidence complete",
+                }
+                assert "not final" not in tab.inner_text("body")
+                screenshot(tab, "live-ended")
                 watch.assert_clean()
 
                 assert p.stop(signal.SIGINT) == 0
