@@ -11,6 +11,7 @@ from __future__ import annotations
 import http.client
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ import pytest
 from modeltap.app.cli import serve_ui
 from modeltap.app.control import end_session, endpoints
 from tests.reliability.test_processes import ProxyProcess
-from tests.upstream import Upstream
+from tests.upstream import Upstream, chat_text_sse
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch, require_browser, screenshot
 from tests.view_captures import Running, running_proxy
 
@@ -246,6 +247,44 @@ def test_run_ui_updates_as_exchanges_happen(upstream: Upstream, tmp_path: Path) 
                 assert tab.inner_text("#live").startswith("live · ")
                 screenshot(tab, "live")
                 watch.assert_clean()
+
+                # A streamed answer held back: its turn is in flight, not incomplete.
+                held = threading.Event()
+                reply = chat_text_sse("gpt-stub-2")
+                reply.gate_after = {0: held}
+                upstream.replies.append(reply)
+
+                def third() -> None:
+                    stream = client.chat.completions.create(
+                        model="gpt-stub-2",
+                        messages=[{"role": "user", "content": "three"}],
+                        stream=True,
+                    )
+                    for _ in stream:
+                        pass
+
+                asking = threading.Thread(target=third)
+                asking.start()
+                try:
+                    tab.wait_for_selector("#rows .row[data-key=t3]", timeout=10_000)
+                    flying = "#rows .row[data-key=t3] .badge:text-is('in flight')"
+                    assert tab.locator(flying).count() == 1
+                    tab.keyboard.press("Escape")
+                    assert _evidence(tab)["list"] == "evidence not final"
+                    assert _evidence(tab)["capture"] == "evidence not final: 1 session running"
+                    tab.click("#rows .row[data-key=t3]")
+                    assert tab.inner_text("#detail [data-role=evidence]") == "in flight"
+                    assert tab.inner_text("#response").startswith("in flight: the answer")
+                    assert "evidence incomplete" not in tab.inner_text("body")
+                    assert tab.locator("#rows .badge:text-is('incomplete')").count() == 0
+                    screenshot(tab, "live-in-flight")
+                finally:
+                    held.set()
+                    asking.join(timeout=10)
+                tab.wait_for_selector(
+                    "#detail [data-role=evidence]:text-is('evidence complete')", timeout=10_000
+                )
+                assert tab.locator(flying).count() == 0
 
                 # The harness ends the session: the page says so, and the evidence is final.
                 end_session(out, "live-1")

@@ -218,7 +218,8 @@
           r.advertised = new Set(rec.tool_names || []);
           r.called = t.invocations.map(function (inv) { return inv.name || '(no name)'; });
           r.calledSet = new Set(r.called);
-          r.problem = t.errors.length > 0 || !t.evidence_complete;
+          r.inFlight = inFlight(s, t);
+          r.problem = !r.inFlight && (t.errors.length > 0 || !t.evidence_complete);
           r.error = isError(t);
           r.text = [s.id, rec.model, resp && resp.model, rec.request_id, resp && resp.response_id,
             rec.api, rec.route, rec.transport].concat(Array.from(r.advertised), r.called, t.errors,
@@ -333,6 +334,8 @@
   function drawTop() {
     var c = DATA.capture;
     var open = DATA.sessions.filter(running);
+    // Live, a capture lowered only by turns still in flight is not final, not incomplete.
+    var soFar = c.evidence_complete || (open.length > 0 && !c.load_errors.length && DATA.sessions.every(completeSoFar));
     clear(el.top);
     var facts = h('div', { class: 'facts', id: 'capture-facts' },
       h('span', null, h('b', { text: DATA.sessions.length }), ' sessions'),
@@ -345,7 +348,7 @@
     add(el.top, [
       h('h1', { text: 'modeltap view' }),
       h('span', { class: 'where', title: c.directory, text: DATA.title }),
-      !c.evidence_complete
+      !soFar
         ? h('span', { class: 'badge bad', id: 'capture-evidence', text: 'evidence incomplete',
           title: c.capture_errors.join('\n') })
         : open.length
@@ -405,6 +408,23 @@
   // shows is complete so far, not final (the next exchange may yet lack its answer).
   function running(s) { return S.live !== null && !s.stop_reason; }
 
+  var IN_FLIGHT = 'in flight: the answer is still coming (its event is written when the response ends)';
+
+  // A turn of a running session whose answer has not been written yet is in flight:
+  // its evidence is not in yet, which is not the same as incomplete.
+  function inFlight(s, t) { return running(s) && t.response === null && t.error_events.length === 0; }
+
+  // Whether the session's evidence is complete as far as it goes: complete, or
+  // lowered only by turns still in flight ("[turn N] ..." reasons of those turns).
+  function completeSoFar(s) {
+    if (s.evidence_complete) return true;
+    if (!running(s)) return false;
+    var flying = s.turns.filter(function (t) { return inFlight(s, t); }).map(function (t) { return '[turn ' + t.number + '] '; });
+    return flying.length > 0 && s.capture_errors.every(function (e) {
+      return flying.some(function (p) { return e.indexOf(p) === 0; });
+    });
+  }
+
   var NOT_FINAL = 'complete so far, not final: the session is still running (final once it ends: ' +
     'POST /sessions/ID/end, or the proxy stops)';
 
@@ -439,7 +459,7 @@
         'aria-selected': s.id === S.sessionId ? 'true' : 'false',
         onclick: function () { selectSession(s.id, null); } },
         h('div', { class: 'sid', text: s.id }),
-        h('div', { class: 'meta' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors, running(s)),
+        h('div', { class: 'meta' }, sessionStatus(s), evidenceBadge(completeSoFar(s), s.capture_errors, running(s)),
           h('span', { 'data-role': 'turns', text: filtering() ? n + ' of ' + plural(s.turns.length, 'turn') : plural(s.turns.length, 'turn') }),
           s.refusals.length ? h('span', { class: 'badge bad', text: s.refusals.length + ' refused' }) : null),
         h('div', { class: 'meta' }, s.models.join(', ')));
@@ -485,7 +505,7 @@
     s.turns.forEach(function (t) { calls += t.invocations.length; });
     add(el.shead, [
       h('h2', { id: 'session-id', text: s.id }),
-      h('div', { class: 'line' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors, running(s)),
+      h('div', { class: 'line' }, sessionStatus(s), evidenceBadge(completeSoFar(s), s.capture_errors, running(s)),
         h('span', null, h('b', { text: s.turns.length }), ' turns'),
         h('span', null, h('b', { text: calls }), ' tool calls'),
         s.refusals.length ? h('span', null, h('b', { text: s.refusals.length }), ' refused') : null,
@@ -669,7 +689,8 @@
       t.attempts > 1 ? ['badge retry', '×' + t.attempts, t.attempts + ' attempts'] : null,
       t.changes.length ? ['badge change', 'Δ', t.changes.map(function (c) { return c.text; }).join('\n')] : null,
       r.error ? ['badge bad', t.response && t.response.status >= 400 ? String(t.response.status) : 'error'] : null,
-      !r.error && !t.evidence_complete ? ['badge warn', 'incomplete'] : null,
+      r.inFlight ? ['badge', 'in flight', IN_FLIGHT] : null,
+      !r.error && !r.inFlight && !t.evidence_complete ? ['badge warn', 'incomplete'] : null,
       r.oneModel === null ? ['model', t.record.model, t.record.model] : null,
       r.called.length ? ['tools', '→ ' + called, 'tools called: ' + called] : null,
       ['dur', msText(r.timing.dur) || '?']
@@ -882,7 +903,7 @@
     });
     add(el.detail, [
       h('h3', { id: 'detail-title', text: 'Session ' + s.id }),
-      h('div', { class: 'sub' }, sessionStatus(s), evidenceBadge(s.evidence_complete, s.capture_errors, running(s)),
+      h('div', { class: 'sub' }, sessionStatus(s), evidenceBadge(completeSoFar(s), s.capture_errors, running(s)),
         h('span', { text: clock(s.start) || '' })),
       h('h4', { text: 'Session' }),
       h('div', { id: 'session-summary' }, facts([
@@ -947,8 +968,9 @@
     if (t.retry_of !== null) badges.push(h('span', { class: 'badge retry', id: 'retry-badge', text: 'retry of turn ' + turnNo(t.retry_of) }));
     if (t.attempts > 1) badges.push(h('span', { class: 'badge retry', id: 'retry-badge', text: t.attempts + ' attempts (retried by the client)' }));
     if (r.error) badges.push(h('span', { class: 'badge bad', text: resp && resp.status >= 400 ? 'HTTP ' + resp.status : 'error' }));
-    badges.push(t.evidence_complete ? h('span', { class: 'badge ok', text: 'evidence complete' })
-      : h('span', { class: 'badge bad', text: 'evidence incomplete' }));
+    badges.push(r.inFlight ? h('span', { class: 'badge warn', 'data-role': 'evidence', text: 'in flight', title: IN_FLIGHT })
+      : t.evidence_complete ? h('span', { class: 'badge ok', 'data-role': 'evidence', text: 'evidence complete' })
+        : h('span', { class: 'badge bad', 'data-role': 'evidence', text: 'evidence incomplete' }));
     add(el.detail, [
       h('h3', { id: 'detail-title', text: 'Turn ' + t.number + ' · seq ' + rec.seq }),
       h('div', { class: 'sub' }, h('span', { text: clock(t.t) || rec.ts }), h('span', { text: rec.api }),
@@ -1018,7 +1040,7 @@
     }), h('tr', { 'data-usage': 'cost' }, h('td', { text: 'cost' }), h('td', null, costNode(turnCost(t))))));
 
     // Errors
-    if (t.errors.length) {
+    if (t.errors.length && !r.inFlight) {
       add(el.detail, h('h4', { text: 'Errors' }));
       add(el.detail, h('ul', { class: 'errs', id: 'errors' }, t.errors.map(function (m) { return h('li', { text: m }); })));
     }
@@ -1044,7 +1066,8 @@
 
     // Response
     add(el.detail, h('h4', { text: 'Response' }));
-    if (!resp) add(el.detail, h('p', { class: 'errs', id: 'response', text: 'No response event was recorded for this request.' }));
+    if (!resp && r.inFlight) add(el.detail, h('p', { class: 'note', id: 'response', text: IN_FLIGHT }));
+    else if (!resp) add(el.detail, h('p', { class: 'errs', id: 'response', text: 'No response event was recorded for this request.' }));
     else {
       add(el.detail, h('div', { id: 'response' }, facts([
         ['HTTP status', resp.status !== null ? String(resp.status)
@@ -1245,9 +1268,9 @@
       return;
     }
     build();
+    if (DATA.live) startLive(DATA.live);
     S.sessions = prepare(DATA);
     S.byId = new Map(S.sessions.map(function (x) { return [x.s.id, x]; }));
-    if (DATA.live) startLive(DATA.live);
     drawTop();
     drawSide();
     var hash = readHash();
