@@ -27,7 +27,7 @@ from modeltap.app.control import end_session, endpoints
 from tests.reliability.test_processes import ProxyProcess
 from tests.upstream import Upstream, chat_text_sse
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch, require_browser, screenshot
-from tests.view_captures import Running, running_proxy
+from tests.view_captures import Running, chat_tool_reply, running_proxy
 
 _UI_LINE = re.compile(r"ui +(http://\S+/ui\?code=\S+)")
 
@@ -285,6 +285,43 @@ def test_run_ui_updates_as_exchanges_happen(upstream: Upstream, tmp_path: Path) 
                     "#detail [data-role=evidence]:text-is('evidence complete')", timeout=10_000
                 )
                 assert tab.locator(flying).count() == 0
+
+                # The model asks for a tool: until a request carries its result, the
+                # agent may be running it; not final, not incomplete.
+                upstream.replies.append(chat_tool_reply("gpt-stub-2", "lookup", "{}", "call_l1"))
+                lookup = [{"type": "function", "function": {"name": "lookup"}}]
+                asked = [{"role": "user", "content": "four"}]
+                call = (
+                    client.chat.completions.create(model="gpt-stub-2", messages=asked, tools=lookup)
+                    .choices[0]
+                    .message
+                )
+                tab.wait_for_selector("#rows .row[data-key=t4] .tools", timeout=10_000)
+                tab.keyboard.press("Escape")
+                assert _evidence(tab)["list"] == "evidence not final"
+                assert _evidence(tab)["capture"] == "evidence not final: 1 session running"
+                assert tab.locator("#rows .badge:text-is('incomplete')").count() == 0
+                tab.click("#rows .row[data-key=t4]")
+                assert tab.inner_text("#detail [data-role=evidence]") == "evidence not final"
+                assert tab.inner_text("#tool-calls [data-role=result]") == (
+                    "no result yet (the session is still running)"
+                )
+                assert "evidence incomplete" not in tab.inner_text("body")
+                screenshot(tab, "live-awaiting-result")
+                client.chat.completions.create(
+                    model="gpt-stub-2",
+                    messages=[
+                        *asked,
+                        call.model_dump(exclude_none=True),  # type: ignore[list-item]
+                        {"role": "tool", "tool_call_id": "call_l1", "content": "ok"},
+                    ],
+                    tools=lookup,
+                )
+                tab.wait_for_selector("#rows .row[data-key=t5]", timeout=10_000)
+                assert tab.inner_text("#detail [data-role=evidence]") == "evidence complete"
+                assert tab.inner_text("#tool-calls [data-role=result]").startswith(
+                    "result sent back in turn 5"
+                )
 
                 # The harness ends the session: the page says so, and the evidence is final.
                 end_session(out, "live-1")

@@ -219,7 +219,8 @@
           r.called = t.invocations.map(function (inv) { return inv.name || '(no name)'; });
           r.calledSet = new Set(r.called);
           r.inFlight = inFlight(s, t);
-          r.problem = !r.inFlight && (t.errors.length > 0 || !t.evidence_complete);
+          r.awaiting = awaitingResults(s, t);
+          r.problem = !r.inFlight && (t.errors.length > 0 || (!t.evidence_complete && !r.awaiting));
           r.error = isError(t);
           r.text = [s.id, rec.model, resp && resp.model, rec.request_id, resp && resp.response_id,
             rec.api, rec.route, rec.transport].concat(Array.from(r.advertised), r.called, t.errors,
@@ -416,12 +417,31 @@
 
   // Whether the session's evidence is complete as far as it goes: complete, or
   // lowered only by turns still in flight ("[turn N] ..." reasons of those turns).
+  // A turn of a running session whose tool calls have no result yet: the agent may
+  // still be running them (the capture says "tool call NAME (ID) got no result in a
+  // later request", and that is all it says against the turn).
+  var AWAITING = 'not final: no result for some tool call yet; the session is still running, ' +
+    'and a later request may carry it';
+
+  function awaitingResults(s, t) {
+    return running(s) && !inFlight(s, t) && t.capture_errors.length > 0 &&
+      t.invocations.some(function (inv) { return !inv.answered; }) &&
+      t.capture_errors.every(function (e) { return e.indexOf('tool call ') === 0; });
+  }
+
+  // Whether the session's evidence is complete as far as it goes: complete, or
+  // lowered only by what a running session has not seen yet (answers still
+  // streaming, tool results not sent yet: those turns' "[turn N] ..." reasons).
   function completeSoFar(s) {
     if (s.evidence_complete) return true;
     if (!running(s)) return false;
-    var flying = s.turns.filter(function (t) { return inFlight(s, t); }).map(function (t) { return '[turn ' + t.number + '] '; });
-    return flying.length > 0 && s.capture_errors.every(function (e) {
-      return flying.some(function (p) { return e.indexOf(p) === 0; });
+    var pending = [];
+    s.turns.forEach(function (t) {
+      if (inFlight(s, t)) pending.push('[turn ' + t.number + '] ');
+      else if (awaitingResults(s, t)) pending.push('[turn ' + t.number + '] tool call ');
+    });
+    return pending.length > 0 && s.capture_errors.every(function (e) {
+      return pending.some(function (p) { return e.indexOf(p) === 0; });
     });
   }
 
@@ -690,7 +710,7 @@
       t.changes.length ? ['badge change', 'Δ', t.changes.map(function (c) { return c.text; }).join('\n')] : null,
       r.error ? ['badge bad', t.response && t.response.status >= 400 ? String(t.response.status) : 'error'] : null,
       r.inFlight ? ['badge', 'in flight', IN_FLIGHT] : null,
-      !r.error && !r.inFlight && !t.evidence_complete ? ['badge warn', 'incomplete'] : null,
+      !r.error && !r.inFlight && !r.awaiting && !t.evidence_complete ? ['badge warn', 'incomplete'] : null,
       r.oneModel === null ? ['model', t.record.model, t.record.model] : null,
       r.called.length ? ['tools', '→ ' + called, 'tools called: ' + called] : null,
       ['dur', msText(r.timing.dur) || '?']
@@ -969,6 +989,7 @@
     if (t.attempts > 1) badges.push(h('span', { class: 'badge retry', id: 'retry-badge', text: t.attempts + ' attempts (retried by the client)' }));
     if (r.error) badges.push(h('span', { class: 'badge bad', text: resp && resp.status >= 400 ? 'HTTP ' + resp.status : 'error' }));
     badges.push(r.inFlight ? h('span', { class: 'badge warn', 'data-role': 'evidence', text: 'in flight', title: IN_FLIGHT })
+      : r.awaiting ? h('span', { class: 'badge warn', 'data-role': 'evidence', text: 'evidence not final', title: AWAITING })
       : t.evidence_complete ? h('span', { class: 'badge ok', 'data-role': 'evidence', text: 'evidence complete' })
         : h('span', { class: 'badge bad', 'data-role': 'evidence', text: 'evidence incomplete' }));
     add(el.detail, [
@@ -1014,7 +1035,8 @@
         res = h('div', { class: 'res', 'data-role': 'result' }, 'result sent back in turn ' + turnNo(inv.result_turn_index) +
           ' · ' + (bytesText(inv.result_bytes) || 'size unknown') + ' · after ' + (msText(inv.duration_ms) || 'unknown'));
       } else {
-        res = h('div', { class: 'res', 'data-role': 'result' }, h('span', { class: 'errs', text: 'no result came back in a later request' }));
+        res = h('div', { class: 'res', 'data-role': 'result' }, r.awaiting ? h('span', { text: 'no result yet (the session is still running)' })
+          : h('span', { class: 'errs', text: 'no result came back in a later request' }));
       }
       add(callsBox, h('div', { class: 'call', 'data-call': inv.call_id || '' },
         h('div', { class: 'ch' }, h('span', { class: 'name', text: inv.name || '(no name)' }),
