@@ -39,6 +39,7 @@ from modeltap.evidence.records import (
     Event,
     McpAuditRecord,
     McpRefused,
+    McpResultEvent,
     RejectedEvent,
     RequestFacts,
     ResponseEvent,
@@ -231,11 +232,11 @@ class Run:
         except SinkError:
             # As for a model request: never forward what could not be recorded.
             # A batch's earlier lines are on disk all the same: the session counts them.
-            session.mcp_audited(len(written), ())
+            session.mcp_audited(written, ())
             raise Rejected(Rule.AUDIT_WRITE_FAILED) from None
         finally:
             self.counts["mcp"] += len(written)
-        session.mcp_audited(len(written), executions)
+        session.mcp_audited(written, executions)
         return tuple(written)
 
     def admit(self, view: ExchangeView) -> SessionTracker:
@@ -366,11 +367,16 @@ class Run:
 
     def write_event(self, event: Event) -> None:
         """Write one ``events.jsonl`` line; a lost one lowers its session's evidence."""
-        if self.sink is not None and not self.sink.write_event(event):
+        if self.sink is None:
+            return
+        session = self.sessions.open.get(event.session_id)
+        if not self.sink.write_event(event):
             logger.warning("modeltap: an events.jsonl line could not be written")
-            session = self.sessions.open.get(event.session_id)
             if session is not None:
                 session.line_lost("events.jsonl")
+        elif session is not None and isinstance(event, McpResultEvent):
+            # As the readers will: the answer completes its call's tool side.
+            session.mcp_answered(event)
 
     def refused(
         self,

@@ -48,6 +48,8 @@ from modeltap.evidence.records import (
     NO_REQUESTS_MESSAGE,
     AuditRecord,
     ErrorEvent,
+    McpAuditRecord,
+    McpResultEvent,
     RejectedEvent,
     ResponseEvent,
     SessionStatus,
@@ -163,15 +165,32 @@ class SessionTracker:
             if number > self.max_tool_calls:
                 raise Rejected(Rule.TOOL_BUDGET_EXCEEDED)
 
-    def mcp_audited(self, messages: int, executions: Sequence[Execution]) -> None:
-        """Take in an MCP body whose audit lines were written (it is being forwarded)."""
-        self.mcp_messages += messages
+    def mcp_audited(
+        self, records: Sequence[McpAuditRecord], executions: Sequence[Execution]
+    ) -> None:
+        """Take in an MCP body whose audit lines were written (it is being forwarded).
+
+        Args:
+            records: the lines written.
+            executions: its ``tools/call`` messages that begin an execution
+                (none when the body was refused after some lines were written).
+        """
+        self.mcp_messages += len(records)
         self.mcp_tool_calls += len(executions)
+        for record in records:
+            # Every line written, as the readers will read it: the evidence pairs
+            # executions with model calls (a refused batch's lines included).
+            self.evidence.mcp_call(record)
         if self.max_tool_calls is None:
             return
         for execution in executions:
             if self.executions.executed(execution, self.calls_requested + 1) is None:
                 self.calls_requested += 1  # no model call asked for it: a call of its own
+
+    def mcp_answered(self, event: McpResultEvent) -> None:
+        """Take in an ``mcp_result`` line written: an execution's answer
+        completes the tool side of the call it ran."""
+        self.evidence.mcp_result(event)
 
     def errored(self, event: ErrorEvent) -> None:
         """Take in an ``error`` event, counted by the stop reason its kind leads to

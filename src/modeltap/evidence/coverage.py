@@ -22,7 +22,17 @@ a session is the worst over its turns plus what happened outside them.
   that would list the calls is missing or incomplete. Which request answers a
   call is :mod:`modeltap.evidence.pairing`'s rule: by ``call_id``, or by position for
   calls without one (Gemini's Developer API); a call that no request matches
-  stays unanswered, and says why.
+  stays unanswered, and says why. A call whose result never came back is
+  still complete *from the tool side* when the MCP ``tools/call`` that ran it
+  was audited and its answer read whole (:meth:`SessionEvidence.mcp_call`,
+  :meth:`SessionEvidence.mcp_result`; which execution ran which call is
+  :mod:`modeltap.evidence.mcp_pairing`'s rule, the one the tool-call budget
+  uses). A call with neither says whether the session saw MCP traffic at
+  all: MCP over stdio, or a server not mounted with ``--mcp``, is not seen,
+  and then nothing can be complete from the tool side (said of a call
+  named as agents name MCP tools, ``mcp__NAME__tool``). An MCP execution no
+  model call asked for lowers ``actions`` too (in a session with turns),
+  naming it.
 * ``messages``: always unavailable: message content is not recorded.
 * ``usage``: unavailable when a turn has no usage at all ("no response" when
   the upstream never answered, an error answer's status, or that the
@@ -59,16 +69,20 @@ so a 10,000-message WebSocket session that goes well holds next to nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
 from modeltap.apis import reported_usage
+from modeltap.apis.mcp.names import named_as_mcp_tool
 from modeltap.evidence.coverage_reasons import (
     MESSAGES_NOT_RECORDED,
     NO_ANSWER,
+    NO_MCP_SEEN,
     NO_REQUESTS,
     NO_RESPONSE,
+    NOT_EXECUTED_ON_MCP,
     PROXY_REPORTED,
     file_moved_reason,
     label_indexes,
@@ -77,12 +91,16 @@ from modeltap.evidence.coverage_reasons import (
     qualified_tool_name,
     refusal_text,
     turn_number,
+    unasked_execution,
 )
+from modeltap.evidence.mcp_pairing import MAX_WAITING, Execution, ExecutionPairing
 from modeltap.evidence.pairing import ToolPairing
 from modeltap.evidence.records import (
     USAGE_COUNTS,
     AuditRecord,
     ErrorEvent,
+    McpAuditRecord,
+    McpResultEvent,
     RejectedEvent,
     ResponseEvent,
     SessionStatus,
@@ -108,9 +126,16 @@ __all__ = [
     "qualified_tool_name",
     "refusal_text",
     "session_capture_errors",
+    "starts_execution",
     "turn_number",
     "worst_of_turns",
 ]
+
+#: The MCP method whose requests are tool executions (SPEC 3b).
+TOOLS_CALL: Final = "tools/call"
+#: A ``resultType`` that is not the end of its execution (2026-07-28): the
+#: client retries the ``tools/call`` with the input asked for.
+INPUT_REQUIRED: Final = "input_required"
 
 CoverageStatus = Literal["complete", "partial", "unavailable"]
 CHANNELS: Final = ("events", "actions", "messages", "usage", "status", "data")
@@ -192,6 +217,28 @@ class EvidenceCoverage:
 
 #: A turn whose every channel is complete (usage included).
 COMPLETE: Final = EvidenceCoverage()
+
+
+def starts_execution(record: McpAuditRecord) -> bool:
+    """Whether an MCP audit line begins a tool execution: a ``tools/call``
+    request that is not the ``input_required`` retry of an earlier one."""
+    return (
+        record.message_type == "request"
+        and record.mcp_method == TOOLS_CALL
+        and record.tool_name is not None
+        and record.continues_seq is None
+    )
+
+
+def execution_of(record: McpAuditRecord) -> Execution:
+    """An execution's audit line as :mod:`modeltap.evidence.mcp_pairing` reads it."""
+    assert record.tool_name is not None  # starts_execution
+    return Execution(
+        server=record.mcp_server,
+        tool=record.tool_name,
+        arguments_sha256=record.arguments_sha256,
+        tool_call_id=record.tool_call_id,
+    )
 
 
 def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCoverage:
@@ -304,15 +351,22 @@ class SessionEvidence:
     """
 
     __slots__ = (
+        "_call_execution",
         "_calls",
+        "_continues",
+        "_executions",
         "_lowered",
         "_open",
         "_own",
         "_reported",
+        "_unanswered",
+        "_unasked",
         "_usage",
         "answered",
         "answers",
+        "executed_by",
         "keep_answers",
+        "mcp_tool_calls",
         "turns",
     )
 
@@ -326,12 +380,30 @@ class SessionEvidence:
         self._lowered: dict[int, EvidenceCoverage] = {}
         self._open: set[int] = set()
         #: The calls awaiting their result, as (turn, position of the call in
-        #: its response, label).
-        self._calls: ToolPairing[tuple[int, int, str]] = ToolPairing()
+        #: its response, label, whether it names an MCP tool).
+        self._calls: ToolPairing[tuple[int, int, str, bool]] = ToolPairing()
         self._own = EvidenceCoverage()
         self._reported: list[SessionStatus] = []
         #: ``(turn, position of the call)`` -> the request that answered it.
         self.answers: dict[tuple[int, int], Answer] = {}
+        #: MCP ``tools/call`` executions audited (each once: retries continue theirs).
+        self.mcp_tool_calls = 0
+        #: Model calls awaiting their MCP execution, as ``(turn, position)``,
+        #: and executions awaiting their model call, as their ``seq``.
+        self._executions: ExecutionPairing[tuple[int, int] | int] = ExecutionPairing()
+        #: Calls still awaiting their result that an execution ran: its
+        #: ``seq`` and whether its answer was read whole.
+        self._call_execution: dict[tuple[int, int], tuple[int, bool]] = {}
+        #: Executions whose answer has not been read whole: ``seq`` -> the call
+        #: they ran (``None``: none yet). Bounded, oldest forgotten.
+        self._unanswered: OrderedDict[int, tuple[int, int] | None] = OrderedDict()
+        #: Executions no model call asked for (yet): ``seq`` -> ``tool on server``.
+        self._unasked: OrderedDict[int, str] = OrderedDict()
+        #: An ``input_required`` retry's ``seq`` -> the execution it continues.
+        self._continues: OrderedDict[int, int] = OrderedDict()
+        #: ``(turn, position)`` -> the ``seq`` of the execution that ran it
+        #: (kept with ``keep_answers``: readers show it).
+        self.executed_by: dict[tuple[int, int], int] = {}
 
     # ------------------------------------------------------------ feeding
 
@@ -349,8 +421,10 @@ class SessionEvidence:
         self._open.add(turn)
         answers = self._calls.answer(record.tool_results)
         self.answered += len(answers)
-        if self.keep_answers:
-            for (call_turn, position, _label), size in answers:
+        for (call_turn, position, _label, _mcp), size in answers:
+            # Complete from the result side: what its execution did is no longer needed.
+            self._call_execution.pop((call_turn, position), None)
+            if self.keep_answers:
                 self.answers[(call_turn, position)] = Answer(turn, size)
         return turn
 
@@ -376,7 +450,59 @@ class SessionEvidence:
             self._usage_of(turn, event)
         for position, call in enumerate(event.tool_calls):
             label = qualified_tool_name(call) or "(unnamed)"
-            self._calls.asked(call.call_id, (turn, position, label))
+            mcp = named_as_mcp_tool(call.name, call.namespace)
+            self._calls.asked(call.call_id, (turn, position, label, mcp))
+            # An execution already seen (an agent that runs a call as soon as it streamed).
+            seq = self._executions.asked(call, (turn, position))
+            if isinstance(seq, int):
+                self._ran(seq, (turn, position))
+
+    def mcp_call(self, record: McpAuditRecord) -> None:
+        """Take in an MCP audit line: a ``tools/call`` that begins an execution
+        is paired with the model call it runs (:mod:`modeltap.evidence.mcp_pairing`);
+        an ``input_required`` retry continues its execution; anything else is
+        no tool execution.
+
+        Args:
+            record: the line, as written (before its message was forwarded).
+        """
+        if record.continues_seq is not None:
+            root = self._continues.get(record.continues_seq, record.continues_seq)
+            _bounded_put(self._continues, record.seq, root)
+            return
+        if not starts_execution(record):
+            return
+        self.mcp_tool_calls += 1
+        _bounded_put(self._unanswered, record.seq, None)
+        call = self._executions.executed(execution_of(record), record.seq)
+        if isinstance(call, tuple):
+            self._ran(record.seq, call)
+        else:
+            _bounded_put(self._unasked, record.seq, f"{record.tool_name} on {record.mcp_server}")
+
+    def mcp_result(self, event: McpResultEvent) -> None:
+        """Take in an ``mcp_result``: the answer that ends an execution (one
+        read whole, that asks for no more input) completes it."""
+        if event.seq is None or not event.evidence_complete:
+            return
+        if event.result_type == INPUT_REQUIRED:
+            return  # the client retries; that retry's answer ends the execution
+        seq = self._continues.pop(event.seq, event.seq)
+        if seq not in self._unanswered:
+            return
+        call = self._unanswered.pop(seq)
+        if call is not None and call in self._call_execution:
+            self._call_execution[call] = (seq, True)
+
+    def _ran(self, seq: int, call: tuple[int, int]) -> None:
+        """Execution ``seq`` ran the model's ``call``."""
+        self._unasked.pop(seq, None)
+        answered = seq not in self._unanswered
+        if not answered:
+            self._unanswered[seq] = call
+        self._call_execution[call] = (seq, answered)
+        if self.keep_answers:
+            self.executed_by[call] = seq
 
     def _usage_of(self, turn: int, event: ResponseEvent) -> None:
         """Lower ``usage`` by what the response's wire could have reported and did not."""
@@ -425,6 +551,14 @@ class SessionEvidence:
         """
         self._reported.append(end)
 
+    def _tool_side(self, execution: tuple[int, bool] | None, *, mcp: bool) -> str:
+        """What the tool side says of a call whose result never came back."""
+        if execution is not None:
+            return f"; its MCP execution (seq {execution[0]}) has no answer read whole"
+        if self.mcp_tool_calls:
+            return NOT_EXECUTED_ON_MCP
+        return NO_MCP_SEEN if mcp else ""
+
     # ------------------------------------------------------------ reading
 
     def result(self, open_reason: str = NO_RESPONSE) -> SessionCoverage:
@@ -445,19 +579,27 @@ class SessionEvidence:
             if self._usage:
                 coverage = coverage.lower("usage", "unavailable", open_reason)
             turns[turn] = coverage.lower("status", "partial", open_reason)
-        for call_id, (turn, _position, label) in self._calls.waiting():
+        for call_id, (turn, position, label, mcp) in self._calls.waiting():
+            execution = self._call_execution.get((turn, position))
+            if execution is not None and execution[1]:
+                continue  # complete from the tool side: its MCP execution was seen whole
             reason = (
                 f"tool call {label} has no call_id and no later request's results "
                 "matched it by position"
                 if call_id is None
                 else f"tool call {label} ({call_id}) got no result in a later request"
             )
-            turns[turn] = turns.get(turn, COMPLETE).lower("actions", "partial", reason)
+            turns[turn] = turns.get(turn, COMPLETE).lower(
+                "actions", "partial", f"{reason}{self._tool_side(execution, mcp=mcp)}"
+            )
         ordered = sorted(turns.items())
         own = self._own
         if self.turns == 0:
             for name in ("events", "actions", "usage", "status"):
                 own = own.lower(name, "unavailable", NO_REQUESTS)
+        else:
+            for seq, what in self._unasked.items():
+                own = own.lower("actions", "partial", unasked_execution(what, seq))
         errors = session_capture_errors(ordered, own)
         for end in self._reported:
             if end.evidence_complete is not False:
@@ -473,3 +615,11 @@ class SessionEvidence:
             coverage=merge(worst_of_turns(ordered), own),
             capture_errors=errors,
         )
+
+
+def _bounded_put[K, V](table: OrderedDict[K, V], key: K, value: V) -> None:
+    """Put ``key`` in ``table``, forgetting the oldest past :data:`MAX_WAITING`."""
+    table[key] = value
+    table.move_to_end(key)
+    while len(table) > MAX_WAITING:
+        table.popitem(last=False)

@@ -23,6 +23,15 @@ MESSAGES_NOT_RECORDED: Final = "message content is not recorded (names, counts a
 PROXY_REPORTED: Final = "the proxy reported: "
 #: Why a turn has no usage when the upstream never answered it.
 NO_ANSWER: Final = "no response: the upstream never answered"
+#: Said of a call of an MCP tool (as the agents name them) without its result,
+#: in a session that saw no MCP execution at all: nothing can be complete from
+#: the tool side (SPEC 3b).
+NO_MCP_SEEN: Final = (
+    "; it names an MCP tool, but no MCP tools/call was seen in this session (MCP over "
+    "stdio, or a server not mounted with --mcp, is invisible to the proxy)"
+)
+#: Said of a call without its result when the session's MCP executions ran other calls.
+NOT_EXECUTED_ON_MCP: Final = "; no MCP tools/call seen in this session ran it"
 
 
 def turn_number(index: int) -> int:
@@ -93,6 +102,19 @@ def refusal_text(rule: str, message: str) -> str:
     """
     preamble = f"modeltap refused the request [rule {rule}]: "
     return f"request refused ({rule}): {message.removeprefix(preamble)}"
+
+
+def unasked_execution(what: str, seq: int) -> str:
+    """An MCP execution no model call of its session asked for, as a reason.
+
+    Args:
+        what: ``tool on server``.
+        seq: its audit line's ``seq``.
+    """
+    return (
+        f"MCP tools/call {what} (seq {seq}) ran no tool call the model asked for "
+        "(no call of that tool with equal arguments or its call id)"
+    )
 
 
 def file_moved_reason(file: str) -> str:

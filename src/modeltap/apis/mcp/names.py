@@ -44,3 +44,12 @@ def names_server_tool(name: str | None, namespace: str | None, server: str, tool
     if namespace is not None:
         return _safe(namespace) == f"mcp__{server}" and name == tool
     return name in (tool, f"mcp__{server}__{tool}", f"mcp_{server}_{tool}")
+
+
+def named_as_mcp_tool(name: str | None, namespace: str | None) -> bool:
+    """Whether a model's call names a tool the way an agent names an MCP
+    server's (``mcp__NAME__tool``, namespace ``mcp__NAME``, ``mcp_NAME_tool``):
+    such a call ran on an MCP server, seen by the proxy or not."""
+    if namespace is not None and namespace.startswith("mcp__"):
+        return True
+    return name is not None and name.startswith("mcp_")

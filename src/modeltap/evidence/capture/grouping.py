@@ -16,10 +16,16 @@ close, each counting the whole session so far). Reasons of an incomplete
 proxy reported: ...".
 
 MCP lines (SPEC 3b) join their session: its MCP audit lines and ``mcp_*``
-events are kept in lists of their own on the :class:`Session` (pairing them
-with the model's tool calls is a later step). An ``mcp_*`` event's ``seq``
-links to an MCP audit line as a response's does to a model record; an
-``error`` event of an MCP exchange belongs to no turn.
+events are kept in lists of their own on the :class:`Session`, and fed to
+the fold after the turns (its ``tools/call`` lines, then its ``mcp_result``
+events), which pairs each execution with the model call it ran
+(:mod:`modeltap.evidence.mcp_pairing`'s rule: either side may come first, so
+the order the proxy saw them in gives the same pairs);
+:mod:`modeltap.evidence.capture.executions` builds the
+:class:`~modeltap.evidence.capture.executions.McpExecution` of each, and
+each :class:`ToolInvocation` holds the one that ran it. An ``mcp_*``
+event's ``seq`` links to an MCP audit line as a response's does to a model
+record; an ``error`` event of an MCP exchange belongs to no turn.
 
 Requests passed through unaudited (``GET .../models``, a ``HEAD /``
 preflight) are not model traffic: lines that are nothing else — no audit
@@ -36,6 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from modeltap.evidence.capture.executions import McpExecution, executions_of
 from modeltap.evidence.capture.lines import (
     AUDIT_FILE,
     EVENTS_FILE,
@@ -55,6 +62,7 @@ from modeltap.evidence.records import (
     Event,
     FileReopenedEvent,
     McpAuditRecord,
+    McpResultEvent,
     RejectedEvent,
     ResponseEvent,
     UnauditedEvent,
@@ -239,6 +247,13 @@ def _build_session(
             evidence.file_reopened(event.file)
     for error in loose_errors:
         evidence.error(error)
+    for mcp_record in entry.mcp_records:
+        evidence.mcp_call(mcp_record)
+    for event in entry.events:
+        if isinstance(event, McpResultEvent):
+            evidence.mcp_result(event)
+    executions = executions_of(entry.mcp_records, entry.events, evidence.executed_by)
+    by_seq = {execution.seq: execution for execution in executions}
 
     # The proxy's own counts catch lines that never reached the files. A run can
     # write several lines for one session (a WebSocket conversation that
@@ -273,7 +288,7 @@ def _build_session(
     turns = [
         dataclasses.replace(
             turn,
-            tool_invocations=_invocations(turn, turns, evidence),
+            tool_invocations=_invocations(turn, turns, evidence, by_seq),
             coverage=result.turns.get(turn.index, EvidenceCoverage()),
             retry_of=attempts[turn.index].retry_of,
             attempt=attempts[turn.index].attempt,
@@ -294,16 +309,22 @@ def _build_session(
         own_coverage=result.own,
         mcp_records=tuple(entry.mcp_records),
         mcp_events=tuple(e for e in entry.events if e.kind.startswith(MCP_EVENT_PREFIX)),
+        mcp_executions=executions,
     )
 
 
 def _invocations(
-    turn: Turn, turns: list[Turn], evidence: SessionEvidence
+    turn: Turn,
+    turns: list[Turn],
+    evidence: SessionEvidence,
+    executions: dict[int, McpExecution],
 ) -> tuple[ToolInvocation, ...]:
-    """The turn's tool calls, each with the request that answered it (the fold's pairing)."""
+    """The turn's tool calls, each with the request that answered it and the
+    MCP execution that ran it (the fold's pairings)."""
     out: list[ToolInvocation] = []
     for position, call in enumerate(turn.tool_calls):
         answer = evidence.answers.get((turn.index, position))
+        executed = evidence.executed_by.get((turn.index, position))
         answered_by = turns[answer.turn] if answer is not None else None
         out.append(
             ToolInvocation(
@@ -319,6 +340,7 @@ def _invocations(
                 result_is_error=(
                     _error_flag(answered_by, call.call_id) if answered_by is not None else None
                 ),
+                execution=executions.get(executed) if executed is not None else None,
             )
         )
     return tuple(out)

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from modeltap.apis import usage_total
+from modeltap.evidence.capture.executions import DeniedToolCall, McpExecution, denied_tool_calls
 from modeltap.evidence.capture.lines import SessionEnd
 from modeltap.evidence.coverage import (
     COMPLETE,
@@ -164,6 +165,10 @@ class ToolInvocation:
     #: The result's error flag as its wire carries it (``ToolResult.is_error``);
     #: ``None`` where the wire has none, or when no result came back.
     result_is_error: bool | None = None
+    #: The MCP ``tools/call`` that ran it, when one was seen (SPEC 3b);
+    #: ``None``: not observed (a local tool, MCP over stdio, a server not
+    #: mounted with ``--mcp``, or another session), which is not a success.
+    execution: McpExecution | None = None
 
     @property
     def name(self) -> str | None:
@@ -174,6 +179,19 @@ class ToolInvocation:
     def answered(self) -> bool:
         """Whether a later request carried this call's result."""
         return self.result_turn_index is not None
+
+    @property
+    def failed(self) -> bool | None:
+        """Whether the tool failed, as far as the evidence says: its MCP
+        execution's outcome (``isError``, a JSON-RPC or HTTP error) or the
+        result's error flag; ``None`` when neither tells."""
+        flags = (
+            self.execution.failed if self.execution is not None else None,
+            self.result_is_error,
+        )
+        if True in flags:
+            return True
+        return False if False in flags else None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -392,6 +410,19 @@ class Session(TurnQueries):
     #: Its ``mcp_*`` events (results, server requests, notifications, streams),
     #: in file order; they are in :attr:`events` too.
     mcp_events: tuple[Event, ...] = ()
+    #: Its MCP tool executions (``tools/call``), in the order they began, each
+    #: with the model call it ran when one asked for it.
+    mcp_executions: tuple[McpExecution, ...] = ()
+
+    @property
+    def denied_tool_calls(self) -> tuple[DeniedToolCall, ...]:
+        """The MCP ``tools/call`` messages refused before they reached their server."""
+        return denied_tool_calls(self.refusals)
+
+    @property
+    def unasked_executions(self) -> tuple[McpExecution, ...]:
+        """The executions no model call of this session asked for."""
+        return tuple(e for e in self.mcp_executions if e.call is None)
 
     def _turns(self) -> Iterable[Turn]:
         return self.turns
