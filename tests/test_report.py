@@ -146,6 +146,8 @@ def test_turns_follow_the_turn_result_shape(tmp_path: Path) -> None:
             "duration_ms": 500.0,  # response ended at 1.0 s, answer sent at 1.5 s
             "result_turn_index": 1,
             "result_turn": 2,
+            "execution": None,  # no MCP tools/call ran it: not observed
+            "failed": None,  # and no flag says how it went
         }
     ]
     assert turn1["tool_invocations"][0]["name"] == "fs.grep"

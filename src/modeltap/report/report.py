@@ -40,6 +40,20 @@ agent. Content fields (``input``, ``response``, a call's ``result``) are
   ``first_attempt_turn``; a first attempt has ``retry_of_turn: null`` and
   ``attempt: 1``. Every attempt stays a turn (each was a real request).
 
+* MCP (SPEC 3b): a tool call's ``execution`` is the MCP ``tools/call``
+  that ran it, when one was seen (``server``, ``tool``, ``seq``,
+  ``jsonrpc_id``, ``outcome``: ``result``, ``tool_error`` for ``isError:
+  true``, ``error`` for a JSON-RPC error, ``http_error``, or ``null`` when
+  no answer was seen; ``failed``, sizes and types, never content), else
+  ``null``: not observed, never a success. ``failed`` says whether the call
+  failed as far as its execution or its result's flag tell (``null``:
+  neither does). A session lists every ``mcp_executions`` (each with the
+  model ``call`` it ran, ``null`` when none asked for it), counts
+  ``tool_errors`` (an HTTP 200 carrying a JSON-RPC error or ``isError:
+  true`` is one) and ``tool_outcomes_unknown``, and lists the
+  ``denied_tool_calls``: ``tools/call`` messages refused before their
+  server saw them (``rule``, ``server``, ``tool``, ``jsonrpc_id``).
+
 * ``cost``: the turn's estimated price (``estimate_usd``, ``source``,
   ``priced_as``, ``note``), an estimate by a price table, ``null`` without a
   response; ``estimate_usd`` is ``null`` (never 0) when it could not be priced.
@@ -108,6 +122,7 @@ import orjson
 from modeltap.evidence.capture import (
     Capture,
     EvidenceCoverage,
+    McpExecution,
     Session,
     ToolInvocation,
     Turn,
@@ -192,6 +207,7 @@ def tool_arguments(arguments: str | None) -> Any:
 
 
 def _invocation_json(inv: ToolInvocation) -> Json:
+    execution = inv.execution
     return {
         "name": inv.name,
         "call_id": inv.call.call_id,
@@ -204,7 +220,26 @@ def _invocation_json(inv: ToolInvocation) -> Json:
         "result_turn": (
             None if inv.result_turn_index is None else turn_number(inv.result_turn_index)
         ),
+        "execution": execution.to_json() if execution is not None else None,
+        "failed": inv.failed,
     }
+
+
+def _execution_json(execution: McpExecution, session: Session) -> Json:
+    call: Json | None = None
+    if execution.call is not None:
+        turn_index, position = execution.call
+        asked = session.turns[turn_index].tool_invocations[position]
+        call = {"turn": turn_number(turn_index), "name": asked.name, "call_id": asked.call.call_id}
+    return {**execution.to_json(), "call": call}
+
+
+def _tool_errors(session: Session) -> tuple[int, int]:
+    """How many tool calls failed, and how many have no known outcome (each
+    model call with its execution once, plus executions no model asked for)."""
+    outcomes = [inv.failed for inv in session.tool_invocations]
+    outcomes += [execution.failed for execution in session.unasked_executions]
+    return sum(1 for o in outcomes if o is True), sum(1 for o in outcomes if o is None)
 
 
 def _coverage_json(coverage: EvidenceCoverage) -> Json:
@@ -264,6 +299,7 @@ def _session_json(session: Session) -> Json:
     models: dict[str, None] = {}
     for turn in session.turns:
         models.setdefault(turn.model, None)
+    errors, unknown = _tool_errors(session)
     return {
         "session_id": session.session_id,
         "run_ids": list(session.run_ids),
@@ -292,6 +328,10 @@ def _session_json(session: Session) -> Json:
             for e in session.refusals
         ],
         "unaudited_count": len(session.unaudited),
+        "mcp_executions": [_execution_json(e, session) for e in session.mcp_executions],
+        "tool_errors": errors,
+        "tool_outcomes_unknown": unknown,
+        "denied_tool_calls": [denied.to_json() for denied in session.denied_tool_calls],
         "evidence_complete": session.evidence_complete,
         "capture_errors": session.capture_errors,
         "coverage": _coverage_json(session.coverage),

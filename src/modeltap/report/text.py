@@ -4,9 +4,11 @@
 returns (or its JSON, parsed), so the text says nothing the JSON does not.
 Per session: a table of turns (numbered from 1; a ``retry of`` column when a
 turn retried an earlier attempt, and one line per retried call), tool
-results, usage (``?`` unknown; ``*`` a total summed from the reported counts
-because the provider reports none), cost, refusals (each once, its rule named
-once), errors (each once per turn) and coverage, one reason a line.
+results (with the MCP execution that ran each call, when MCP traffic was
+seen: ``not observed`` otherwise), MCP executions no model call asked for,
+tool errors and denied tool calls, usage (``?`` unknown; ``*`` a total
+summed from the reported counts because the provider reports none), cost,
+refusals (each once, its rule named once), errors (each once per turn) and coverage, one reason a line.
 """
 
 from __future__ import annotations
@@ -177,23 +179,43 @@ def _session_lines(session: Json) -> list[str]:
         lines.extend(table_lines(rows, right={0, *(i + shift for i in (3, 4, 5, 6, 7, 8, 9))}))
         lines.extend(_retry_lines(session["turns"]))
     invocations = session["tool_invocations"]
+    executions = session.get("mcp_executions") or []
     if invocations:
         lines += ["", "  tool results"]
         rows = []
         for turn in session["turns"]:
             for inv in turn["tool_invocations"]:
                 answered = inv["result_turn"] is not None
-                rows.append(
-                    [
-                        f"turn {turn['turn']}",
-                        inv["name"] or "(unnamed)",
-                        inv["call_id"] or "(no call_id)",
-                        f"-> turn {inv['result_turn']}" if answered else "no result",
-                        _size(inv["bytes"]) if answered else "",
-                        _duration(inv["duration_ms"]) if answered else "",
-                    ]
-                )
+                row = [
+                    f"turn {turn['turn']}",
+                    inv["name"] or "(unnamed)",
+                    inv["call_id"] or "(no call_id)",
+                    f"-> turn {inv['result_turn']}" if answered else "no result",
+                    _size(inv["bytes"]) if answered else "",
+                    _duration(inv["duration_ms"]) if answered else "",
+                ]
+                if executions:
+                    row.append(_execution_cell(inv.get("execution")))
+                rows.append(row)
         lines.extend(table_lines(rows, right={4, 5}, indent="    "))
+    unasked = [e for e in executions if e["call"] is None]
+    if unasked:
+        lines += ["", f"  MCP executions no model call asked for ({len(unasked)})"]
+        lines.extend(f"    seq {e['seq']}  {_execution_cell(e)}" for e in unasked)
+    if executions or session.get("tool_errors"):
+        unknown = session.get("tool_outcomes_unknown") or 0
+        lines += [
+            "",
+            f"  tool errors  {session.get('tool_errors', 0)}"
+            + (f" ({unknown} with no known outcome)" if unknown else ""),
+        ]
+    denied = session.get("denied_tool_calls") or []
+    if denied:
+        lines += ["", f"  denied tool calls ({len(denied)})"]
+        lines.extend(
+            f"    {d['ts']}  {d['tool'] or '(unnamed)'} on {d['server']}: refused ({d['rule']})"
+            for d in denied
+        )
     lines += ["", f"  usage     {_usage_line(session['token_usage'])}"]
     lines.append(f"  cost      {_cost_line(session['cost'])}")
     refused = [refusal_text(r["rule"], r["message"]) for r in session["refusals"]]
@@ -213,6 +235,25 @@ def _session_lines(session: Json) -> list[str]:
     lines += ["", "  coverage"]
     lines.extend(_coverage_lines(session["coverage"], indent="    "))
     return lines
+
+
+def _execution_cell(execution: Json | None) -> str:
+    """How an MCP execution ended, in a few words (``not observed`` without one)."""
+    if execution is None:
+        return "MCP: not observed"
+    where = f"{execution['tool']} on {execution['server']}"
+    outcome = execution["outcome"]
+    if outcome is None:
+        return f"MCP {where}: no answer seen"
+    said = {
+        "result": "ok",
+        "tool_error": "isError",
+        "error": f"JSON-RPC error {execution['error_code']}",
+        "http_error": f"HTTP {execution['http_status']}",
+    }.get(outcome, outcome)
+    if outcome == "result" and execution["failed"] is None:
+        said = "result, error flag unknown"
+    return f"MCP {where}: {said} {_duration(execution['duration_ms'])}"
 
 
 def _retry_lines(turns: list[Json]) -> list[str]:

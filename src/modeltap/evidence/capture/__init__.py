@@ -17,6 +17,11 @@ exists, ``sessions.jsonl`` from one output directory and gives:
 * ``load_errors``: every line that could not be read, naming file and line
   number. A torn last line (the writer was killed mid-append) is reported
   here; loading never crashes on file content and never drops a line silently.
+* MCP (SPEC 3b): each session's ``mcp_records`` and ``mcp_events``, its
+  ``mcp_executions`` (:mod:`modeltap.evidence.capture.executions`: server,
+  tool, ids, timing, outcome; sizes, never content), each model call's
+  ``ToolInvocation.execution`` (the one that ran it, ``None`` when none was
+  observed) and ``denied_tool_calls`` (``tools/call`` messages refused).
 * the helpers of :mod:`modeltap.evidence.capture.turns` (``tool_was_called``,
   ``tool_call_count``, ``tool_calls_for``, ``tools_advertised``, ``usage``,
   ``cost``),
@@ -36,6 +41,7 @@ The package::
 
     capture (Capture.load)  ->  lines.py     files and lines -> records.py types
                             ->  grouping.py  lines -> sessions and turns, fed to coverage.py
+                            ->  executions.py  MCP tools/call lines and answers -> executions
                             ->  retries.py   which turns retry a failed attempt
                             ->  turns.py     Turn, Session and their queries
 """
@@ -47,6 +53,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from modeltap.evidence.capture.executions import DeniedToolCall, McpExecution
 from modeltap.evidence.capture.grouping import data_reasons, group, with_output
 from modeltap.evidence.capture.lines import (
     AUDIT_FILE,
@@ -99,8 +106,10 @@ __all__ = [
     "Capture",
     "ChannelCoverage",
     "CoverageStatus",
+    "DeniedToolCall",
     "EvidenceCoverage",
     "LoadError",
+    "McpExecution",
     "Session",
     "SessionEnd",
     "ToolInvocation",

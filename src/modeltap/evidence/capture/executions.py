@@ -97,6 +97,11 @@ class McpExecution:
         return False if self.answer is not None and self.answer.is_error is False else None
 
     @property
+    def error_code(self) -> int | None:
+        """A JSON-RPC error's code; ``None`` otherwise."""
+        return self.answer.error_code if self.answer is not None else None
+
+    @property
     def duration_ms(self) -> float | None:
         """From forwarding the ``tools/call`` (its last retry's) to the answer."""
         return self.answer.duration_ms if self.answer is not None else None

@@ -29,6 +29,7 @@ from modeltap.evidence.coverage import CHANNELS, ChannelCoverage, CoverageStatus
 from modeltap.evidence.coverage_reasons import (
     MESSAGES_NOT_RECORDED,
     NO_REQUESTS,
+    qualified_tool_name,
     tool_call_matches,
 )
 from modeltap.evidence.records import ToolCall
@@ -41,7 +42,7 @@ from modeltap.evidence.verdicts.match import (
     require_json,
     to_json,
 )
-from modeltap.evidence.verdicts.scope import Scope, TurnFacts
+from modeltap.evidence.verdicts.scope import ExecutionFacts, Scope, TurnFacts
 from modeltap.evidence.verdicts.verdict import (
     FAILED,
     PASSED,
@@ -61,6 +62,15 @@ TOKEN_KINDS: Final = ("input", "output", "total")
 _LISTED: Final = 5
 #: How much of a final text a failed verdict quotes.
 _QUOTED: Final = 200
+
+
+def _mcp_failure(execution: ExecutionFacts) -> str:
+    """How an MCP execution failed, in words."""
+    if execution.outcome == "error":
+        return f"JSON-RPC error {execution.error_code}"
+    if execution.outcome == "http_error":
+        return "an HTTP error and no JSON-RPC answer"
+    return "isError: true"
 
 
 def _names(items: Iterable[str]) -> str:
@@ -426,31 +436,62 @@ class Expect:
         return self._bounded(f"max_tool_calls({n})", "actions", contradiction, said)
 
     def no_tool_errors(self) -> Verdict:
-        """No tool result came back marked an error.
+        """No tool came back failed.
 
-        Judged on the wires whose tool results carry an error flag
-        (Anthropic's ``is_error``, Bedrock's ``status: "error"``); where the
-        flag does not exist (OpenAI, Gemini) it is unavailable, saying so.
-        It reads the results the scope's requests carried back, and the
-        ``actions`` channel (a call without its result could have failed).
+        Judged on what flags a failure: the MCP execution that ran a call
+        (``isError: true``, a JSON-RPC error, an HTTP error: SPEC 3b), and
+        the results the scope's requests carried back on the wires whose
+        results carry an error flag (Anthropic's ``is_error``, Bedrock's
+        ``status: "error"``). A result without a flag (OpenAI, Gemini) whose
+        call no observed MCP execution ran, or an execution whose answer was
+        not seen, makes it unavailable, saying so. It reads the ``actions``
+        channel too (a call without its result or its execution could have
+        failed). Executions no model call asked for count in a session's (or
+        the capture's) scope.
         """
         verdict_name = "no_tool_errors()"
         failed: list[str] = []
         unflagged: dict[str, int] = {}
+        unanswered: list[str] = []
         count = 0
         seen: set[str] = set()
+        #: Calls whose MCP execution told how they went, by call id.
+        told: set[str] = set()
+        executions: list[tuple[ExecutionFacts, str]] = []
+        for turn in self.scope.turns:
+            for inv in turn.tool_invocations:
+                if inv.execution is not None:
+                    label = qualified_tool_name(inv.call) or "(unnamed)"
+                    executions.append((inv.execution, f"{label} ({self.scope.turn_label(turn)})"))
+                    if inv.execution.failed is not None and inv.call.call_id is not None:
+                        told.add(inv.call.call_id)
+        for session in self.scope.sessions:
+            executions.extend((e, "no model call asked for it") for e in session.unasked_executions)
+        for execution, where in executions:
+            count += 1
+            said = (
+                f"{execution.tool} on MCP server {execution.server} (seq {execution.seq}, {where})"
+            )
+            if execution.failed is True:
+                failed.append(f"{said}: {_mcp_failure(execution)}")
+            elif execution.failed is None:
+                unanswered.append(said)
         for turn in self.scope.turns:
             for result in turn.record.tool_results:
                 if result.call_id is not None:
                     if result.call_id in seen:
                         continue  # the history sent again: one result, counted once
                     seen.add(result.call_id)
-                count += 1
                 flag = result.is_error
                 if flag is True:
+                    count += 1
                     failed.append(f"{result.call_id} (sent back in {self.scope.turn_label(turn)})")
-                elif flag is None:
-                    unflagged[turn.record.api] = unflagged.get(turn.record.api, 0) + 1
+                elif result.call_id in told:
+                    continue  # its execution said how it went
+                else:
+                    count += 1
+                    if flag is None:
+                        unflagged[turn.record.api] = unflagged.get(turn.record.api, 0) + 1
         if failed:
             return self._verdict(
                 FAILED,
@@ -460,16 +501,27 @@ class Expect:
                 "actions",
             )
         said = f"no error flag set on {_plural(count, 'tool result')}"
+        if unanswered:
+            return self._verdict(
+                UNAVAILABLE,
+                verdict_name,
+                f"{said}, but {_plural(len(unanswered), 'MCP execution')} had no answer seen: "
+                + ", ".join(unanswered[:_LISTED]),
+                "actions",
+                hint="the MCP server's answers on the proxy's --mcp mount",
+            )
         if unflagged:
             wires = ", ".join(f"{api} ({_plural(n, 'result')})" for api, n in unflagged.items())
             return self._verdict(
                 UNAVAILABLE,
                 verdict_name,
-                f"{said}, but the tool results of {wires} carry no error flag on the wire: "
-                "a failed tool cannot be told from one that worked",
+                f"{said}, but the tool results of {wires} carry no error flag on the wire "
+                "and no MCP execution of theirs was seen: a failed tool cannot be told "
+                "from one that worked",
                 "actions",
                 hint="tool results on a wire that flags errors (Anthropic's is_error, "
-                "Bedrock's status: \"error\", MCP's isError)",
+                "Bedrock's status: \"error\"), or the tools' MCP server mounted with --mcp "
+                "(MCP's isError)",
             )
         return self._bounded(verdict_name, "actions", None, said)
 

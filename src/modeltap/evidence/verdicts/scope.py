@@ -24,7 +24,35 @@ from modeltap.evidence.records import (
     Usage,
 )
 
-__all__ = ["Scope", "SessionFacts", "TurnFacts"]
+__all__ = ["ExecutionFacts", "InvocationFacts", "Scope", "SessionFacts", "TurnFacts"]
+
+
+class ExecutionFacts(Protocol):
+    """What a verdict reads of an MCP execution
+    (:class:`~modeltap.evidence.capture.executions.McpExecution`)."""
+
+    @property
+    def server(self) -> str: ...
+    @property
+    def tool(self) -> str | None: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def failed(self) -> bool | None: ...
+    @property
+    def error_code(self) -> int | None: ...
+
+
+class InvocationFacts(Protocol):
+    """What a verdict reads of a tool call with its pairings
+    (:class:`~modeltap.evidence.capture.ToolInvocation`)."""
+
+    @property
+    def call(self) -> ToolCall: ...
+    @property
+    def execution(self) -> ExecutionFacts | None: ...
 
 
 class TurnFacts(Protocol):
@@ -54,6 +82,8 @@ class TurnFacts(Protocol):
     def cost(self) -> Cost | None: ...
     @property
     def output_text(self) -> str | None: ...
+    @property
+    def tool_invocations(self) -> Sequence[InvocationFacts]: ...
 
 
 class SessionFacts(Protocol):
@@ -65,6 +95,8 @@ class SessionFacts(Protocol):
     def ends(self) -> tuple[SessionStatus, ...]: ...
     @property
     def coverage(self) -> EvidenceCoverage: ...
+    @property
+    def unasked_executions(self) -> Sequence[ExecutionFacts]: ...
 
 
 @dataclass(frozen=True, slots=True)
