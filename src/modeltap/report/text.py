@@ -8,7 +8,8 @@ results (with the MCP execution that ran each call, when MCP traffic was
 seen: ``not observed`` otherwise), MCP executions no model call asked for,
 tool errors and denied tool calls, usage (``?`` unknown; ``*`` a total
 summed from the reported counts because the provider reports none), cost,
-refusals (each once, its rule named once), errors (each once per turn) and coverage, one reason a line.
+refusals (each once, its rule named once), errors (each once per turn) and
+coverage, one reason a line.
 """
 
 from __future__ import annotations
