@@ -296,6 +296,17 @@ def _build_session(
         )
         for turn in turns
     ]
+    carried: dict[int, list[ToolInvocation]] = {}
+    for turn in turns:
+        for inv in turn.tool_invocations:
+            if inv.result_turn_index is not None:
+                carried.setdefault(inv.result_turn_index, []).append(inv)
+    turns = [
+        dataclasses.replace(turn, results_of=tuple(carried[turn.index]))
+        if turn.index in carried
+        else turn
+        for turn in turns
+    ]
     return Session(
         session_id=session_id,
         run_ids=tuple(entry.run_ids),

@@ -207,6 +207,9 @@ class Turn:
     #: Every event that names this request's ``seq``, in file order.
     events: tuple[Event, ...] = ()
     tool_invocations: tuple[ToolInvocation, ...] = ()
+    #: The earlier tool calls whose results this request carried, each with
+    #: its pairings (the MCP execution that ran it, when one was seen).
+    results_of: tuple[ToolInvocation, ...] = ()
     coverage: EvidenceCoverage = COMPLETE
     #: The index of the earlier attempt this turn sends again, or ``None``
     #: (:mod:`modeltap.evidence.capture.retries`).

@@ -64,6 +64,10 @@ _LISTED: Final = 5
 _QUOTED: Final = 200
 
 
+#: Where an execution no model call asked for is said to be.
+_UNASKED: Final = "no model call asked for it"
+
+
 def _mcp_failure(execution: ExecutionFacts) -> str:
     """How an MCP execution failed, in words."""
     if execution.outcome == "error":
@@ -454,44 +458,56 @@ class Expect:
         unflagged: dict[str, int] = {}
         unanswered: list[str] = []
         count = 0
-        seen: set[str] = set()
-        #: Calls whose MCP execution told how they went, by call id.
-        told: set[str] = set()
-        executions: list[tuple[ExecutionFacts, str]] = []
-        for turn in self.scope.turns:
-            for inv in turn.tool_invocations:
-                if inv.execution is not None:
-                    label = qualified_tool_name(inv.call) or "(unnamed)"
-                    executions.append((inv.execution, f"{label} ({self.scope.turn_label(turn)})"))
-                    if inv.execution.failed is not None and inv.call.call_id is not None:
-                        told.add(inv.call.call_id)
-        for session in self.scope.sessions:
-            executions.extend((e, "no model call asked for it") for e in session.unasked_executions)
-        for execution, where in executions:
+        judged: set[tuple[str, int]] = set()
+
+        def executed(execution: ExecutionFacts, session_id: str, where: str) -> None:
+            # Each execution once, however many of the scope's turns show it.
+            nonlocal count
+            if (session_id, execution.seq) in judged:
+                return
+            judged.add((session_id, execution.seq))
             count += 1
             said = (
                 f"{execution.tool} on MCP server {execution.server} (seq {execution.seq}, {where})"
             )
             if execution.failed is True:
                 failed.append(f"{said}: {_mcp_failure(execution)}")
-            elif execution.failed is None:
+            elif execution.failed is None and where == _UNASKED:
                 unanswered.append(said)
+
+        seen: set[str] = set()
         for turn in self.scope.turns:
+            session_id = turn.record.session_id
+            for inv in turn.tool_invocations:
+                if inv.execution is not None:
+                    label = qualified_tool_name(inv.call) or "(unnamed)"
+                    executed(inv.execution, session_id, f"{label}, {self.scope.turn_label(turn)}")
+            ran = {
+                inv.call.call_id: inv.execution
+                for inv in turn.results_of
+                if inv.call.call_id is not None and inv.execution is not None
+            }
             for result in turn.record.tool_results:
                 if result.call_id is not None:
                     if result.call_id in seen:
                         continue  # the history sent again: one result, counted once
                     seen.add(result.call_id)
-                flag = result.is_error
-                if flag is True:
+                execution = ran.get(result.call_id) if result.call_id is not None else None
+                if execution is not None:
+                    executed(execution, session_id, f"sent back in {self.scope.turn_label(turn)}")
+                if result.is_error is True:
                     count += 1
                     failed.append(f"{result.call_id} (sent back in {self.scope.turn_label(turn)})")
-                elif result.call_id in told:
+                elif execution is not None and execution.failed is not None:
                     continue  # its execution said how it went
+                elif result.is_error is None:
+                    count += 1
+                    unflagged[turn.record.api] = unflagged.get(turn.record.api, 0) + 1
                 else:
                     count += 1
-                    if flag is None:
-                        unflagged[turn.record.api] = unflagged.get(turn.record.api, 0) + 1
+        for session in self.scope.sessions:
+            for unasked in session.unasked_executions:
+                executed(unasked, session.session_id, _UNASKED)
         if failed:
             return self._verdict(
                 FAILED,
