@@ -12,6 +12,7 @@ JSON Schemas.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -22,12 +23,15 @@ import orjson
 
 from modeltap import apis
 from modeltap.apis import openai_chat
+from modeltap.apis.mcp.messages import arguments_digest
 from modeltap.evidence import records
 from modeltap.evidence.records import (
     AuditRecord,
     ErrorEvent,
     Event,
     McpAuditRecord,
+    McpContentItem,
+    McpResultEvent,
     RejectedEvent,
     ResponseEvent,
     Usage,
@@ -129,6 +133,53 @@ def mcp_audit_record(**fields: Any) -> McpAuditRecord:
     return McpAuditRecord(**(values | fields))
 
 
+def mcp_tools_call(seq: int, tool: str, arguments: Any = None, **fields: Any) -> McpAuditRecord:
+    """The audit line of a ``tools/call`` of ``tool`` with ``arguments`` (a
+    dict, hashed canonically as the proxy does; ``None``: none sent)."""
+    digest = arguments_digest(arguments) if arguments is not None else None
+    return mcp_audit_record(
+        seq=seq,
+        mcp_method="tools/call",
+        tool_name=tool,
+        arguments_sha256=digest[0] if digest is not None else None,
+        arguments_bytes=digest[1] if digest is not None else None,
+        **fields,
+    )
+
+
+def mcp_result_event(**fields: Any) -> McpResultEvent:
+    """An ``mcp_result``: by default a ``tools/call`` result of request 1,
+    ``isError: false``, one text item, read whole."""
+    seq = fields.get("seq", 1)
+    values: dict[str, Any] = {
+        "ts": ts(2),
+        "run_id": RUN,
+        "session_id": "s-1",
+        "seq": seq,
+        "request_id": f"req-{seq}",
+        "mcp_server": "files",
+        "mcp_session": None,
+        "mcp_method": "tools/call",
+        "jsonrpc_id": seq,
+        "tool_name": None,
+        "outcome": "result",
+        "status": 200,
+        "framing": "json",
+        "is_error": False,
+        "error_code": None,
+        "content": (McpContentItem("text", 30),),
+        "structured_content": False,
+        "result_type": None,
+        "tools": None,
+        "tools_sha256": None,
+        "next_cursor": None,
+        "duration_ms": 12.5,
+        "evidence_complete": True,
+        "capture_errors": (),
+    }
+    return McpResultEvent(**(values | fields))
+
+
 def response_event(**fields: Any) -> ResponseEvent:
     """A ``response`` event; ``request_id`` defaults to ``req-{seq}``, usage to unknown."""
     seq = fields.get("seq", 1)
@@ -209,7 +260,7 @@ def error_event(**fields: Any) -> ErrorEvent:
 
 def write_capture(
     directory: Path,
-    audits: list[AuditRecord],
+    audits: Sequence[AuditRecord | McpAuditRecord],
     events: list[Event],
     *,
     sessions: list[dict[str, Any]] | None = None,

@@ -160,11 +160,11 @@ def test_each_model_call_is_shown_with_the_mcp_execution_that_ran_it(
     # The assertion that an OpenAI wire cannot judge alone is judged from MCP.
     verdict = session.expect.no_tool_errors()
     assert verdict.status == "failed", str(verdict)
-    assert f"lookup_order on MCP server {SERVER}" in verdict.reason
-    assert "isError: true" in verdict.reason
+    assert f"lookup_order on MCP server {SERVER}" in str(verdict)
+    assert "isError: true" in str(verdict)
     assert first.expect.no_tool_errors().status == "failed"  # the turn whose call failed
     carried = second.expect.no_tool_errors()  # and the one that carried its result back
-    assert carried.status == "failed" and "sent back in turn 2" in carried.reason
+    assert carried.status == "failed" and "sent back in turn 2" in str(carried)
 
     as_json, text = report_of(out, capsys)
     (reported,) = as_json["sessions"]
@@ -213,7 +213,7 @@ def test_the_tool_side_completes_a_call_whose_result_never_came_back(
     )
     verdict = session.expect.no_tool_errors()
     assert verdict.status == "unavailable", str(verdict)
-    assert "actions channel is partial" in verdict.reason
+    assert "actions channel is partial" in str(verdict)
 
     (status,) = [s for s in read_jsonl(out / "sessions.jsonl") if s["session_id"] == "agent"]
     assert status["evidence_complete"] is False
