@@ -22,10 +22,12 @@ import pytest
 from modeltap.evidence.capture import Capture
 from modeltap.report import check
 from modeltap.report import report as report_command
+from modeltap.report.view import build_page, build_view_data
 from tests import mcp_shapes
 from tests.conftest import read_jsonl
 from tests.test_proxy_mcp import SERVER, proxied
 from tests.upstream import Reply, Upstream, chat_text_json
+from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch, require_browser, screenshot
 
 PREFIX = f"mcp__{SERVER}__"
 TOOLS: Any = [
@@ -258,3 +260,61 @@ def test_a_denied_tools_call_is_listed(
     as_json, text = report_of(tmp_path / "out", capsys)
     assert [d["tool"] for d in as_json["sessions"][0]["denied_tool_calls"]] == ["weather"]
     assert f"weather on {SERVER}: refused (tool_budget_exceeded)" in text
+
+
+def test_the_page_shows_each_execution_under_the_model_call(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """``modeltap view``'s data and page, in a real headless Chromium."""
+    upstream.replies.append(
+        tool_calls_reply(
+            1,
+            ("call_add", "add", {"a": 2, "b": 3}),
+            ("call_order", "lookup_order", {"order_id": "A-17"}),
+        )
+    )
+    upstream.replies.append(chat_text_json("gpt-5", "done"))
+    asyncio.run(agent(tmp_path, upstream))
+    out = tmp_path / "out"
+    capture = Capture.load(out)
+    (session,) = build_view_data(capture)["sessions"]
+    calls = session["turns"][0]["invocations"]
+    assert [c["execution"]["outcome"] for c in calls] == ["result", "tool_error"]
+    assert all(c["execution"]["t"] is not None for c in calls)
+    assert [e["call"] for e in session["mcp_executions"]] == [
+        {"turn_index": 0, "position": 0},
+        {"turn_index": 0, "position": 1},
+    ]
+
+    require_browser()
+    from playwright.sync_api import sync_playwright
+
+    page_file = tmp_path / "view.html"
+    page_file.write_text(build_page(out), encoding="utf-8")
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            tab = chromium.new_page(viewport={"width": 1400, "height": 900})
+            watch = PageWatch(tab)
+            tab.goto(page_file.as_uri())
+            tab.wait_for_selector("html[data-ready=true]")
+            bars = tab.locator("#rows .row[data-key=t1] [data-role=mcp-execution]")
+            assert bars.count() == 2  # on the timeline, in the model turn's lane
+            titles = [bars.nth(i).get_attribute("title") for i in range(2)]
+            assert titles[0] is not None and titles[0].startswith(f"MCP add on {SERVER}: ok")
+            assert titles[1] is not None and titles[1].startswith(
+                f"MCP lookup_order on {SERVER}: isError"
+            )
+            tab.click("#rows .row[data-key=t1]")
+            shown = [
+                str(t).strip()
+                for t in tab.locator("#tool-calls [data-role=mcp-execution]").all_inner_texts()
+            ]
+            assert [s.split(" · ")[0] for s in shown] == [
+                f"MCP add on {SERVER}: ok",
+                f"MCP lookup_order on {SERVER}: isError",
+            ]
+            screenshot(tab, "mcp-executions")
+            watch.assert_clean()
+        finally:
+            chromium.close()

@@ -20,6 +20,9 @@ from those same objects, so it can be tested without a browser:
   reads as one call with several attempts, not as unrelated turns;
 * turn numbers from 1 (``number``, like ``seq`` and every message); ``index``
   is the 0-based position the page links by;
+* each tool call's MCP execution (``execution``, ``null`` when none was
+  observed) with its start ``t``, and the session's ``mcp_executions`` and
+  ``denied_tool_calls`` (SPEC 3b);
 * times as milliseconds since the epoch, so the page draws the timeline
   without parsing dates.
 
@@ -39,6 +42,7 @@ from modeltap.evidence.capture import (
     CHANNELS,
     Capture,
     EvidenceCoverage,
+    McpExecution,
     Session,
     Turn,
     TurnQueries,
@@ -328,6 +332,8 @@ def _turn_json(turn: Turn, previous: Turn | None, attempts: int | None) -> Json:
                 "result_bytes": inv.result_bytes,
                 "result_is_error": inv.result_is_error,
                 "duration_ms": inv.duration_ms,
+                "failed": inv.failed,
+                "execution": _execution_json(inv.execution),
             }
             for inv in turn.tool_invocations
         ],
@@ -339,6 +345,14 @@ def _turn_json(turn: Turn, previous: Turn | None, attempts: int | None) -> Json:
     }
     out.update(_cost(turn))
     return out
+
+
+def _execution_json(execution: McpExecution | None) -> Json | None:
+    """The MCP execution that ran a call (SPEC 3b), placed in time; ``None``:
+    none was observed (which the page says, never "ok")."""
+    if execution is None:
+        return None
+    return {**execution.to_json(), "t": epoch_ms(execution.record.ts)}
 
 
 def _session_json(session: Session) -> Json:
@@ -393,6 +407,16 @@ def _session_json(session: Session) -> Json:
         "refusals": [{**dataclasses.asdict(e), "t": epoch_ms(e.ts)} for e in session.refusals],
         "errors": [{**dataclasses.asdict(e), "t": epoch_ms(e.ts)} for e in session.errors],
         "unaudited": [{**dataclasses.asdict(e), "t": epoch_ms(e.ts)} for e in session.unaudited],
+        "mcp_executions": [
+            {
+                **(_execution_json(e) or {}),
+                "call": None
+                if e.call is None
+                else {"turn_index": e.call[0], "position": e.call[1]},
+            }
+            for e in session.mcp_executions
+        ],
+        "denied_tool_calls": [d.to_json() for d in session.denied_tool_calls],
     }
     out.update(_cost(session))
     return out

@@ -761,8 +761,30 @@
 
   // The agent's own time: from the end of the response that asked for tools to the
   // request that carried their results back.
+  // MCP executions (SPEC 3b): what ran each call, drawn under the model's turn.
+  function execText(ex) {
+    var said = { result: 'ok', tool_error: 'isError', error: 'JSON-RPC error ' + ex.error_code, http_error: 'HTTP ' + ex.http_status }[ex.outcome];
+    return 'MCP ' + ex.tool + ' on ' + ex.server + ': ' + (ex.outcome === null ? 'no answer seen' : said) +
+      (ex.duration_ms === null ? '' : ' · ' + msText(ex.duration_ms));
+  }
+
+  function mcpExecutions(x, t, lane, span) {
+    t.invocations.forEach(function (inv) {
+      var ex = inv.execution;
+      if (!ex || ex.t === null) return;
+      var b = h('div', { class: 'gap', 'data-role': 'mcp-execution', title: execText(ex) });
+      b.style.left = pct(ex.t - x.t0, span);
+      b.style.width = pct(Math.max(ex.duration_ms || 0, 0), span);
+      b.style.top = '18px';
+      b.style.borderTopStyle = 'solid';
+      if (ex.failed !== false) b.style.borderTopColor = ex.failed ? 'var(--bad)' : 'var(--muted)';
+      add(lane, b);
+    });
+  }
+
   function toolGaps(x, r, lane, span) {
     var t = r.turn, tm = r.timing;
+    mcpExecutions(x, t, lane, span);
     var end = t.end !== null ? t.end : (tm.dur !== null ? tm.start + tm.dur : null);
     if (end === null) return;
     var by = new Map();
@@ -1038,11 +1060,13 @@
         res = h('div', { class: 'res', 'data-role': 'result' }, r.awaiting ? h('span', { text: 'no result yet (the session is still running)' })
           : h('span', { class: 'errs', text: 'no result came back in a later request' }));
       }
+      var ran = inv.execution ? h('div', { class: 'res', 'data-role': 'mcp-execution' },
+        inv.execution.failed ? h('span', { class: 'errs', text: execText(inv.execution) }) : execText(inv.execution)) : null;
       add(callsBox, h('div', { class: 'call', 'data-call': inv.call_id || '' },
         h('div', { class: 'ch' }, h('span', { class: 'name', text: inv.name || '(no name)' }),
           h('span', { class: 'cid', text: inv.call_id || 'no call_id' })),
         inv.arguments === null ? h('pre', null, unknown('no arguments seen')) : h('pre', { 'data-role': 'arguments', text: pretty(inv.arguments) }),
-        res));
+        res, ran));
     });
     add(el.detail, callsBox);
 
