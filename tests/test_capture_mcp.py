@@ -89,6 +89,22 @@ def test_an_execution_pairs_by_tool_name_and_canonical_arguments(tmp_path: Path)
     assert tracked(*lines) == [] == session.capture_errors
 
 
+def test_an_execution_after_the_result_came_back_ran_no_model_call(tmp_path: Path) -> None:
+    """SPEC 3b: an execution runs a call before the request that carries its
+    result; a call answered without one ran elsewhere (and stops waiting)."""
+    lines: list[Any] = [
+        *asked(ADD),
+        answered(2, "call_1"),
+        response_event(seq=2, ts=ts(6)),
+        mcp_tools_call(3, "add", {"a": 2, "b": 3}, ts=ts(7)),
+        mcp_result_event(seq=3, ts=ts(8)),
+    ]
+    session = load(tmp_path, *lines).sessions["s-1"]
+    assert session.turns[0].tool_invocations[0].execution is None
+    assert [e.call for e in session.mcp_executions] == [None]
+    assert tracked(*lines) == session.capture_errors != []
+
+
 def test_the_meta_call_id_pairs_whatever_the_name(tmp_path: Path) -> None:
     call = ToolCall(call_id="toolu_9", name="Whatever", arguments="{}")
     capture = load(

@@ -458,3 +458,10 @@ def test_whichever_comes_first_waits_for_the_other() -> None:
     assert pairing.executed(execution, 2) == 1 and pairing.find_call(execution) is None
     assert pairing.executed(execution, 3) is None  # an execution no call asked for: it waits
     assert pairing.asked(ToolCall("c2", "add", "{}"), 4) == 3
+
+
+def test_a_withdrawn_call_waits_no_more() -> None:
+    pairing: ExecutionPairing[int] = ExecutionPairing()
+    pairing.asked(ToolCall("c1", "add", "{}"), 1)
+    assert pairing.withdraw(1) and not pairing.withdraw(1)
+    assert pairing.executed(Execution("files", "add", None, None), 2) is None

@@ -30,7 +30,10 @@ a session is the worst over its turns plus what happened outside them.
   uses). A call with neither says whether the session saw MCP traffic at
   all: MCP over stdio, or a server not mounted with ``--mcp``, is not seen,
   and then nothing can be complete from the tool side (said of a call
-  named as agents name MCP tools, ``mcp__NAME__tool``). An MCP execution no
+  named as agents name MCP tools, ``mcp__NAME__tool``). The fold takes MCP
+  lines in the order the proxy wrote them: an execution runs a call after
+  the response that asked for it began and before the request that carries
+  its result (a call whose result came back unexecuted stops waiting). An MCP execution no
   model call asked for lowers ``actions`` too (in a session with turns),
   naming it.
 * ``messages``: always unavailable: message content is not recorded.
@@ -422,8 +425,11 @@ class SessionEvidence:
         answers = self._calls.answer(record.tool_results)
         self.answered += len(answers)
         for (call_turn, position, _label, _mcp), size in answers:
-            # Complete from the result side: what its execution did is no longer needed.
-            self._call_execution.pop((call_turn, position), None)
+            # Complete from the result side: what its execution did is no longer
+            # needed, and a call no execution ran by now ran elsewhere (a local
+            # tool): it stops waiting, so its arguments are not kept.
+            if self._call_execution.pop((call_turn, position), None) is None:
+                self._executions.withdraw((call_turn, position))
             if self.keep_answers:
                 self.answers[(call_turn, position)] = Answer(turn, size)
         return turn

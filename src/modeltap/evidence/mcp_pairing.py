@@ -108,6 +108,19 @@ class ExecutionPairing[T]:
         self._executions.append((execution, item))
         return None
 
+    def withdraw(self, item: T) -> bool:
+        """Stop waiting for an execution of the model call whose item is ``item``
+        (its result came back without one: a tool the agent ran itself).
+
+        Returns:
+            Whether such a call was waiting.
+        """
+        for index, (_call, found) in enumerate(self._calls):
+            if found == item:
+                del self._calls[index]
+                return True
+        return False
+
     def asked(self, call: ToolCall, item: T) -> T | None:
         """Take in a model's call: an execution already seen for it stops waiting.
 

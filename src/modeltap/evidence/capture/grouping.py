@@ -38,6 +38,7 @@ among the attempts of their calls (:mod:`modeltap.evidence.capture.retries`).
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -189,7 +190,12 @@ def _build_session(
     # tool call is answered by a later request (the order the proxy saw them in).
     turns: list[Turn] = []
     seen_keys: set[tuple[str, int]] = set()
+    mcp_lines = deque(_mcp_feed(entry))
+    runs = {run_id: position for position, run_id in enumerate(entry.run_ids)}
     for record in entry.records:
+        # The MCP lines the proxy wrote before this request, as it fed them.
+        while mcp_lines and _before(mcp_lines[0][0], record, runs):
+            _feed_mcp(evidence, mcp_lines.popleft())
         key = (record.run_id, record.seq)
         if key in seen_keys:
             # Events cannot tell two records with one seq apart: keep the first.
@@ -247,11 +253,8 @@ def _build_session(
             evidence.file_reopened(event.file)
     for error in loose_errors:
         evidence.error(error)
-    for mcp_record in entry.mcp_records:
-        evidence.mcp_call(mcp_record)
-    for event in entry.events:
-        if isinstance(event, McpResultEvent):
-            evidence.mcp_result(event)
+    for line in mcp_lines:
+        _feed_mcp(evidence, line)
     executions = executions_of(entry.mcp_records, entry.events, evidence.executed_by)
     by_seq = {execution.seq: execution for execution in executions}
 
@@ -322,6 +325,31 @@ def _build_session(
         mcp_events=tuple(e for e in entry.events if e.kind.startswith(MCP_EVENT_PREFIX)),
         mcp_executions=executions,
     )
+
+
+def _mcp_feed(entry: _SessionParts) -> list[tuple[McpAuditRecord, list[McpResultEvent]]]:
+    """The session's MCP audit lines in file order, each with its answers
+    (an answer arrives before the agent can act on it, so right after its line)."""
+    answers: dict[tuple[str, int], list[McpResultEvent]] = {}
+    for event in entry.events:
+        if isinstance(event, McpResultEvent) and event.seq is not None:
+            answers.setdefault((event.run_id, event.seq), []).append(event)
+    return [(r, answers.get((r.run_id, r.seq), [])) for r in entry.mcp_records]
+
+
+def _before(line: McpAuditRecord, record: AuditRecord, runs: dict[str, int]) -> bool:
+    """Whether the proxy wrote MCP ``line`` before model ``record`` (``seq``
+    orders a run's lines; runs in the order the session first saw them)."""
+    if line.run_id == record.run_id:
+        return line.seq < record.seq
+    return runs.get(line.run_id, 0) < runs.get(record.run_id, 0)
+
+
+def _feed_mcp(evidence: SessionEvidence, line: tuple[McpAuditRecord, list[McpResultEvent]]) -> None:
+    record, answers = line
+    evidence.mcp_call(record)
+    for answer in answers:
+        evidence.mcp_result(answer)
 
 
 def _invocations(
