@@ -65,8 +65,9 @@ error events, then the next turn. A tool call is answered by the first later
 request that carries its result. The proxy feeds lines as they happen, which
 is the same order for any agent that waits for a tool call before sending its
 result. Memory: the fold keeps only what is still open (requests without a
-response, tool calls without a result) and the turns that lowered a channel,
-so a 10,000-message WebSocket session that goes well holds next to nothing.
+response, tool calls without a result, MCP executions without their answer
+or their model call, each bounded) and the turns that lowered a channel, so
+a 10,000-message WebSocket session that goes well holds next to nothing.
 """
 
 from __future__ import annotations

@@ -87,8 +87,10 @@ events    partial: no response event for a request, or the response was
           ``capture_errors`` are the reason), or ``sessions.jsonl`` says
           the session's evidence was incomplete
 actions   partial: a tool call never got its result in a later request
-          (the reason names the call), a call has no ``call_id``, or the
-          response listing the calls is missing or incomplete
+          and no MCP execution of it was seen whole (the reason names the
+          call, and whether MCP traffic was seen at all), a call has no
+          ``call_id``, an MCP execution ran no call the model asked for, or
+          the response listing the calls is missing or incomplete
 messages  unavailable: "message content is not recorded (names, counts
           and hashes only)"
 usage     unavailable: no usage for a turn ("no response" when the
