@@ -102,7 +102,10 @@ def test_an_execution_after_the_result_came_back_ran_no_model_call(tmp_path: Pat
     session = load(tmp_path, *lines).sessions["s-1"]
     assert session.turns[0].tool_invocations[0].execution is None
     assert [e.call for e in session.mcp_executions] == [None]
-    assert tracked(*lines) == session.capture_errors != []
+    assert tracked(*lines) == session.capture_errors == [
+        "MCP tools/call add on files (seq 3) ran no tool call the model asked for "
+        "(no call of that tool with equal arguments or its call id)"
+    ]
 
 
 def test_the_meta_call_id_pairs_whatever_the_name(tmp_path: Path) -> None:
@@ -131,8 +134,8 @@ def test_different_arguments_pair_nothing_and_each_side_says_so(tmp_path: Path) 
     assert session.capture_errors == [
         "[turn 1] tool call mcp__files__add (call_1) got no result in a later request; "
         "no MCP tools/call seen in this session ran it",
-        "MCP tools/call add on files (seq 2) ran no tool call the model asked for "
-        "(no call of that tool with equal arguments or its call id)",
+        "MCP tools/call add on files (seq 2) ran no tool call the model asked for: "
+        "its arguments differ from those of tool call mcp__files__add (call_1)",
     ]
     assert tracked(*lines) == session.capture_errors
 

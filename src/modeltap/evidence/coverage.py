@@ -401,7 +401,7 @@ class SessionEvidence:
         #: Executions whose answer has not been read whole: ``seq`` -> the call
         #: they ran (``None``: none yet). Bounded, oldest forgotten.
         self._unanswered: OrderedDict[int, tuple[int, int] | None] = OrderedDict()
-        #: Executions no model call asked for (yet): ``seq`` -> ``tool on server``.
+        #: Executions no model call asked for (yet): ``seq`` -> the reason that says so.
         self._unasked: OrderedDict[int, str] = OrderedDict()
         #: An ``input_required`` retry's ``seq`` -> the execution it continues.
         self._continues: OrderedDict[int, int] = OrderedDict()
@@ -481,11 +481,23 @@ class SessionEvidence:
             return
         self.mcp_tool_calls += 1
         _bounded_put(self._unanswered, record.seq, None)
-        call = self._executions.executed(execution_of(record), record.seq)
+        execution = execution_of(record)
+        call = self._executions.executed(execution, record.seq)
         if isinstance(call, tuple):
             self._ran(record.seq, call)
         else:
-            _bounded_put(self._unasked, record.seq, f"{record.tool_name} on {record.mcp_server}")
+            # The model asked for that tool with other arguments: say which call.
+            differs = self._executions.same_tool(execution)
+            _bounded_put(
+                self._unasked,
+                record.seq,
+                unasked_execution(
+                    f"{record.tool_name} on {record.mcp_server}",
+                    record.seq,
+                    None if differs is None else qualified_tool_name(differs) or "(unnamed)",
+                    None if differs is None else differs.call_id,
+                ),
+            )
 
     def mcp_result(self, event: McpResultEvent) -> None:
         """Take in an ``mcp_result``: the answer that ends an execution (one
@@ -605,8 +617,8 @@ class SessionEvidence:
             for name in ("events", "actions", "usage", "status"):
                 own = own.lower(name, "unavailable", NO_REQUESTS)
         else:
-            for seq, what in self._unasked.items():
-                own = own.lower("actions", "partial", unasked_execution(what, seq))
+            for reason in self._unasked.values():
+                own = own.lower("actions", "partial", reason)
         errors = session_capture_errors(ordered, own)
         for end in self._reported:
             if end.evidence_complete is not False:

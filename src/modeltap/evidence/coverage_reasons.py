@@ -104,17 +104,23 @@ def refusal_text(rule: str, message: str) -> str:
     return f"request refused ({rule}): {message.removeprefix(preamble)}"
 
 
-def unasked_execution(what: str, seq: int) -> str:
+def unasked_execution(
+    what: str, seq: int, same_tool: str | None = None, call_id: str | None = None
+) -> str:
     """An MCP execution no model call of its session asked for, as a reason.
 
     Args:
         what: ``tool on server``.
         seq: its audit line's ``seq``.
+        same_tool: the label of a model call of that tool still waiting,
+            whose arguments differ (``None``: there is none).
+        call_id: that call's id.
     """
-    return (
-        f"MCP tools/call {what} (seq {seq}) ran no tool call the model asked for "
-        "(no call of that tool with equal arguments or its call id)"
-    )
+    head = f"MCP tools/call {what} (seq {seq}) ran no tool call the model asked for"
+    if same_tool is None:
+        return f"{head} (no call of that tool with equal arguments or its call id)"
+    named = f"{same_tool} ({call_id})" if call_id is not None else same_tool
+    return f"{head}: its arguments differ from those of tool call {named}"
 
 
 def file_moved_reason(file: str) -> str:

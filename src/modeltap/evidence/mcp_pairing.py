@@ -108,6 +108,14 @@ class ExecutionPairing[T]:
         self._executions.append((execution, item))
         return None
 
+    def same_tool(self, execution: Execution) -> ToolCall | None:
+        """The oldest waiting model call of the execution's tool, whatever its
+        arguments (when the execution pairs with none: its arguments differ)."""
+        for call, _item in self._calls:
+            if names_server_tool(call.name, call.namespace, execution.server, execution.tool):
+                return call
+        return None
+
     def withdraw(self, item: T) -> bool:
         """Stop waiting for an execution of the model call whose item is ``item``
         (its result came back without one: a tool the agent ran itself).
