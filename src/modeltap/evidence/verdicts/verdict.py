@@ -52,7 +52,7 @@ REMEDIES: Final[dict[str, str]] = {
     "events": "a capture in which every request got a response that was seen whole "
     "(no cut stream, no upstream failure)",
     "actions": "a capture in which every response was seen whole and every tool call "
-    "got its result in a later request",
+    "got its result in a later request (or ran on an --mcp server, its answer seen)",
     "messages": "the run recorded with `modeltap run --record RDIR` (the pytest fixture: "
     "record=RDIR), read with Capture.load(DIR, record=RDIR) or `modeltap check|view "
     "--record RDIR`",
