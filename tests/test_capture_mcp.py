@@ -102,10 +102,14 @@ def test_an_execution_after_the_result_came_back_ran_no_model_call(tmp_path: Pat
     session = load(tmp_path, *lines).sessions["s-1"]
     assert session.turns[0].tool_invocations[0].execution is None
     assert [e.call for e in session.mcp_executions] == [None]
-    assert tracked(*lines) == session.capture_errors == [
-        "MCP tools/call add on files (seq 3) ran no tool call the model asked for "
-        "(no call of that tool with equal arguments or its call id)"
-    ]
+    assert (
+        tracked(*lines)
+        == session.capture_errors
+        == [
+            "MCP tools/call add on files (seq 3) ran no tool call the model asked for "
+            "(no call of that tool with equal arguments or its call id)"
+        ]
+    )
 
 
 def test_the_meta_call_id_pairs_whatever_the_name(tmp_path: Path) -> None:
