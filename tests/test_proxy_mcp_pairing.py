@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import mcp_types as types
 import openai
 import orjson
@@ -25,10 +26,12 @@ from modeltap.report import report as report_command
 from modeltap.report.view import build_page, build_view_data
 from tests import mcp_shapes
 from tests.conftest import read_jsonl
+from tests.factories import schema
 from tests.test_proxy_mcp import SERVER, proxied
 from tests.upstream import Reply, Upstream, chat_text_json
 from tests.view_browser import CHROMIUM, CHROMIUM_ARGS, PageWatch, require_browser, screenshot
 
+REPORT_SCHEMA = jsonschema.Draft202012Validator(schema("report.schema.json"))
 PREFIX = f"mcp__{SERVER}__"
 TOOLS: Any = [
     {"type": "function", "function": {"name": PREFIX + name, "parameters": {}}}
@@ -125,6 +128,7 @@ def report_of(out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[dict[str, 
     capsys.readouterr()  # what was printed before
     assert report_command.main([str(out), "--json"]) == 0
     as_json: dict[str, Any] = orjson.loads(capsys.readouterr().out)
+    REPORT_SCHEMA.validate(as_json)  # executions, denied calls and all
     assert report_command.main([str(out)]) == 0
     return as_json, capsys.readouterr().out
 
