@@ -19,9 +19,10 @@ import orjson
 from mitmproxy import exceptions
 
 from modeltap.addons.base import Addon
+from modeltap.apis.mcp.transport import SESSION_HEADER, session_key
 from modeltap.core.notices import ExchangeView, Forward, Listener, Outcome, Reply
 from modeltap.core.run import Run
-from modeltap.evidence.records import Json, WsCloseEvent
+from modeltap.evidence.records import Json, McpAuditRecord, WsCloseEvent
 from modeltap.evidence.sink import JsonlFile
 from modeltap.replay.recording import (
     BLOBS_DIR,
@@ -32,6 +33,7 @@ from modeltap.replay.recording import (
     TurnKey,
     index_line,
     kept_headers,
+    mcp_index_line,
 )
 from modeltap.rules.errors import SinkError, error_message
 
@@ -48,6 +50,8 @@ class _Exchange:
     headers: Json = field(default_factory=dict)
     chunks: list[list[float]] = field(default_factory=list)
     stream: BlobWriter | None = None
+    #: An MCP exchange: the session its answer's ``Mcp-Session-Id`` named, hashed.
+    mcp_session: str | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +80,10 @@ class Recorder(Addon, Listener):
         self._turns: dict[str, _Turn] = {}
         #: Exchanges that could not be recorded (reported at exit).
         self.lost = 0
+        #: An MCP POST's audit lines, from its ``mcp_audited`` to its ``forwarding``.
+        self._mcp_records: dict[str, tuple[McpAuditRecord, ...]] = {}
+        #: MCP exchanges recorded per (session, server), for their ``order``.
+        self._mcp_counts: dict[tuple[str, str], int] = {}
 
     def configure(self, updated: set[str]) -> None:
         if "modeltap_record" not in updated:
@@ -104,11 +112,18 @@ class Recorder(Addon, Listener):
 
     # ------------------------------------------------------------------ notices
 
+    def mcp_audited(
+        self, view: ExchangeView, records: tuple[McpAuditRecord, ...], t_ns: int
+    ) -> None:
+        self._mcp_records[view.id] = records
+
     def forwarding(
         self, view: ExchangeView, body: bytes, headers: Mapping[str, str]
     ) -> Forward | Reply | None:
         if view.parent is not None:
             self._start_turn(view, body)
+        elif view.mcp_server is not None:
+            self._start_mcp(view, body, headers)
         elif view.record is not None:
             key = TurnKey.of(view.record, view.parsed_body(body))
             self._start_exchange(view, index_line("http", view, key), body, headers)
@@ -122,6 +137,9 @@ class Recorder(Addon, Listener):
         exchange = self._exchanges.get(view.id)
         if exchange is not None:
             exchange.t_head_ns, exchange.headers = t_ns, kept_headers(headers)
+            if view.mcp_server is not None:
+                sid = headers.get(SESSION_HEADER)
+                exchange.mcp_session = session_key(sid) if sid else None
 
     def chunk(self, view: ExchangeView, data: bytes, t_ns: int) -> None:
         exchange = self._exchanges.get(view.id)
@@ -133,6 +151,7 @@ class Recorder(Addon, Listener):
         exchange.chunks.append([_ms(exchange.t_head_ns, t_ns) or 0.0, len(data)])
 
     def finished(self, outcome: Outcome) -> None:
+        self._mcp_records.pop(outcome.view.id, None)  # answered before it was forwarded
         exchange = self._exchanges.pop(outcome.view.id, None)
         if exchange is not None:
             self._finish(exchange, outcome)
@@ -193,7 +212,21 @@ class Recorder(Addon, Listener):
             # own words: mitmproxy's message can quote what the upstream sent.
             "error": error_message("") if outcome.failure else None,
         }
+        if exchange.line["kind"] == "mcp":
+            exchange.line["response"]["mcp_session"] = exchange.mcp_session
         self._append(exchange.line)
+
+    def _start_mcp(self, view: ExchangeView, body: bytes, headers: Mapping[str, str]) -> None:
+        """An MCP POST or DELETE. A GET stream is not recorded: it answers no
+        request (a replay holds it open, silent), and HTTP+SSE's would hold the
+        session id its endpoint event names."""
+        records = self._mcp_records.pop(view.id, ())
+        if view.method == "GET" or view.mcp_server is None:
+            return
+        where = (view.session_id, view.mcp_server)
+        order = self._mcp_counts[where] = self._mcp_counts.get(where, 0) + 1
+        line = mcp_index_line(view, records, order, self.run.run_id)
+        self._start_exchange(view, line, body, headers)
 
     # ------------------------------------------------------------------ WebSocket
 

@@ -8,11 +8,21 @@ recording is answered right there with a provider-shaped error, and noted in
 ``OUT/replay-diff.jsonl`` and on stderr. A WebSocket turn's decision is
 queued for the replay upstream, which answers each ``response.create`` it
 receives in order.
+
+An MCP POST or DELETE is matched the same way, with its session's recorded
+exchanges with that server (one :class:`~modeltap.replay.matching.Player`
+per server): a match is served with the live request's JSON-RPC ids and,
+where the recorded answer gave an ``Mcp-Session-Id``, one this replay hands
+out (its session is then replayed from the recorded one it stands for); a
+miss is answered with a JSON-RPC error naming the rule
+(:func:`~modeltap.replay.mcp.replay_error_body`). An MCP GET stream is held
+open, silent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -20,15 +30,25 @@ from pathlib import Path
 
 import orjson
 
+from modeltap.apis.mcp.transport import SESSION_HEADER, session_key
 from modeltap.core import answers
-from modeltap.core.notices import ExchangeView, Forward, Listener, Reply
+from modeltap.core.mcp_exchange import mcp_session_id
+from modeltap.core.notices import ExchangeView, Forward, Listener, Outcome, Reply
 from modeltap.core.run import Run
-from modeltap.evidence.records import WsCloseEvent
+from modeltap.evidence.records import McpAuditRecord, WsCloseEvent
 from modeltap.evidence.redaction import redact_path
 from modeltap.evidence.sink import JsonlFile
 from modeltap.replay.matching import MISMATCH, UNRECORDED, Player, Problem
-from modeltap.replay.recording import DIFF_FILE, TurnKey
-from modeltap.replay.upstream import CONNECTION_HEADER, ENTRY_HEADER, ReplayServer
+from modeltap.replay.mcp import id_map, replay_error_body
+from modeltap.replay.recording import DIFF_FILE, Entry, McpKey, TurnKey
+from modeltap.replay.upstream import (
+    CONNECTION_HEADER,
+    ENTRY_HEADER,
+    MCP_PLAN_HEADER,
+    MCP_STREAM_HEADER,
+    McpPlan,
+    ReplayServer,
+)
 from modeltap.report.terminal import print_lines
 
 
@@ -49,6 +69,17 @@ class Replayer(Listener):
         #: Every difference noted so far (the unplayed turns are added at the end).
         self.problems: list[Problem] = []
         self.turns_played = 0
+        #: One player per recorded MCP server (its exchanges, by session).
+        self.mcp_players = {
+            server: _mcp_player(player, server, sessions)
+            for server, sessions in player.recording.mcp.items()
+        }
+        self.mcp_played = 0
+        #: An MCP POST's audit lines, from its ``mcp_audited`` to its ``forwarding``.
+        self._mcp_records: dict[str, tuple[McpAuditRecord, ...]] = {}
+        #: The MCP sessions this replay handed out (hashed, as the files name them):
+        #: the recorded session each stands for.
+        self._handed_out: dict[str, str] = {}
         # The recording answers, not a provider: a SigV4-signed request (boto3 with
         # IAM keys, recorded in regular mode) is served like any other.
         run.settings = replace(run.settings, upstreams_check_signatures=False)
@@ -59,12 +90,19 @@ class Replayer(Listener):
 
     # ------------------------------------------------------------------ notices
 
+    def mcp_audited(
+        self, view: ExchangeView, records: tuple[McpAuditRecord, ...], t_ns: int
+    ) -> None:
+        self._mcp_records[view.id] = records
+
     def forwarding(
         self, view: ExchangeView, body: bytes, headers: Mapping[str, str]
     ) -> Forward | Reply | None:
         if view.parent is not None:
             self._play_turn(view, body)
             return None
+        if view.mcp_server is not None:
+            return self._play_mcp(view, view.mcp_server, body, headers)
         if view.websocket:
             self.server.connections[view.id] = deque()
             return Forward(((CONNECTION_HEADER, view.id),))
@@ -82,12 +120,18 @@ class Replayer(Listener):
         self.turns_played += 1
         return Forward(((ENTRY_HEADER, str(played.entry.index)),))
 
+    def finished(self, outcome: Outcome) -> None:
+        self._mcp_records.pop(outcome.view.id, None)  # answered before it was forwarded
+        self.server.mcp_plans.pop(outcome.view.id, None)
+
     def closed(self, view: ExchangeView, event: WsCloseEvent, t_ns: int) -> None:
         self.server.connections.pop(view.id, None)
 
     def stopped(self) -> None:
         self.server.close()
         self._note(self.player.unplayed())
+        for mcp in self.mcp_players.values():
+            self._note(mcp.unplayed())
         self.diff_file.close()
 
     # ------------------------------------------------------------------ helpers
@@ -104,6 +148,52 @@ class Replayer(Listener):
             self.turns_played += 1
         # The replay upstream takes one decision per create it receives, in order.
         decisions.append(played)
+
+    def _play_mcp(
+        self, view: ExchangeView, server: str, body: bytes, headers: Mapping[str, str]
+    ) -> Forward | Reply:
+        """An MCP exchange: a GET stream is held open; a POST or DELETE is
+        matched with the server's recorded exchanges of its session."""
+        if view.method == "GET":
+            return Forward(((MCP_STREAM_HEADER, "1"),))
+        records = self._mcp_records.pop(view.id, ())
+        key = McpKey.of(server, view.method or "", records)
+        player = self.mcp_players.get(server)
+        if player is None:  # a server the recording never saw: every request is a miss
+            player = self.mcp_players[server] = _mcp_player(self.player, server, {})
+        live_ids = [r.jsonrpc_id for r in records]
+        if view.mcp_session is not None and view.mcp_session in self._handed_out:
+            recorded = mcp_session_id(server, self._handed_out[view.mcp_session])
+            if recorded in player.sessions:
+                player.bind(view.session_id, recorded)
+        played = player.play(view.session_id, "http", view.api, key, _json_or_none(body))
+        self._note(played.problems)
+        if played.entry is None or played.entry.mcp is None:
+            requests = [r.jsonrpc_id for r in records if r.message_type == "request"]
+            content = replay_error_body(
+                requests, played.error_message, played.code or MISMATCH, batch=key.batch
+            )
+            return Reply(400, content)
+        entry = played.entry
+        self.mcp_played += 1
+        recorded_ids = entry.line.get("jsonrpc_ids")
+        ids = id_map(
+            recorded_ids if isinstance(recorded_ids, list) else [],
+            live_ids,
+            [m.message_type for m in key.messages],
+        )
+        session = None
+        response = entry.line.get("response")
+        given = response.get("mcp_session") if isinstance(response, dict) else None
+        if isinstance(given, str):
+            # The recorded answer named a session: the client's own if it has one,
+            # else one handed out here (a fresh capability, never the recorded one).
+            session = headers.get(SESSION_HEADER)
+            if not session:
+                session = secrets.token_hex(16)
+                self._handed_out[session_key(session)] = given
+        self.server.mcp_plans[view.id] = McpPlan(ids, session)
+        return Forward(((ENTRY_HEADER, str(entry.index)), (MCP_PLAN_HEADER, view.id)))
 
     def _note(self, problems: Sequence[Problem]) -> None:
         for problem in problems:
@@ -124,12 +214,33 @@ class Replayer(Listener):
         differing = sum(1 for p in self.problems if p.kind != "unplayed")
         unplayed = len(self.problems) - differing
         recorded = self.player.turns_recorded
+        mcp = sum(p.turns_recorded for p in self.mcp_players.values())
+        also = f" and {self.mcp_played} of {mcp} recorded MCP requests" if mcp else ""
         return (
             f"replayed {self.turns_played} of {recorded} recorded "
-            f"turn{'' if recorded == 1 else 's'}; "
+            f"turn{'' if recorded == 1 else 's'}{also}; "
             f"{differing} difference{'' if differing == 1 else 's'}, "
             f"{unplayed} not replayed"
         )
+
+
+def _mcp_player(models: Player, server: str, sessions: dict[str, list[Entry]]) -> Player:
+    """The player of one MCP server's recorded exchanges."""
+    return Player(
+        models.recording,
+        show_content=models.show_content,
+        sessions=sessions,
+        scope=f" mcp server {server}",
+        noun="request",
+    )
+
+
+def _json_or_none(body: bytes) -> object:
+    """A request body parsed, to say where it differs; None when it is not JSON."""
+    try:
+        return orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _reply(view: ExchangeView, status: int, message: str, code: str) -> Reply:

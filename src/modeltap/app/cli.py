@@ -91,9 +91,11 @@ def startup_screen(
     cfg = proxy.config
     recorded_turns: dict[str, int] = {}
     specs = list(cfg.routes)
+    recorded_mcp: dict[str, int] = {}
     if recording is not None:
         specs, upstream, recorded_turns = recording.recorded_routes()
-        routes = RouteTable.build(specs, upstream)
+        mcp_specs, recorded_mcp = recording.recorded_mcp()
+        routes = RouteTable.build(specs, upstream, mcp_specs)
     else:
         routes = RouteTable.build(cfg.routes, cfg.upstream, cfg.mcp, cfg.mcp_hosts)
     url = proxy.url
@@ -122,8 +124,11 @@ def startup_screen(
             head = "  routes     " if i == 0 else "             "
             target = r.url
             if recording is not None:
-                n = recorded_turns.get(r.name, 0)
-                recorded = f"{plural(n, 'turn')} recorded from {r.url}" if n else "no turn recorded"
+                n = (recorded_mcp if r.mcp else recorded_turns).get(r.name, 0)
+                noun = "MCP request" if r.mcp else "turn"
+                recorded = (
+                    f"{plural(n, noun)} recorded from {r.url}" if n else f"no {noun} recorded"
+                )
                 target = f"the recording ({recorded})"
             lines.append(f"{head}{r.prefix.ljust(width)}  -> {target}")
         named = {parse_route_spec(spec).name for spec in specs}

@@ -456,7 +456,16 @@ def replay_proxy(
         recording = Recording.load(recording)
     server = ReplayServer(recording, fast=fast)
     routes, upstream = recording.routes_to(server.url)
-    config = replace(config, mode="reverse", routes=routes, upstream=upstream, record=None)
+    mcp = recording.mcp_routes_to(server.url)
+    config = replace(
+        config,
+        mode="reverse",
+        routes=routes,
+        upstream=upstream,
+        mcp=mcp,
+        mcp_hosts=[],
+        record=None,
+    )
     proxy = Proxy(config)
     player = Player(recording, show_content=show_content)
     replayer = Replayer(proxy.core, player, server, Path(config.out), quiet=config.quiet)

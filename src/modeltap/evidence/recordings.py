@@ -16,10 +16,12 @@ A ``--record DIR`` holds:
     an audited HTTP request (``kind: "http"``), one ``response.create`` of a
     WebSocket with the messages that followed it (``kind: "websocket"``), or a
     request passed through unaudited (``kind: "unaudited"``, e.g. ``GET
-    .../models``). Fields: ``v`` (1), ``kind``, ``session_id``, ``order`` (the
-    turn's 1-based position in its session, audit order; null when
-    unaudited), ``seq`` (the audit record's, HTTP only), ``run_id`` (the audit
-    record's; absent in recordings made before it was written), ``transport``,
+    .../models``), or an exchange with a remote MCP server (``kind: "mcp"``:
+    a POST of JSON-RPC messages, or a ``DELETE``; see below). Fields: ``v``
+    (1), ``kind``, ``session_id``, ``order`` (the turn's 1-based position in
+    its session, audit order; null when unaudited), ``seq`` (the audit
+    record's, HTTP only), ``run_id`` (the audit record's; absent in
+    recordings made before it was written), ``transport``,
     ``api``, ``method``, ``path`` (secret query values redacted), ``route``,
     ``provider`` (the route's), ``upstream``, ``key`` (see
     :class:`TurnKey`), ``request`` (``headers``, ``body``), ``response``
@@ -39,6 +41,16 @@ A ``--record DIR`` holds:
     (or ``"blob"`` for binary or large ones), ``ms`` counted from the
     ``response.create`` they follow.
 
+An MCP line (``api: "mcp"``) has ``key`` an :class:`McpKey` (server, HTTP
+method, and per message its type, method, tool and arguments hash, as the
+audit lines say), ``order`` its place among its session's exchanges with
+that server, ``seq`` its first audit line's, ``jsonrpc_ids`` the ids its
+messages carried (a replay answers with the live request's ids instead),
+``mcp_server``, and ``mcp_session`` / ``response.mcp_session``: the MCP
+session the request named and the one its answer's ``Mcp-Session-Id``
+gave, as the audit names them (16 hex digits of a SHA-256: an id is a
+capability and is never stored). A server's GET stream is not recorded.
+
 Headers are kept from :data:`KEPT_HEADERS` only, so ``authorization``,
 ``x-api-key``, ``api-key`` and cookies never reach the recording; paths keep
 query values only for ``api-version``, ``beta`` and ``alt``
@@ -56,6 +68,7 @@ import hashlib
 import os
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Final
@@ -64,7 +77,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from modeltap import apis
-from modeltap.evidence.records import AuditRecord, Json
+from modeltap.evidence.records import AuditRecord, Json, McpAuditRecord
 from modeltap.evidence.sink import AUDIT_FILE
 from modeltap.rules.routing import PROVIDER_NAME, UPSTREAM_ROUTE
 
@@ -192,6 +205,90 @@ class TurnKey:
         return key
 
 
+@dataclass(frozen=True, slots=True)
+class McpMessageKey:
+    """What a replay compares of one JSON-RPC message (its audit line's fields)."""
+
+    message_type: str
+    mcp_method: str | None
+    tool_name: str | None
+    arguments_sha256: str | None
+
+    def to_json(self) -> Json:
+        return {
+            "message_type": self.message_type,
+            "mcp_method": self.mcp_method,
+            "tool_name": self.tool_name,
+            "arguments_sha256": self.arguments_sha256,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class McpKey:
+    """What a replayed MCP exchange is compared on: its server, its HTTP method
+    and its messages as audited. JSON-RPC ids are not compared (a replay
+    answers with the live ones), nor the MCP session (a replay hands out its own)."""
+
+    server: str
+    method: str
+    messages: tuple[McpMessageKey, ...]
+    batch: bool = False
+
+    @classmethod
+    def of(cls, server: str, method: str, records: Sequence[McpAuditRecord]) -> McpKey:
+        """The key of an MCP exchange.
+
+        Args:
+            server: its server (``--mcp NAME``).
+            method: its HTTP method.
+            records: its audit lines (none for a ``DELETE``).
+        """
+        return cls(
+            server=server,
+            method=method,
+            messages=tuple(
+                McpMessageKey(r.message_type, r.mcp_method, r.tool_name, r.arguments_sha256)
+                for r in records
+            ),
+            batch=any(r.batch_index is not None for r in records),
+        )
+
+    def to_json(self) -> Json:
+        return {
+            "server": self.server,
+            "method": self.method,
+            "messages": [m.to_json() for m in self.messages],
+            "batch": self.batch,
+        }
+
+    @classmethod
+    def from_json(cls, data: Json) -> McpKey:
+        """Read a key back from a recording line.
+
+        Raises:
+            ValueError: if a field is missing or has the wrong type.
+        """
+        try:
+            messages = tuple(
+                McpMessageKey(
+                    str(m["message_type"]),
+                    _optional_str(m["mcp_method"]),
+                    _optional_str(m["tool_name"]),
+                    _optional_str(m["arguments_sha256"]),
+                )
+                for m in data["messages"]
+            )
+            return cls(str(data["server"]), str(data["method"]), messages, bool(data["batch"]))
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"bad MCP key: {e}") from None
+
+
+def _optional_str(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError("expected a string or null")
+    return value
+
+
 class BlobStore:
     """``DIR/blobs``: bodies stored under their SHA-256."""
 
@@ -304,6 +401,8 @@ class Entry:
     order: int | None
     transport: str
     api: str | None
+    #: An MCP exchange's key (``kind: "mcp"``); its ``key`` is then None.
+    mcp: McpKey | None = None
 
     @property
     def kind(self) -> str:
@@ -330,13 +429,22 @@ class Recording:
         #: Recorded sessions in order of first appearance, each turn list in order.
         self.sessions: dict[str, list[Entry]] = {}
         self.unaudited: list[Entry] = []
+        #: MCP exchanges by server, then session, each list in order.
+        self.mcp: dict[str, dict[str, list[Entry]]] = {}
         for entry in entries:
             if entry.kind == "unaudited":
                 self.unaudited.append(entry)
+            elif entry.mcp is not None:
+                if entry.session_id is not None:
+                    server = self.mcp.setdefault(entry.mcp.server, {})
+                    server.setdefault(entry.session_id, []).append(entry)
             elif entry.session_id is not None:
                 self.sessions.setdefault(entry.session_id, []).append(entry)
         for turns in self.sessions.values():
             turns.sort(key=lambda e: e.order or 0)
+        for by_session in self.mcp.values():
+            for turns in by_session.values():
+                turns.sort(key=lambda e: e.order or 0)
         #: The audited exchanges by ``(session, "http", seq)`` and ``(session,
         #: "websocket", order)``: a turn finds its own in one look-up.
         self.turn_index: dict[tuple[str, str, object], list[Entry]] = {}
@@ -373,11 +481,13 @@ class Recording:
                 if not isinstance(line, dict) or line.get("v") != 1:
                     raise ValueError("not a version 1 recording line")
                 key = line.get("key")
+                mcp = line.get("kind") == "mcp"
                 entries.append(
                     Entry(
                         index=len(entries),
                         line=line,
-                        key=TurnKey.from_json(key) if isinstance(key, dict) else None,
+                        key=TurnKey.from_json(key) if isinstance(key, dict) and not mcp else None,
+                        mcp=McpKey.from_json(key) if isinstance(key, dict) and mcp else None,
                         session_id=line.get("session_id"),
                         order=line.get("order"),
                         transport=str(line.get("transport") or "http"),
@@ -408,6 +518,8 @@ class Recording:
         turns: dict[str, int] = {}
         for entry in self.entries:
             name, upstream = entry.line.get("route"), entry.line.get("upstream")
+            if entry.mcp is not None:
+                continue  # a server's (:meth:`recorded_mcp`)
             if isinstance(name, str) and isinstance(upstream, str):
                 upstreams[name] = upstream
                 if entry.kind != "unaudited":
@@ -425,6 +537,8 @@ class Recording:
         options: dict[str, str] = {}
         for entry in self.entries:
             name, upstream = entry.line.get("route"), entry.line.get("upstream")
+            if entry.mcp is not None:
+                continue  # a server's (:meth:`mcp_routes_to`)
             if isinstance(name, str) and isinstance(upstream, str):
                 bases[name] = urlsplit(upstream).path.rstrip("/")
                 provider = entry.line.get("provider")
@@ -433,6 +547,29 @@ class Recording:
         upstream_base = bases.pop(UPSTREAM_ROUTE, None)
         routes = [f"{name}={url}{base}{options.get(name, '')}" for name, base in bases.items()]
         return routes, (None if upstream_base is None else url + upstream_base)
+
+    def recorded_mcp(self) -> tuple[list[str], dict[str, int]]:
+        """The MCP servers as they were when recording (``NAME=URL``, as ``--mcp``
+        takes them) and how many exchanges each recorded."""
+        urls: dict[str, str] = {}
+        counts: dict[str, int] = {}
+        for entry in self.entries:
+            upstream = entry.line.get("upstream")
+            if entry.mcp is not None and isinstance(upstream, str):
+                urls[entry.mcp.server] = upstream
+                counts[entry.mcp.server] = counts.get(entry.mcp.server, 0) + 1
+        return [f"{name}={url}" for name, url in urls.items()], counts
+
+    def mcp_routes_to(self, url: str) -> list[str]:
+        """``--mcp NAME=URL`` specs mounting each recorded MCP server on the
+        replay upstream at ``url``, at its recorded base path (a server of
+        ``--mcp-host`` is mounted at ``/mcp/HOST``)."""
+        bases: dict[str, str] = {}
+        for entry in self.entries:
+            upstream = entry.line.get("upstream")
+            if entry.mcp is not None and isinstance(upstream, str):
+                bases[entry.mcp.server] = urlsplit(upstream).path.rstrip("/")
+        return [f"{name}={url}{base}" for name, base in bases.items()]
 
 
 def _key_matches(entry: Entry, record: AuditRecord) -> bool:

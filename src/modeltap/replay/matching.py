@@ -44,7 +44,15 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from modeltap.evidence.records import Json, utc_now
-from modeltap.replay.recording import VOLATILE_FIELDS, Entry, Recording, TurnKey, comparable_body
+from modeltap.replay.mcp import describe_mcp_changes
+from modeltap.replay.recording import (
+    VOLATILE_FIELDS,
+    Entry,
+    McpKey,
+    Recording,
+    TurnKey,
+    comparable_body,
+)
 from modeltap.replay.request_diff import BodyChange, body_changes, summarize
 
 MISMATCH: Final = "modeltap_replay_mismatch"
@@ -116,7 +124,7 @@ class _Held:
     """A recorded turn a mismatched request was compared with, not yet used up."""
 
     index: int
-    key: TurnKey
+    key: TurnKey | McpKey
     problem: Problem
 
 
@@ -224,15 +232,39 @@ class Player:
         recording: the recording to replay.
         show_content: mismatch lines also give the changed values (never in
             the error the agent gets).
+        sessions: the recorded sessions to hand out (default: the model
+            turns'); one MCP server's exchanges for an MCP player.
+        scope: what the lines call what is played, after the session
+            (``" mcp server shapes"``; default: nothing).
+        noun: what one played exchange is called (``turn``; ``request``).
     """
 
-    def __init__(self, recording: Recording, *, show_content: bool = False) -> None:
+    def __init__(
+        self,
+        recording: Recording,
+        *,
+        show_content: bool = False,
+        sessions: dict[str, list[Entry]] | None = None,
+        scope: str = "",
+        noun: str = "turn",
+    ) -> None:
         self.recording = recording
         self.show_content = show_content
-        self._free = list(recording.sessions)
+        self.sessions = recording.sessions if sessions is None else sessions
+        self.scope = scope
+        self.noun = noun
+        self._free = list(self.sessions)
         self._bound: dict[str, str | None] = {}
-        self._progress: dict[str, _Progress] = {name: _Progress() for name in recording.sessions}
+        self._progress: dict[str, _Progress] = {name: _Progress() for name in self.sessions}
         self._live_turns: dict[str, int] = {}
+
+    def bind(self, live: str, recorded: str) -> None:
+        """Replay session ``live`` from recorded session ``recorded`` (when
+        neither is bound yet): a replayed MCP session is the one whose
+        ``Mcp-Session-Id`` the replay handed out for the recorded one."""
+        if live not in self._bound and recorded in self._free:
+            self._free.remove(recorded)
+            self._bound[live] = recorded
 
     def _bind(self, live: str, transport: str) -> str | None:
         if live in self._bound:
@@ -242,7 +274,7 @@ class Player:
             chosen = live
         else:
             for name in self._free:
-                if self.recording.sessions[name][0].transport == transport:
+                if self.sessions[name][0].transport == transport:
                     chosen = name
                     break
         if chosen is not None:
@@ -251,7 +283,12 @@ class Player:
         return chosen
 
     def play(
-        self, live: str, transport: str, api: str | None, key: TurnKey, body: Any = None
+        self,
+        live: str,
+        transport: str,
+        api: str | None,
+        key: TurnKey | McpKey,
+        body: Any = None,
     ) -> Played:
         """The answer to the next request of session ``live``.
 
@@ -269,9 +306,12 @@ class Player:
         n = self._live_turns[live] = self._live_turns.get(live, 0) + 1
         recorded = self._bind(live, transport)
         if recorded is None:
-            message = f"session {live} turn {n}: the recording has no session left to replay it"
+            message = (
+                f"session {live}{self.scope} {self.noun} {n}: "
+                "the recording has no session left to replay it"
+            )
             return Played(None, (Problem("exhausted", message, live, None, n, n),), EXHAUSTED)
-        turns = self.recording.sessions[recorded]
+        turns = self.sessions[recorded]
         progress = self._progress[recorded]
         held = progress.held
         if held is not None and held.key == key:
@@ -286,8 +326,8 @@ class Player:
         index = progress.next
         if index >= len(turns):
             message = (
-                f"session {recorded} turn {n}: the recording is exhausted "
-                f"({plural(len(turns), 'turn')} recorded)"
+                f"session {recorded}{self.scope} {self.noun} {n}: the recording is exhausted "
+                f"({plural(len(turns), self.noun)} recorded)"
             )
             return Played(None, (Problem("exhausted", message, live, recorded, n, n),), EXHAUSTED)
         entry = turns[index]
@@ -296,10 +336,15 @@ class Player:
             old = self.recording.request_body(entry)
             if old is not None:  # compared as the input hash compares them
                 bodies = (comparable_body(old, entry.api), comparable_body(body, api))
-        changes, body_diff = describe_changes(
-            entry, transport, api, key, bodies, show_content=self.show_content
-        )
-        label = _label(recorded, n, index + 1)
+        if isinstance(key, McpKey):
+            changes, body_diff = describe_mcp_changes(
+                entry.mcp, key, bodies, show_content=self.show_content
+            )
+        else:
+            changes, body_diff = describe_changes(
+                entry, transport, api, key, bodies, show_content=self.show_content
+            )
+        label = _label(f"{recorded}{self.scope}", n, index + 1, self.noun)
         problem = Problem(
             "mismatch",
             f"{label}: {'; '.join(changes)}",
@@ -323,10 +368,11 @@ class Player:
         problems: tuple[Problem, ...] = ()
         if found > start:
             first, last = start + 1, found
+            noun = self.noun
             message = (
-                f"session {recorded}: recorded {span(first, last)} "
+                f"session {recorded}{self.scope}: recorded {span(first, last, noun)} "
                 f"{'was' if first == last else 'were'} not asked for "
-                f"(turn {n} asked for recorded turn {found + 1})"
+                f"({noun} {n} asked for recorded {noun} {found + 1})"
             )
             problems = (Problem("skipped", message, live, recorded, first, n),)
         progress.next = found + 1
@@ -342,7 +388,8 @@ class Player:
     def unplayed(self) -> list[Problem]:
         """The recorded turns no request asked for (and no line named yet)."""
         out: list[Problem] = []
-        for name, turns in self.recording.sessions.items():
+        noun = self.noun
+        for name, turns in self.sessions.items():
             progress = self._progress[name]
             done = progress.next
             if progress.held is not None:
@@ -351,28 +398,32 @@ class Player:
             if done == len(turns):
                 continue
             if name in self._free:
-                message = f"session {name}: not replayed ({plural(len(turns), 'turn')} recorded)"
+                message = (
+                    f"session {name}{self.scope}: not replayed "
+                    f"({plural(len(turns), noun)} recorded)"
+                )
             else:
                 left = len(turns) - done
                 message = (
-                    f"session {name}: {span(done + 1, len(turns))} of {len(turns)} "
-                    f"{'was' if left == 1 else 'were'} not replayed"
+                    f"session {name}{self.scope}: {span(done + 1, len(turns), noun)} of "
+                    f"{len(turns)} {'was' if left == 1 else 'were'} not replayed"
                 )
             out.append(Problem("unplayed", message, None, name, done + 1))
         return out
 
     @property
     def turns_recorded(self) -> int:
-        return sum(len(t) for t in self.recording.sessions.values())
+        return sum(len(t) for t in self.sessions.values())
 
 
-def _same(entry: Entry, transport: str, api: str | None, key: TurnKey) -> bool:
-    return entry.transport == transport and entry.api == api and entry.key == key
+def _same(entry: Entry, transport: str, api: str | None, key: TurnKey | McpKey) -> bool:
+    played = entry.mcp if isinstance(key, McpKey) else entry.key
+    return entry.transport == transport and entry.api == api and played == key
 
 
-def _label(recorded: str, live_turn: int, recorded_turn: int) -> str:
+def _label(recorded: str, live_turn: int, recorded_turn: int, noun: str = "turn") -> str:
     """``session s1 turn 3``, with the recorded turn when the two differ."""
-    label = f"session {recorded} turn {live_turn}"
+    label = f"session {recorded} {noun} {live_turn}"
     if live_turn != recorded_turn:
-        label += f" (recorded turn {recorded_turn})"
+        label += f" (recorded {noun} {recorded_turn})"
     return label

@@ -12,6 +12,7 @@ only the proxy knows is here: the start of an exchange's line
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import orjson
@@ -26,13 +27,15 @@ from modeltap.evidence.recordings import (
     BlobStore,
     BlobWriter,
     Entry,
+    McpKey,
+    McpMessageKey,
     Recording,
     RecordingError,
     TurnKey,
     comparable_body,
     input_sha256,
 )
-from modeltap.evidence.records import Json
+from modeltap.evidence.records import Json, McpAuditRecord
 from modeltap.evidence.redaction import redact_path
 
 __all__ = [
@@ -46,6 +49,8 @@ __all__ = [
     "BlobStore",
     "BlobWriter",
     "Entry",
+    "McpKey",
+    "McpMessageKey",
     "Recording",
     "RecordingError",
     "TurnKey",
@@ -54,6 +59,7 @@ __all__ = [
     "input_sha256",
     "is_ws_create",
     "kept_headers",
+    "mcp_index_line",
 ]
 
 DIFF_FILE: Final = "replay-diff.jsonl"
@@ -101,6 +107,31 @@ def index_line(kind: str, view: ExchangeView, key: TurnKey | None) -> Json:
         "upstream": view.upstream,
         "key": key.to_json() if key is not None else None,
     }
+
+
+def mcp_index_line(
+    view: ExchangeView, records: Sequence[McpAuditRecord], order: int, run_id: str
+) -> Json:
+    """The start of an MCP exchange's ``recording.jsonl`` line (``kind: "mcp"``).
+
+    Args:
+        view: the exchange (a POST of JSON-RPC messages, or a ``DELETE``).
+        records: its audit lines (none for a ``DELETE``).
+        order: its place among its session's exchanges with its server (from 1).
+        run_id: the run.
+    """
+    server = view.mcp_server or ""
+    line = index_line("mcp", view, None)
+    line.update(
+        order=order,
+        seq=records[0].seq if records else None,
+        run_id=run_id,
+        key=McpKey.of(server, view.method or "", records).to_json(),
+        mcp_server=server,
+        mcp_session=view.mcp_session,
+        jsonrpc_ids=[r.jsonrpc_id for r in records],
+    )
+    return line
 
 
 def kept_headers(headers: Any) -> Json:

@@ -10,7 +10,12 @@ replayed as a stream (mitmproxy cannot stream a response an addon makes up),
 at the recorded pace (``--fast``: no delays), and lets a WebSocket be
 replayed by the same code that audits a live one: after each client
 ``response.create`` this server sends the recorded server messages of that
-turn, or the error event the replayer decided on.
+turn, or the error event the replayer decided on. An MCP exchange is served
+the same way, with what the replayer planned for it (:class:`McpPlan`): the
+live request's JSON-RPC ids put into the recorded answer as it passes
+(:class:`~modeltap.replay.mcp.IdRewriter`), and the ``Mcp-Session-Id`` the
+replay hands out; an MCP GET stream is held open, silent, until the client
+leaves (a server with nothing to say; GET streams are not recorded).
 
 No mitmproxy here. HTTP/1.1 is h11 (sans-I/O, as in
 :mod:`modeltap.app.control`): it parses the requests, keeps the connection
@@ -34,6 +39,7 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 import h11
@@ -45,13 +51,21 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from modeltap.replay.matching import UNRECORDED, Played
+from modeltap.replay.mcp import IdRewriter, JsonRpcId
 from modeltap.replay.recording import Entry, Recording, is_ws_create
-from modeltap.rules.errors import neutral_error_body
+from modeltap.rules.errors import UpstreamProtocolError, neutral_error_body
+from modeltap.wire.decoding import StreamDecompressor, decode_body
 
 #: Header on a forwarded request naming the recorded exchange to serve.
 ENTRY_HEADER: Final = "x-modeltap-replay-entry"
 #: Header on a forwarded WebSocket handshake naming its connection.
 CONNECTION_HEADER: Final = "x-modeltap-replay-connection"
+#: Header on a forwarded MCP request naming its :class:`McpPlan`.
+MCP_PLAN_HEADER: Final = "x-modeltap-replay-mcp"
+#: Header on a forwarded MCP GET: answer it with a silent stream, held open.
+MCP_STREAM_HEADER: Final = "x-modeltap-replay-mcp-stream"
+#: The header an MCP server names its session in (sent as the plan says).
+_MCP_SESSION: Final = b"mcp-session-id"
 #: Request line plus headers (what the proxy forwards of the agent's, plus our tag).
 MAX_HEAD: Final = 64 * 1024
 #: A request body is read and dropped; one longer than this is refused (413).
@@ -70,6 +84,16 @@ _FRAMING: Final = frozenset({b"content-length", b"transfer-encoding", b"connecti
 
 class _TooLarge(Exception):
     """The request body is longer than the server's ``max_body``."""
+
+
+@dataclass(frozen=True, slots=True)
+class McpPlan:
+    """How to serve one recorded MCP answer to the live request."""
+
+    #: Recorded answer id -> the live request's (:func:`~modeltap.replay.mcp.id_map`).
+    ids: dict[bytes, JsonRpcId] = field(default_factory=dict)
+    #: The ``Mcp-Session-Id`` to answer with (the recorded answer named one).
+    session_id: str | None = None
 
 
 def _ws_error(code: str, message: str) -> bytes:
@@ -159,6 +183,8 @@ class ReplayServer:
         self._server: asyncio.Server | None = None
         #: Per replayed WebSocket connection: the decisions for its creates, in order.
         self.connections: dict[str, deque[Played]] = {}
+        #: Per forwarded MCP request (:data:`MCP_PLAN_HEADER`): how to serve it.
+        self.mcp_plans: dict[str, McpPlan] = {}
 
     @property
     def url(self) -> str:
@@ -191,6 +217,9 @@ class ReplayServer:
                     return
                 if _is_websocket(request):
                     await self._websocket(conn, request, reader, writer)
+                    return
+                if _header(request, MCP_STREAM_HEADER.encode()):
+                    await _hold_stream(conn, reader, writer)
                     return
                 if not await self._answer(conn, request, writer):
                     return
@@ -249,7 +278,8 @@ class ReplayServer:
             writer.write(_sent(conn, response, h11.Data(data=body), h11.EndOfMessage()))
             await writer.drain()
             return True
-        return await self._serve(conn, entries[int(index)], writer)
+        plan = self.mcp_plans.pop(_header(request, MCP_PLAN_HEADER.encode()), None)
+        return await self._serve(conn, entries[int(index)], writer, plan)
 
     async def _pause_until(self, deadline: float) -> None:
         if not self.fast:
@@ -258,9 +288,14 @@ class ReplayServer:
                 await asyncio.sleep(delay)
 
     async def _serve(
-        self, conn: h11.Connection, entry: Entry, writer: asyncio.StreamWriter
+        self,
+        conn: h11.Connection,
+        entry: Entry,
+        writer: asyncio.StreamWriter,
+        plan: McpPlan | None = None,
     ) -> bool:
-        """Write one recorded response; False when the connection must end."""
+        """Write one recorded response (an MCP one as ``plan`` says); False when
+        the connection must end."""
         resp = entry.line.get("response") or {}
         loop = asyncio.get_running_loop()
         wait_ms = resp.get("wait_ms")
@@ -274,8 +309,10 @@ class ReplayServer:
         sha = resp.get("body")
         blob = self.recording.blobs.path(sha) if isinstance(sha, str) else None
         chunks = resp.get("chunks")
+        rewrite = _McpAnswer(plan, headers, streamed=isinstance(chunks, list))
+        headers = rewrite.headers
         if not isinstance(chunks, list):
-            body = blob.read_bytes() if blob is not None else b""
+            body = rewrite.body(blob.read_bytes() if blob is not None else b"")
             head = h11.Response(
                 status_code=status, headers=[*headers, (b"content-length", b"%d" % len(body))]
             )
@@ -293,9 +330,14 @@ class ReplayServer:
                 for offset_ms, size in chunks:
                     data = source.read(int(size)) if source is not None else b""
                     await self._pause_until(start + float(offset_ms) / 1000)
+                    data = rewrite.chunk(data)
                     if data:
                         writer.write(_sent(conn, h11.Data(data=data)))
                         await writer.drain()
+            rest = rewrite.end()
+            if rest:
+                writer.write(_sent(conn, h11.Data(data=rest)))
+                await writer.drain()
             if not resp.get("error"):
                 writer.write(_sent(conn, h11.EndOfMessage()))
                 await writer.drain()
@@ -404,6 +446,93 @@ class ReplayServer:
                         return
         except Exception:  # the connection went away under us (InvalidState, reset)
             return
+
+
+class _McpAnswer:
+    """A recorded answer as an MCP plan changes it: the session header the
+    replay hands out, the live ids put in (decoded first when the recording
+    kept it compressed). Without a plan, or with nothing to change, the
+    recorded bytes pass as they are."""
+
+    def __init__(
+        self, plan: McpPlan | None, headers: list[tuple[bytes, bytes]], *, streamed: bool
+    ) -> None:
+        self.rewriter: IdRewriter | None = None
+        self.decompressor: StreamDecompressor | None = None
+        self.broken = False
+        self.encoding: str | None = None
+        if plan is None:
+            self.headers = headers
+            return
+        kept = [(k, v) for k, v in headers if k != _MCP_SESSION]
+        if plan.session_id is not None:
+            kept.append((_MCP_SESSION, plan.session_id.encode("latin-1")))
+        if plan.ids:
+            media = next((v for k, v in kept if k == b"content-type"), b"")
+            sse = media.split(b";", 1)[0].strip().lower() == b"text/event-stream"
+            self.rewriter = IdRewriter(plan.ids, sse=sse and streamed)
+            encoding = next((v for k, v in kept if k == b"content-encoding"), b"")
+            if encoding.strip() and encoding.strip().lower() != b"identity":
+                # The ids are rewritten in the decoded text, served uncompressed.
+                self.encoding = encoding.decode("latin-1")
+                kept = [(k, v) for k, v in kept if k != b"content-encoding"]
+                if streamed:
+                    try:
+                        self.decompressor = StreamDecompressor(self.encoding)
+                    except UpstreamProtocolError:
+                        self.rewriter, self.encoding, kept = None, None, headers
+        self.headers = kept
+
+    def body(self, data: bytes) -> bytes:
+        if self.rewriter is None:
+            return data
+        if self.encoding is not None:
+            try:
+                data = decode_body(data, self.encoding)
+            except UpstreamProtocolError:
+                return data  # served as recorded (its header was dropped: as the upstream's)
+        self.rewriter.feed(data)
+        return self.rewriter.flush()
+
+    def chunk(self, data: bytes) -> bytes:
+        if self.broken:
+            return b""
+        if self.rewriter is None:
+            return data
+        if self.decompressor is not None:
+            try:
+                data = self.decompressor.feed(data)
+            except UpstreamProtocolError:
+                self.decompressor, self.rewriter = None, None  # a broken recording: stop there
+                self.broken = True
+                return b""
+        return self.rewriter.feed(data)
+
+    def end(self) -> bytes:
+        if self.rewriter is None:
+            return b""
+        rest = b""
+        if self.decompressor is not None:
+            try:
+                rest = self.decompressor.flush()
+            except UpstreamProtocolError:
+                rest = b""
+        return self.rewriter.feed(rest) + self.rewriter.flush()
+
+
+async def _hold_stream(
+    conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """An MCP GET stream: an event stream that says nothing, open until the client
+    (through the proxy) leaves, as a server with nothing to send keeps it."""
+    head = h11.Response(
+        status_code=200,
+        headers=[(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+    )
+    writer.write(_sent(conn, head))
+    await writer.drain()
+    while await reader.read(_READ_SIZE):
+        pass
 
 
 def _sent(conn: h11.Connection, *events: h11.Event) -> bytes:

@@ -1,0 +1,289 @@
+"""Record and replay of MCP exchanges, end to end with the official ``mcp`` SDK.
+
+A session of the SDK's ``Client`` goes through ``modeltap run --record``
+to the SDK's own server (tests/mcp_server.py) in JSON and SSE answer modes;
+then the server is gone and ``modeltap replay`` answers the same session
+from the recording: the client gets the same tool results, nothing differs,
+and the replayed run is audited as the recorded one was. A changed call is
+answered with a JSON-RPC error naming the rule and listed in the diff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import orjson
+import pytest
+from mcp import Client
+
+from modeltap.addons.replayer import Replayer
+from modeltap.app.proxy import Proxy, ProxyConfig, replay_proxy
+from modeltap.replay.recording import RECORDING_FILE, Recording
+from tests import mcp_shapes
+from tests.conftest import read_jsonl
+from tests.mcp_server import serve
+
+SERVER = "shapes"
+Session = Callable[[Client], Awaitable[list[Any]]]
+
+
+async def agent(c: Client, *, sampling: bool = True) -> list[Any]:
+    """What the agent does: list, call tools (one an error result, one with
+    progress notifications, and, where the server can reach the client, one
+    that makes the server ask the client to sample)."""
+    out: list[Any] = [[t.name for t in (await c.list_tools()).tools]]
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("add", {"a": 2, "b": 3}),
+        ("lookup_order", {"order_id": "A-7"}),
+        ("count_slowly", {"n": 2}),
+    ]
+    if sampling:
+        calls.append(("summarise", {"text": "notes"}))
+    for name, arguments in calls:
+        result = await c.call_tool(name, arguments)
+        out.append(result.model_dump(exclude_none=True))
+    return out
+
+
+async def json_agent(c: Client) -> list[Any]:
+    """The agent of a server answering JSON: no stream, so no sampling."""
+    return await agent(c, sampling=False)
+
+
+def changed_agent(c: Client) -> Awaitable[list[Any]]:
+    async def run() -> list[Any]:
+        await c.list_tools()
+        try:
+            await c.call_tool("add", {"a": 2, "b": 4})  # the recording has b = 3
+        except Exception as e:  # the SDK raises the JSON-RPC error it got
+            return [str(e)]
+        return ["no error"]
+
+    return run()
+
+
+async def _session(url: str, session: Session) -> list[Any]:
+    async with mcp_shapes.client(url, "legacy") as c:
+        with anyio.fail_after(20):
+            return await session(c)
+
+
+def record(tmp_path: Path, *, json_response: bool, session: Session = agent) -> list[Any]:
+    """Run ``session`` through ``--record`` against the SDK server; then the server is gone."""
+
+    async def scenario() -> list[Any]:
+        async with serve(json_response=json_response) as base:
+            cfg = ProxyConfig(
+                listen_port=0,
+                out=str(tmp_path / "out-record"),
+                mcp=[f"{SERVER}={base}/mcp"],
+                record=str(tmp_path / "rec"),
+                quiet=True,
+            )
+            proxy = Proxy(cfg).start()
+            try:
+                return await _session(f"{proxy.url}/mcp/{SERVER}", session)
+            finally:
+                await anyio.sleep(0.3)  # the DELETE passes
+                proxy.stop()
+
+    return asyncio.run(scenario())
+
+
+@contextlib.asynccontextmanager
+async def replaying(tmp_path: Path, *, fast: bool = True) -> AsyncIterator[tuple[str, Replayer]]:
+    proxy, replayer = replay_proxy(
+        tmp_path / "rec", ProxyConfig(listen_port=0, out=str(tmp_path / "out-replay"), quiet=True),
+        fast=fast,
+    )  # fmt: skip
+    proxy.start()
+    try:
+        yield f"{proxy.url}/mcp/{SERVER}", replayer
+    finally:
+        await anyio.sleep(0.3)
+        proxy.stop()
+
+
+def replay(tmp_path: Path, session: Session = agent, *, fast: bool = True) -> tuple[Any, Replayer]:
+    async def scenario() -> tuple[Any, Replayer]:
+        async with replaying(tmp_path, fast=fast) as (url, replayer):
+            return await _session(url, session), replayer
+
+    return asyncio.run(scenario())
+
+
+def audit_keys(out: Path) -> list[tuple[Any, ...]]:
+    return [
+        (r["message_type"], r["mcp_method"], r["jsonrpc_id"], r["tool_name"], r["arguments_sha256"])
+        for r in read_jsonl(out / "audit.jsonl")
+    ]
+
+
+def results(out: Path) -> list[tuple[Any, ...]]:
+    return [
+        (e["mcp_method"], e["tool_name"], e["outcome"], e["is_error"], e["framing"])
+        for e in read_jsonl(out / "events.jsonl")
+        if e["kind"] == "mcp_result"
+    ]
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+def test_round_trip_with_no_server(tmp_path: Path, json_response: bool) -> None:
+    session = json_agent if json_response else agent
+    recorded = record(tmp_path, json_response=json_response, session=session)
+    assert recorded[1]["structured_content"] == {"result": 5}
+    assert recorded[2]["is_error"] is True
+    if not json_response:
+        assert recorded[4]["content"][0]["text"] == "ship it on friday"  # the client's sampling
+
+    replayed, replayer = replay(tmp_path, session=session)
+
+    assert replayed == recorded
+    assert replayer.problems == []
+    assert replayer.mcp_played == replayer.mcp_players[SERVER].turns_recorded
+    # The replayed run is audited as the recorded one: same messages, ids,
+    # arguments; the same answers observed, framed as they were recorded.
+    assert audit_keys(tmp_path / "out-replay") == audit_keys(tmp_path / "out-record")
+    assert results(tmp_path / "out-replay") == results(tmp_path / "out-record")
+    framings = {framing for *_, framing in results(tmp_path / "out-replay")}
+    assert framings == {"json" if json_response else "sse"}
+    if not json_response:
+        # The server's sampling request came on the replayed stream, and the
+        # client's answer to it was matched with the recorded one.
+        assert ("result", "sampling/createMessage") in [
+            (r["message_type"], r["mcp_method"])
+            for r in read_jsonl(tmp_path / "out-replay" / "audit.jsonl")
+        ]
+
+
+def test_the_session_id_is_handed_out_never_stored(tmp_path: Path) -> None:
+    record(tmp_path, json_response=True, session=json_agent)
+    recorded = read_jsonl(tmp_path / "out-record" / "audit.jsonl")
+    (key,) = {r["mcp_session"] for r in recorded[1:]}
+    lines = (tmp_path / "rec" / RECORDING_FILE).read_bytes()
+    blobs = b"".join(p.read_bytes() for p in (tmp_path / "rec" / "blobs").iterdir())
+    assert b"mcp-session-id" not in lines.lower() + blobs.lower()
+    mcp_lines = [line for line in read_jsonl(tmp_path / "rec" / RECORDING_FILE)]
+    assert {line["kind"] for line in mcp_lines} == {"mcp"}
+    initialize = mcp_lines[0]
+    assert initialize["key"]["messages"][0]["mcp_method"] == "initialize"
+    assert initialize["response"]["mcp_session"] == key  # the hash, as the audit names it
+    assert {line["mcp_session"] for line in mcp_lines[1:]} == {key}
+    assert [line["order"] for line in mcp_lines[1:]] == list(range(1, len(mcp_lines)))
+
+    replay(tmp_path, session=json_agent)
+    replayed = read_jsonl(tmp_path / "out-replay" / "audit.jsonl")
+    (live,) = {r["mcp_session"] for r in replayed[1:]}
+    assert live is not None and live != key  # a session of the replay's own
+
+
+def test_ids_are_the_live_requests(tmp_path: Path) -> None:
+    """A client that counts its ids otherwise gets its own ids back, in JSON
+    and in SSE answers."""
+    record(tmp_path, json_response=False)
+
+    async def raw() -> list[Any]:
+        async with replaying(tmp_path) as (url, _), httpx2.AsyncClient(timeout=10) as http:
+            accept = {"accept": "application/json, text/event-stream"}
+            init = orjson.loads((tmp_path / "rec" / "blobs" / _blob(tmp_path, 0)).read_bytes())
+            init["id"] = "init-77"
+            first = await http.post(url, json=init, headers=accept)
+            session = {"mcp-session-id": first.headers["mcp-session-id"], **accept}
+            await http.post(
+                url,
+                json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                headers=session,
+            )
+            listing = await http.post(
+                url, json={"jsonrpc": "2.0", "id": 900, "method": "tools/list"}, headers=session
+            )
+            return [first.text, listing.text]
+
+    first, listing = asyncio.run(raw())
+    assert '"id":"init-77"' in first.replace(" ", "")
+    events = [line for line in listing.splitlines() if line.startswith("data:")]
+    messages = [orjson.loads(line[5:]) for line in events if line[5:].strip()]
+    assert [m["id"] for m in messages if "result" in m] == [900]
+
+
+def _blob(tmp_path: Path, index: int) -> str:
+    line = Recording.load(tmp_path / "rec").entries[index].line
+    sha: str = line["request"]["body"]
+    return sha
+
+
+def test_a_changed_call_is_a_jsonrpc_error_naming_the_rule(tmp_path: Path) -> None:
+    record(tmp_path, json_response=True, session=lambda c: _add(c, 3))
+
+    replayed, replayer = replay(tmp_path, session=changed_agent)
+
+    (said,) = replayed
+    assert "modeltap replay: the request does not match the recording" in said
+    assert "arguments.b: changed (1 bytes)" in said
+    kinds = [(p.kind, p.message) for p in replayer.problems]
+    assert (
+        kinds[0]
+        == (
+            "mismatch",
+            kinds[0][1],
+        )
+        and "mcp server shapes request 3: arguments.b: changed (1 bytes)" in kinds[0][1]
+    )
+    diff = read_jsonl(tmp_path / "out-replay" / "replay-diff.jsonl")
+    assert diff[0]["kind"] == "mismatch"
+    assert "4" not in diff[0]["message"].split("arguments.b")[1]  # sizes, never the value
+    answer = next(
+        e for e in read_jsonl(tmp_path / "out-replay" / "events.jsonl") if e["kind"] == "mcp_result"
+        and e["tool_name"] == "add"
+    )  # fmt: skip
+    assert (answer["outcome"], answer["error_code"]) == ("error", -32005)
+
+
+async def _add(c: Client, b: int) -> list[Any]:
+    await c.list_tools()
+    result = await c.call_tool("add", {"a": 2, "b": b})
+    return [result.model_dump(exclude_none=True)]
+
+
+def test_more_calls_than_recorded_are_errors_not_hangs(tmp_path: Path) -> None:
+    record(tmp_path, json_response=True, session=lambda c: _add(c, 3))
+
+    async def more(c: Client) -> list[Any]:
+        await _add(c, 3)
+        said = []
+        for _ in range(2):  # asked twice: one diff line
+            try:
+                await c.call_tool("add", {"a": 2, "b": 3})
+            except Exception as e:
+                said.append(str(e))
+        return said
+
+    said, replayer = replay(tmp_path, session=more)
+    assert len(said) == 2 and said[0] == said[1]
+    assert "request 4: HTTP method changed (DELETE -> POST tools/call 'add')" in said[0]
+    # The client's DELETE at its exit then plays the recorded one: one line in all.
+    assert [p.kind for p in replayer.problems] == ["mismatch"]
+
+
+def test_get_stream_is_held_open_silent(tmp_path: Path) -> None:
+    """The SDK opens a GET stream after initialize; the replay keeps it open and
+    says nothing on it (GET streams are not recorded), so the client neither
+    fails nor reconnects."""
+    record(tmp_path, json_response=False, session=lambda c: _add(c, 3))
+    lines = read_jsonl(tmp_path / "rec" / RECORDING_FILE)
+    assert "GET" not in {line["method"] for line in lines}
+
+    replayed, replayer = replay(tmp_path, session=lambda c: _add(c, 3))
+    assert replayed[0]["structured_content"] == {"result": 5}
+    streams = [
+        e for e in read_jsonl(tmp_path / "out-replay" / "events.jsonl")
+        if e["kind"] == "mcp_exchange" and e["method"] == "GET"
+    ]  # fmt: skip
+    assert len(streams) == 1 and streams[0]["status"] == 200
+    assert replayer.problems == []
