@@ -68,13 +68,18 @@ def changed_agent(c: Client) -> Awaitable[list[Any]]:
     return run()
 
 
-async def _session(url: str, session: Session) -> list[Any]:
-    async with mcp_shapes.client(url, "legacy") as c:
+async def _session(url: str, session: Session, mode: str = "legacy") -> list[Any]:
+    """``session`` in a client of ``mode``: ``legacy`` (initialize, 2025-11-25,
+    an ``Mcp-Session-Id``) or ``auto`` (2026-07-28: no session, sampling
+    through ``input_required``)."""
+    async with mcp_shapes.client(url, mode) as c:
         with anyio.fail_after(20):
             return await session(c)
 
 
-def record(tmp_path: Path, *, json_response: bool, session: Session = agent) -> list[Any]:
+def record(
+    tmp_path: Path, *, json_response: bool, session: Session = agent, mode: str = "legacy"
+) -> list[Any]:
     """Run ``session`` through ``--record`` against the SDK server; then the server is gone."""
 
     async def scenario() -> list[Any]:
@@ -88,7 +93,7 @@ def record(tmp_path: Path, *, json_response: bool, session: Session = agent) -> 
             )
             proxy = Proxy(cfg).start()
             try:
-                return await _session(f"{proxy.url}/mcp/{SERVER}", session)
+                return await _session(f"{proxy.url}/mcp/{SERVER}", session, mode)
             finally:
                 await anyio.sleep(0.3)  # the DELETE passes
                 proxy.stop()
@@ -110,10 +115,12 @@ async def replaying(tmp_path: Path, *, fast: bool = True) -> AsyncIterator[tuple
         proxy.stop()
 
 
-def replay(tmp_path: Path, session: Session = agent, *, fast: bool = True) -> tuple[Any, Replayer]:
+def replay(
+    tmp_path: Path, session: Session = agent, *, fast: bool = True, mode: str = "legacy"
+) -> tuple[Any, Replayer]:
     async def scenario() -> tuple[Any, Replayer]:
         async with replaying(tmp_path, fast=fast) as (url, replayer):
-            return await _session(url, session), replayer
+            return await _session(url, session, mode), replayer
 
     return asyncio.run(scenario())
 
@@ -133,16 +140,17 @@ def results(out: Path) -> list[tuple[Any, ...]]:
     ]
 
 
+@pytest.mark.parametrize("mode", ["legacy", "auto"], ids=["2025-11-25", "2026-07-28"])
 @pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
-def test_round_trip_with_no_server(tmp_path: Path, json_response: bool) -> None:
+def test_round_trip_with_no_server(tmp_path: Path, json_response: bool, mode: str) -> None:
     session = json_agent if json_response else agent
-    recorded = record(tmp_path, json_response=json_response, session=session)
+    recorded = record(tmp_path, json_response=json_response, session=session, mode=mode)
     assert recorded[1]["structured_content"] == {"result": 5}
     assert recorded[2]["is_error"] is True
     if not json_response:
         assert recorded[4]["content"][0]["text"] == "ship it on friday"  # the client's sampling
 
-    replayed, replayer = replay(tmp_path, session=session)
+    replayed, replayer = replay(tmp_path, session=session, mode=mode)
 
     assert replayed == recorded
     assert replayer.problems == []
@@ -152,8 +160,8 @@ def test_round_trip_with_no_server(tmp_path: Path, json_response: bool) -> None:
     assert audit_keys(tmp_path / "out-replay") == audit_keys(tmp_path / "out-record")
     assert results(tmp_path / "out-replay") == results(tmp_path / "out-record")
     framings = {framing for *_, framing in results(tmp_path / "out-replay")}
-    assert framings == {"json" if json_response else "sse"}
-    if not json_response:
+    assert framings == {"json" if json_response or mode == "auto" else "sse"}
+    if not json_response and mode == "legacy":
         # The server's sampling request came on the replayed stream, and the
         # client's answer to it was matched with the recorded one.
         assert ("result", "sampling/createMessage") in [
@@ -181,6 +189,72 @@ def test_the_session_id_is_handed_out_never_stored(tmp_path: Path) -> None:
     replayed = read_jsonl(tmp_path / "out-replay" / "audit.jsonl")
     (live,) = {r["mcp_session"] for r in replayed[1:]}
     assert live is not None and live != key  # a session of the replay's own
+
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+ACCEPT = {"accept": "application/json, text/event-stream"}
+
+
+async def raw_session(url: str) -> tuple[str, list[Any]]:
+    """initialize, initialized, one tools/call, DELETE, by hand: the session
+    id the server gave, and the answers."""
+    async with httpx2.AsyncClient(timeout=10) as http:
+        first = await http.post(url, json=INIT, headers=ACCEPT)
+        sid = first.headers["mcp-session-id"]
+        session = {"mcp-session-id": sid, "mcp-protocol-version": "2025-11-25", **ACCEPT}
+        note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await http.post(url, json=note, headers=session)
+        add = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "add", "arguments": {"a": 2, "b": 3}},
+        }
+        answer = await http.post(url, json=add, headers=session)
+        gone = await http.delete(url, headers=session)
+        return sid, [first.status_code, answer.json(), gone.status_code]
+
+
+def test_no_session_id_in_any_file(tmp_path: Path) -> None:
+    async def recording() -> tuple[str, list[Any]]:
+        async with serve(json_response=True) as base:
+            cfg = ProxyConfig(
+                listen_port=0,
+                out=str(tmp_path / "out-record"),
+                mcp=[f"{SERVER}={base}/mcp"],
+                record=str(tmp_path / "rec"),
+                quiet=True,
+            )
+            proxy = Proxy(cfg).start()
+            try:
+                return await raw_session(f"{proxy.url}/mcp/{SERVER}")
+            finally:
+                await anyio.sleep(0.2)
+                proxy.stop()
+
+    sid, recorded = asyncio.run(recording())
+    files = [f for f in tmp_path.rglob("*") if f.is_file()]
+    assert len(files) > 5 and not any(sid.encode() in f.read_bytes() for f in files)
+    assert [line["method"] for line in read_jsonl(tmp_path / "rec" / RECORDING_FILE)] == [
+        "POST", "POST", "POST", "DELETE",
+    ]  # fmt: skip
+
+    async def replaying_raw() -> tuple[str, list[Any]]:
+        async with replaying(tmp_path) as (url, _):
+            return await raw_session(url)
+
+    handed_out, replayed = asyncio.run(replaying_raw())
+    assert replayed == recorded
+    assert handed_out != sid  # the replay's own
 
 
 def test_ids_are_the_live_requests(tmp_path: Path) -> None:

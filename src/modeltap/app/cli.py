@@ -314,6 +314,9 @@ def replay_main(argv: Sequence[str]) -> int:
         pace = "without delays (--fast)" if args.fast else "at the recorded pace"
         turns = plural(replay.player.turns_recorded, "turn")
         sessions = plural(len(recording.sessions), "session")
+        mcp = sum(player.turns_recorded for player in replay.mcp_players.values())
+        if mcp:
+            turns += f" and {plural(mcp, 'MCP request')}"
         print_lines(
             *startup_screen(p, recording=recording).split("\n"),
             f"  replaying  {recording.root}  ({turns} in {sessions}) {pace}; diff -> "
