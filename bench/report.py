@@ -270,6 +270,10 @@ def rows(wires: list[Wire], families: set[str]) -> list[tuple[str, list[Row]]]:
                 ],
             )
         )
+    if "mcp" in families:
+        from bench.mcp_call import rows as mcp_rows  # it imports this module
+
+        out.append(mcp_rows())
     if "startup" in families:
         out.append(
             (

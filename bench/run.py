@@ -46,7 +46,7 @@ from websockets.asyncio.client import connect as ws_connect
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import startup  # noqa: E402
+from bench import mcp_call, startup  # noqa: E402
 from bench.cases import Bench, Plan, Results, Target  # noqa: E402
 from bench.client import (  # noqa: E402
     HttpConnection,
@@ -59,7 +59,7 @@ from bench.wires import WIRES, Wire, agent_turn_body, chat_body, image_chat_body
 BENCH_DIR = ROOT / "bench"
 BIN = Path(sys.executable).parent
 CHAT_PATH = "/v1/chat/completions"
-FAMILIES = ("small", "telemetry", "streams", "bodies", "ws", "startup")
+FAMILIES = ("small", "telemetry", "streams", "bodies", "ws", "startup", "mcp")
 #: Seconds a slow collector takes to answer each export (the export timeout is 3 s).
 SLOW_COLLECTOR_S = 2.0
 
@@ -285,6 +285,8 @@ class Setup:
                         self._otlp(name, flavor),
                         SIGNALS[flavor][1] if flavor in SIGNALS else None,
                     )
+        if "mcp" in families:
+            self.targets.update(mcp_call.targets(procs, work, trees, MODELTAP_MAIN))
 
     def _otlp(self, name: str, flavor: str) -> str:
         state, protocol = flavor.split("-")
@@ -369,6 +371,8 @@ def cases(bench: Bench, s: Setup, wires: list[Wire]) -> list[Case]:
                     s.group("direct", stream_ref=True),
                 )
             )
+    if "mcp" in f:
+        out += mcp_call.cases(bench, s.targets)
     if "bodies" in f:
         out.append(("large bodies", bench.large, s.group("direct", "mitmdump")))
         out.append(("agent turn", bench.agent_turn, s.group("direct", "mitmdump")))
