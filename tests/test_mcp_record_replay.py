@@ -78,7 +78,12 @@ async def _session(url: str, session: Session, mode: str = "legacy") -> list[Any
 
 
 def record(
-    tmp_path: Path, *, json_response: bool, session: Session = agent, mode: str = "legacy"
+    tmp_path: Path,
+    *,
+    json_response: bool,
+    session: Session = agent,
+    mode: str = "legacy",
+    named: str | None = None,
 ) -> list[Any]:
     """Run ``session`` through ``--record`` against the SDK server; then the server is gone."""
 
@@ -90,6 +95,7 @@ def record(
                 mcp=[f"{SERVER}={base}/mcp"],
                 record=str(tmp_path / "rec"),
                 quiet=True,
+                session=named,
             )
             proxy = Proxy(cfg).start()
             try:
@@ -102,11 +108,11 @@ def record(
 
 
 @contextlib.asynccontextmanager
-async def replaying(tmp_path: Path, *, fast: bool = True) -> AsyncIterator[tuple[str, Replayer]]:
-    proxy, replayer = replay_proxy(
-        tmp_path / "rec", ProxyConfig(listen_port=0, out=str(tmp_path / "out-replay"), quiet=True),
-        fast=fast,
-    )  # fmt: skip
+async def replaying(
+    tmp_path: Path, *, fast: bool = True, named: str | None = None
+) -> AsyncIterator[tuple[str, Replayer]]:
+    config = ProxyConfig(listen_port=0, out=str(tmp_path / "out-replay"), quiet=True, session=named)
+    proxy, replayer = replay_proxy(tmp_path / "rec", config, fast=fast)
     proxy.start()
     try:
         yield f"{proxy.url}/mcp/{SERVER}", replayer
@@ -116,10 +122,15 @@ async def replaying(tmp_path: Path, *, fast: bool = True) -> AsyncIterator[tuple
 
 
 def replay(
-    tmp_path: Path, session: Session = agent, *, fast: bool = True, mode: str = "legacy"
+    tmp_path: Path,
+    session: Session = agent,
+    *,
+    fast: bool = True,
+    mode: str = "legacy",
+    named: str | None = None,
 ) -> tuple[Any, Replayer]:
     async def scenario() -> tuple[Any, Replayer]:
-        async with replaying(tmp_path, fast=fast) as (url, replayer):
+        async with replaying(tmp_path, fast=fast, named=named) as (url, replayer):
             return await _session(url, session, mode), replayer
 
     return asyncio.run(scenario())
@@ -361,3 +372,19 @@ def test_get_stream_is_held_open_silent(tmp_path: Path) -> None:
     ]  # fmt: skip
     assert len(streams) == 1 and streams[0]["status"] == 200
     assert replayer.problems == []
+
+
+def test_a_named_session_replays_by_its_name(tmp_path: Path) -> None:
+    """--session names the session: every MCP message is in it (initialize too),
+    and the replay finds it by name."""
+    recorded = record(tmp_path, json_response=True, session=json_agent, named="task-1")
+    lines = read_jsonl(tmp_path / "rec" / RECORDING_FILE)
+    assert {line["session_id"] for line in lines} == {"task-1"}
+    assert [line["order"] for line in lines] == list(range(1, len(lines) + 1))
+
+    replayed, replayer = replay(tmp_path, session=json_agent, named="task-1")
+    assert replayed == recorded
+    assert replayer.problems == []
+    assert {r["session_id"] for r in read_jsonl(tmp_path / "out-replay" / "audit.jsonl")} == {
+        "task-1"
+    }
