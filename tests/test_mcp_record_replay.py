@@ -388,3 +388,19 @@ def test_a_named_session_replays_by_its_name(tmp_path: Path) -> None:
     assert {r["session_id"] for r in read_jsonl(tmp_path / "out-replay" / "audit.jsonl")} == {
         "task-1"
     }
+
+
+def test_an_http_sse_stream_is_refused_not_a_hang(tmp_path: Path) -> None:
+    """HTTP+SSE answers on its GET stream, which is not recorded: the replay
+    refuses the stream (405, a JSON-RPC error naming the rule) at once."""
+    record(tmp_path, json_response=True, session=lambda c: _add(c, 3))
+
+    async def opening() -> httpx2.Response:
+        async with replaying(tmp_path) as (url, _), httpx2.AsyncClient(timeout=10) as http:
+            return await http.get(url + "/sse", headers={"accept": "text/event-stream"})
+
+    answer = asyncio.run(opening())
+    assert answer.status_code == 405
+    error = answer.json()["error"]
+    assert error["data"] == {"rule": "modeltap_replay_unrecorded"}
+    assert "HTTP+SSE" in error["message"]

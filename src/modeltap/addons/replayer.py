@@ -15,8 +15,8 @@ per server): a match is served with the live request's JSON-RPC ids and,
 where the recorded answer gave an ``Mcp-Session-Id``, one this replay hands
 out (its session is then replayed from the recorded one it stands for); a
 miss is answered with a JSON-RPC error naming the rule
-(:func:`~modeltap.replay.mcp.replay_error_body`). An MCP GET stream is held
-open, silent.
+(:func:`~modeltap.replay.mcp.replay_error_body`). An MCP GET stream of a
+session is held open, silent; one outside a session (HTTP+SSE's) is refused.
 """
 
 from __future__ import annotations
@@ -50,6 +50,13 @@ from modeltap.replay.upstream import (
     ReplayServer,
 )
 from modeltap.report.terminal import print_lines
+
+#: What a GET that would open an HTTP+SSE session is answered with (405: MCP's
+#: "no stream here").
+HTTP_SSE_NOT_REPLAYED = (
+    "modeltap replay: an MCP stream outside a session (HTTP+SSE) is not replayed: "
+    "its answers come on that stream, which is not recorded"
+)
 
 
 class Replayer(Listener):
@@ -155,6 +162,12 @@ class Replayer(Listener):
         """An MCP exchange: a GET stream is held open; a POST or DELETE is
         matched with the server's recorded exchanges of its session."""
         if view.method == "GET":
+            if view.mcp_session is None:
+                # Not a Streamable HTTP session's stream (a client asks for one once
+                # it has a session): HTTP+SSE's, whose answers come on it. It is
+                # not recorded, so it is refused, not held open for a client to wait on.
+                content = replay_error_body([], HTTP_SSE_NOT_REPLAYED, UNRECORDED)
+                return Reply(405, content)
             return Forward(((MCP_STREAM_HEADER, "1"),))
         records = self._mcp_records.pop(view.id, ())
         key = McpKey.of(server, view.method or "", records)
