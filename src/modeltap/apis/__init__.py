@@ -61,6 +61,7 @@ from modeltap.apis.contract import (
     Wire,
     WireApi,
 )
+from modeltap.apis.stream_templates import TemplateMaker
 from modeltap.apis.websocket_mode import WebSocketMode
 from modeltap.evidence.records import (
     MAX_ID_CHARS,
@@ -382,6 +383,12 @@ def decoder_for(framing: str) -> EventDecoder:
     return _FRAMINGS.get(framing, SSE).decoder()
 
 
+def template_for(framing: str) -> TemplateMaker | None:
+    """How the framing :func:`decoder_for` decodes makes templates of plain events
+    (:mod:`modeltap.apis.stream_templates`), or None."""
+    return _FRAMINGS.get(framing, SSE).template
+
+
 def with_header_facts(
     facts: ResponseFacts,
     api: str | None,
@@ -526,6 +533,7 @@ __all__ = [
     "reported_usage",
     "response_headers",
     "stream_framing",
+    "template_for",
     "unsupported_endpoint",
     "usage_total",
     "websocket_mode",

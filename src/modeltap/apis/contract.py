@@ -59,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from modeltap.apis.stream_templates import EventTemplate, Slots, TemplateMaker
 from modeltap.apis.websocket_mode import WebSocketMode
 from modeltap.evidence.records import (
     OPERATION_CREATE,
@@ -89,6 +90,12 @@ class StreamObserver(Protocol):
 
     def finish(self, error: str | None = None) -> ResponseFacts:
         """Return what the stream showed; ``error`` says why it ended early, if it did."""
+        ...
+
+    def plain_slots(self, name: str | None, event: Json) -> Slots | None:
+        """Whether the event just fed may be counted without decoding when it
+        comes again with other values in the returned slots
+        (:meth:`~modeltap.apis.stream_observer.StreamObserverBase.plain_slots`)."""
         ...
 
 
@@ -123,16 +130,21 @@ class Framing:
             (Gemini's JSON array is ``application/json``): a response is this
             framing only when its request asked for a stream and the answer
             is a success (an error answers with one object).
+        template: makes a template of a plain event's bytes
+            (:mod:`~modeltap.apis.stream_templates`), for a decoder that says
+            where its events begin (``at_event_boundary``); None: every event
+            is decoded.
     """
 
     name: str
     media_type: str
     decoder: Callable[[], EventDecoder]
     streamed_requests_only: bool = False
+    template: TemplateMaker | None = None
 
 
 #: Server-sent events (``text/event-stream``), the framing most wires stream in.
-SSE: Final = Framing("sse", "text/event-stream", SSEDecoder)
+SSE: Final = Framing("sse", "text/event-stream", SSEDecoder, template=EventTemplate.make)
 
 
 class StreamObserverFactory(Protocol):

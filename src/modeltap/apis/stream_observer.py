@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import orjson
 
+from modeltap.apis.stream_templates import Slots
 from modeltap.evidence.records import Json, ResponseFacts
 
 #: Provider error types are identifiers; anything else is not copied into errors.
@@ -82,6 +83,22 @@ class StreamObserverBase:
             self._note(f"{what} is not a JSON object")
             return None
         return value
+
+    def plain_slots(self, name: str | None, event: Json) -> Slots | None:
+        """Whether an event just fed is *plain*, and where its values may vary.
+
+        A plain event, fed again right after itself with any values in the
+        returned slots (non-empty strings in ``text``; values of the same JSON
+        type in ``ignored``), changes nothing the observer keeps and returns
+        what it returned the first time. The stream tap then counts the events
+        whose bytes match it without decoding them
+        (:mod:`~modeltap.apis.stream_templates`). ``None`` (the default): decode
+        every event.
+
+        Args:
+            event: the event's data, parsed (the observer has fed it already).
+        """
+        return None
 
     def finish(self, error: str | None = None) -> ResponseFacts:
         """Return what the stream showed.

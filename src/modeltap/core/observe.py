@@ -16,16 +16,18 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from modeltap import apis
 from modeltap.apis.contract import SSE
+from modeltap.apis.stream_templates import BoundaryDecoder, Learner, Slots, Template
 from modeltap.evidence.records import RequestFacts, ResponseFacts
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.rules.routing import Route
 from modeltap.wire.decoding import StreamDecompressor, decode_body
+from modeltap.wire.sse import SSEEvent
 
 
 def stream_framing(
@@ -116,6 +118,7 @@ class StreamTap:
         "decompressor",
         "errors",
         "first_chunk_ns",
+        "learner",
         "observer",
         "on_chunk",
         "on_first_chunk",
@@ -135,8 +138,13 @@ class StreamTap:
         self.observer = observer
         self.decompressor = decompressor
         self.sse: apis.EventDecoder | None = None
+        #: Plain events counted without decoding (SSE without a content coding).
+        self.learner: Learner | None = None
         if observer is not None:
             self.sse = apis.decoder_for(framing)
+            make = apis.template_for(framing)
+            if make is not None and decompressor is not None and decompressor.identity:
+                self.learner = Learner(cast(BoundaryDecoder, self.sse), make)
         self.errors = list(errors)
         self.first_chunk_ns: int | None = None
         self.on_first_chunk = on_first_chunk
@@ -174,26 +182,78 @@ class StreamTap:
         if self.sse is not None and self.decompressor is not None:
             try:
                 if chunk:
-                    events = self.sse.feed(self.decompressor.feed(chunk))
+                    data = self.decompressor.feed(chunk)
+                    if self.learner is not None and self.learner.template is not None:
+                        data = self._counted(data, self.learner.template)
+                    if data:
+                        self._decoded(data)
                 else:
                     events = self.sse.feed(self.decompressor.flush()) + self.sse.close()
-                self._observe(events)
+                    self._observe(events)
             except UpstreamProtocolError as e:
                 # Stop observing, never stop the stream: the agent gets its bytes.
                 self.errors.append(str(e))
                 assert self.observer is not None
-                self.observer, self.sse = _Stopped(self.observer), None
+                self.observer, self.sse, self.learner = _Stopped(self.observer), None, None
         if self.on_chunk is not None and chunk:
             self.on_chunk(chunk, time.perf_counter_ns())
         return chunk
 
-    def _observe(self, events: list[Any]) -> None:
+    def _counted(self, data: bytes, template: Template) -> bytes:
+        """What is left of ``data`` after the plain events at its start.
+
+        The template is kept only while the decoder is between events and the
+        last event it decoded was the template's exemplar (:meth:`_decoded`):
+        each match is that event again with other values in its slots, which
+        the observer would not notice (:mod:`modeltap.apis.stream_templates`).
+        """
+        assert self.learner is not None
+        if len(data) > self.learner.decoder.max_pending_bytes:
+            return data  # the decoder's bound decides what such a chunk is
+        count, end = template.consumed(data)
+        if count and template.output and self.first_chunk_ns is None:
+            self._first_output()
+        return data[end:] if end else data
+
+    def _decoded(self, data: bytes) -> None:
+        """Decode ``data`` in full and observe its events; learn a template from it
+        when it was exactly one plain event."""
+        assert self.sse is not None
+        learner = self.learner
+        exemplar = learner is not None and learner.decoder.at_event_boundary and learner.ready()
+        events = self.sse.feed(data)
+        output = self._observe(events)
+        if learner is None:
+            return
+        learner.template = None  # the decoder moved on: no template holds any more
+        if exemplar and len(events) == 1 and learner.decoder.at_event_boundary:
+            learner.learned(self._template(data, events[0], output))
+
+    def _template(self, data: bytes, event: SSEEvent, output: bool) -> Template | None:
+        assert self.observer is not None and self.learner is not None
+        try:
+            parsed = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(parsed, dict):
+            return None
+        slots = self.observer.plain_slots(event.event, parsed)
+        return None if slots is None else self.learner.make(data, event, parsed, slots, output)
+
+    def _observe(self, events: list[Any]) -> bool:
+        """Feed the events to the observer; return what it said of the last one."""
         assert self.observer is not None
+        output = False
         for event in events:
-            if self.observer.feed(event) and self.first_chunk_ns is None:
-                self.first_chunk_ns = time.perf_counter_ns()
-                if self.on_first_chunk is not None:
-                    self.on_first_chunk(self.first_chunk_ns)
+            output = self.observer.feed(event)
+            if output and self.first_chunk_ns is None:
+                self._first_output()
+        return output
+
+    def _first_output(self) -> None:
+        self.first_chunk_ns = time.perf_counter_ns()
+        if self.on_first_chunk is not None:
+            self.on_first_chunk(self.first_chunk_ns)
 
     @property
     def done(self) -> bool:
@@ -230,6 +290,9 @@ class _Stopped:
 
     def feed(self, event: Any) -> bool:
         return False
+
+    def plain_slots(self, name: str | None, event: Any) -> Slots | None:
+        return None
 
     @property
     def done(self) -> bool:

@@ -272,6 +272,11 @@ class StreamDecompressor:
         self._layers = [_make_layer(name) for name in reversed(names) if name]
         self._done = False
 
+    @property
+    def identity(self) -> bool:
+        """Whether the body has no coding to undo (each chunk decodes to itself)."""
+        return not self._layers
+
     def feed(self, data: bytes) -> bytes:
         """Decode the next chunk of the body.
 

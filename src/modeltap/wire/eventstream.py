@@ -285,6 +285,17 @@ class EventStreamDecoder:
         """Whether :meth:`close` was called or a protocol error ended decoding."""
         return self._closed
 
+    @property
+    def at_message_boundary(self) -> bool:
+        """Whether nothing is held between messages: the next bytes start one
+        (the stream is open and no error waits for the next call)."""
+        return not self._buffer and self._deferred is None and not self._closed
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest total length accepted."""
+        return self._max
+
     def feed(self, data: bytes) -> list[EventStreamMessage]:
         """Consume the next chunk of the stream.
 

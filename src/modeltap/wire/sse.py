@@ -92,6 +92,26 @@ class SSEDecoder:
         return len(self._line) + self._event_bytes
 
     @property
+    def at_event_boundary(self) -> bool:
+        """Whether the decoder holds nothing between events: the next bytes start
+        an event, as if the stream began there (its byte order mark was read,
+        no line, field or ``\\r\\n`` half is pending, the stream is open)."""
+        return (
+            self._bom_checked
+            and not self._skip_lf
+            and not self._line
+            and not self._event_bytes
+            and not self._data
+            and not self._event_type
+            and not self._closed
+        )
+
+    @property
+    def max_pending_bytes(self) -> int:
+        """The bound on bytes held for one unfinished event (see the class)."""
+        return self._max_pending
+
+    @property
     def closed(self) -> bool:
         """Whether :meth:`close` was called or a protocol error ended decoding."""
         return self._closed

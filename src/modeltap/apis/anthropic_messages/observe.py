@@ -19,6 +19,7 @@ from modeltap.apis.anthropic_messages.content import FINISH_REASONS, block_part
 from modeltap.apis.fields import id_or_none, str_or_none, token_count, whole_number
 from modeltap.apis.json_body import json_text
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase, error_type
+from modeltap.apis.stream_templates import Slots
 from modeltap.evidence.records import (
     InvocationMetrics,
     Json,
@@ -241,6 +242,21 @@ class StreamObserver(StreamObserverBase):
             else:
                 tool.fragments.append(fragment)
         return isinstance(kind, str) and kind in _OUTPUT_DELTAS
+
+    def plain_slots(self, name: str | None, event: Json) -> Slots | None:
+        """A ``content_block_delta`` of text or thinking: without content capture
+        it changes nothing kept and returns True, whatever it carries."""
+        delta = event.get("delta")
+        if (
+            self._output is not None
+            or event.get("type") != "content_block_delta"
+            or not isinstance(delta, dict)
+        ):
+            return None
+        key = {"text_delta": "text", "thinking_delta": "thinking"}.get(delta.get("type"))  # type: ignore[arg-type]
+        if key is None or not isinstance(delta.get(key), str) or not delta[key]:
+            return None
+        return Slots(text=(("delta", key),))
 
     def _missing(self) -> Iterator[str]:
         if not self._done:

@@ -24,6 +24,7 @@ from modeltap.apis.bedrock_converse.content import FINISH_REASONS, output_conten
 from modeltap.apis.fields import id_or_none, str_or_none, token_count, whole_number
 from modeltap.apis.json_body import json_text
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase, error_type
+from modeltap.apis.stream_templates import Slots
 from modeltap.evidence.records import (
     InvocationMetrics,
     Json,
@@ -227,6 +228,22 @@ class StreamObserver(StreamObserverBase):
     def _capture(self, index: Any, kind: str, piece: str) -> None:
         if self._output is not None and isinstance(index, int):
             self._output.add_text(0, index, kind, piece)
+
+    def plain_slots(self, name: str | None, event: Json) -> Slots | None:
+        """A ``contentBlockDelta`` of text: without content capture it changes
+        nothing kept and returns True, whatever non-empty text it carries and
+        whatever Bedrock's ``p`` padding is."""
+        delta = event.get("delta")
+        if (
+            self._output is not None
+            or name != "contentBlockDelta"
+            or not isinstance(delta, dict)
+            or not isinstance(delta.get("text"), str)
+            or not delta["text"]
+        ):
+            return None
+        padding = (("p",),) if isinstance(event.get("p"), str) else ()
+        return Slots(text=(("delta", "text"),), ignored=padding)
 
     def _missing(self) -> Iterator[str]:
         if not self._done:

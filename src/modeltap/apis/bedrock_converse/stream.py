@@ -26,15 +26,24 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
+import struct
+import zlib
 from dataclasses import dataclass
 from typing import Final
 
 import orjson
 
 from modeltap.apis.contract import Framing
+from modeltap.apis.stream_templates import Slots, compile_pattern, json_pattern, same_json
 from modeltap.evidence.records import Json
 from modeltap.rules.errors import UpstreamProtocolError
-from modeltap.wire.eventstream import EventStreamDecoder, EventStreamMessage
+from modeltap.wire.eventstream import (
+    MIN_MESSAGE_BYTES,
+    PRELUDE_BYTES,
+    EventStreamDecoder,
+    EventStreamMessage,
+)
 from modeltap.wire.sse import SSEEvent
 
 #: Bound on the JSON payload of one Bedrock message. Bedrock's events are a
@@ -231,6 +240,16 @@ class BedrockStreamDecoder:
     def __init__(self) -> None:
         self._decoder = EventStreamDecoder()
 
+    @property
+    def at_event_boundary(self) -> bool:
+        """Whether the next bytes start a message (nothing held, no error waiting)."""
+        return self._decoder.at_message_boundary
+
+    @property
+    def max_pending_bytes(self) -> int:
+        """The largest message accepted."""
+        return self._decoder.max_message_bytes
+
     def feed(self, data: bytes) -> list[SSEEvent]:
         """Take the next bytes; return the events they completed, in order."""
         return [_as_event(m) for m in self._decoder.feed(data)]
@@ -252,5 +271,92 @@ def _as_event(message: EventStreamMessage) -> SSEEvent:
     return _error_event(meaning.error_code)
 
 
+_PRELUDE: Final = struct.Struct(">III")
+_CRC: Final = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class FrameTemplate:
+    """One plain Bedrock event's frame with its payload's slots open
+    (:mod:`modeltap.apis.stream_templates`).
+
+    A frame matches when its headers are the exemplar's byte for byte, both
+    checksums hold, its length is one the decoder accepts, and its payload
+    matches the exemplar's JSON with other values in the slots and is UTF-8:
+    exactly the frames the decoder would hand on as the exemplar's event type
+    with such a payload.
+
+    Attributes:
+        headers: the exemplar's headers block.
+        pattern: matches a payload of this shape, byte for byte.
+        output: what the observer returned for the exemplar.
+    """
+
+    headers: bytes
+    pattern: re.Pattern[bytes]
+    output: bool
+
+    def consumed(self, data: bytes) -> tuple[int, int]:
+        """How many whole frames at the start of ``data`` match, and where they end."""
+        pos, count, size = 0, 0, len(data)
+        headers, fullmatch = self.headers, self.pattern.fullmatch
+        start = PRELUDE_BYTES + len(headers)
+        while size - pos >= MIN_MESSAGE_BYTES:
+            total, headers_length, prelude_crc = _PRELUDE.unpack_from(data, pos)
+            end = pos + total
+            if (
+                headers_length != len(headers)
+                or end > size
+                or total < start + 4
+                or total > MAX_JSON_BYTES
+                or not data.startswith(headers, pos + PRELUDE_BYTES)
+                or zlib.crc32(data[pos : pos + 8]) != prelude_crc
+                or zlib.crc32(data[pos + 8 : end - 4], prelude_crc)
+                != _CRC.unpack_from(data, end - 4)[0]
+            ):
+                break
+            payload = data[pos + start : end - 4]
+            if fullmatch(payload) is None or not _utf8(payload):
+                break
+            pos = end
+            count += 1
+        return count, pos
+
+    @classmethod
+    def make(
+        cls, raw: bytes, event: SSEEvent, parsed: Json, slots: Slots, output: bool
+    ) -> FrameTemplate | None:
+        """A template from one frame (exactly ``raw``), or None when it fits none."""
+        if len(raw) < MIN_MESSAGE_BYTES or event.event in (None, "chunk", "error"):
+            return None
+        total, headers_length, _ = _PRELUDE.unpack_from(raw)
+        if total != len(raw) or headers_length > total - MIN_MESSAGE_BYTES:
+            return None
+        payload = raw[PRELUDE_BYTES + headers_length : -4]
+        try:
+            if not same_json(orjson.loads(payload), parsed):
+                return None
+        except orjson.JSONDecodeError:
+            return None
+        source = json_pattern(payload, parsed, slots)
+        if source is None:
+            return None
+        headers = raw[PRELUDE_BYTES : PRELUDE_BYTES + headers_length]
+        return cls(headers, compile_pattern(source), output)
+
+
+def _utf8(payload: bytes) -> bool:
+    """Whether the payload is UTF-8 (the JSON parser refuses anything else)."""
+    if payload.isascii():
+        return True
+    try:
+        payload.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 #: Bedrock Runtime's streams (ConverseStream, InvokeModelWithResponseStream).
-EVENT_STREAM: Final = Framing("eventstream", EVENTSTREAM_CONTENT_TYPE, BedrockStreamDecoder)
+EVENT_STREAM: Final = Framing(
+    "eventstream", EVENTSTREAM_CONTENT_TYPE, BedrockStreamDecoder, template=FrameTemplate.make
+)

@@ -25,6 +25,7 @@ from modeltap.apis import message_parts as parts
 from modeltap.apis.fields import id_or_none, objects, str_or_none, token_count
 from modeltap.apis.json_body import json_text
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
+from modeltap.apis.stream_templates import Slots
 from modeltap.evidence.records import Json, RequestFacts, ResponseFacts, ToolCall, Usage
 from modeltap.wire.sse import SSEEvent
 
@@ -248,6 +249,35 @@ class StreamObserver(StreamObserverBase):
             self._reasons[index] = reason
             self._done = True
         return output
+
+    def plain_slots(self, name: str | None, event: Json) -> Slots | None:
+        """A chunk of one candidate with one text part, no finish reason, no
+        block and no error: fed again, its ids are kept, its usage (if any) is
+        set to the same counts, and it returns True whatever non-empty text it
+        carries."""
+        candidates = event.get("candidates")
+        if (
+            self._output is not None
+            or event.get("error") is not None
+            or _blocked(event) is not None
+            or not isinstance(candidates, list)
+            or len(candidates) != 1
+            or not isinstance(candidates[0], dict)
+            or isinstance(candidates[0].get("finishReason"), str)
+        ):
+            return None
+        content = candidates[0].get("content")
+        found = content.get("parts") if isinstance(content, dict) else None
+        if not isinstance(found, list) or len(found) != 1 or not isinstance(found[0], dict):
+            return None
+        text = found[0].get("text")
+        if (
+            not isinstance(text, str)
+            or not text
+            or any(k != "text" and k != "thought" for k in found[0])
+        ):
+            return None
+        return Slots(text=(("candidates", 0, "content", "parts", 0, "text"),))
 
     def _missing(self) -> Iterator[str]:
         if not self._done:

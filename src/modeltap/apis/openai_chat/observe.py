@@ -14,6 +14,7 @@ from typing import Final
 from modeltap.apis import message_parts as parts
 from modeltap.apis.fields import id_or_none, str_or_none, token_count
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase, error_type
+from modeltap.apis.stream_templates import Slots
 from modeltap.evidence.records import Json, RequestFacts, ResponseFacts, ToolCall, Usage
 from modeltap.wire.sse import SSEEvent
 
@@ -239,6 +240,33 @@ class StreamObserver(StreamObserverBase):
                 assembled.arguments.append(fragment)
             output = True
         return output
+
+    def plain_slots(self, name: str | None, event: Json) -> Slots | None:
+        """A chunk of one choice whose delta carries text and no tool call, with no
+        usage and no error: fed again, its ids, tier and fingerprint are already
+        kept, its finish reason is set to the same value, and it returns True
+        whatever non-empty text it carries. OpenAI's ``obfuscation`` padding is
+        never read."""
+        choices = event.get("choices")
+        if (
+            self._output is not None
+            or event.get("error") is not None
+            or isinstance(event.get("usage"), dict)
+            or not isinstance(choices, list)
+            or len(choices) != 1
+            or not isinstance(choices[0], dict)
+        ):
+            return None
+        delta = choices[0].get("delta")
+        if (
+            not isinstance(delta, dict)
+            or isinstance(delta.get("tool_calls"), list)
+            or not isinstance(delta.get("content"), str)
+            or not delta["content"]
+        ):
+            return None
+        padding = (("obfuscation",),) if isinstance(event.get("obfuscation"), str) else ()
+        return Slots(text=(("choices", 0, "delta", "content"),), ignored=padding)
 
     def _missing(self) -> Iterator[str]:
         if not self._done:

@@ -15,6 +15,7 @@ from modeltap.apis.fields import id_or_none, str_or_none, token_count
 from modeltap.apis.openai_responses.content import bounded_messages, response_content
 from modeltap.apis.openai_responses.items import finish_reason, finish_reasons, tool_call
 from modeltap.apis.stream_observer import ERROR_BODY, NOT_AN_OBJECT, StreamObserverBase
+from modeltap.apis.stream_templates import Slots
 from modeltap.evidence.records import Json, RequestFacts, ResponseFacts, ToolCall, Usage
 from modeltap.wire.sse import SSEEvent
 
@@ -230,6 +231,19 @@ class StreamObserver(StreamObserverBase):
                 key = (_call_key(event, None), event.get("content_index"), _TEXT_DELTAS[kind])
                 self._output.add_text(0, key, _TEXT_DELTAS[kind], delta)
         return kind.startswith("response.") and kind.endswith(".delta")
+
+    def plain_slots(self, name: str | None, event: Json) -> Slots | None:
+        """A text delta (output, refusal, reasoning): without content capture it
+        changes nothing kept and returns True (False once the stream ended),
+        whatever its text, sequence number or padding."""
+        if self._output is not None or event.get("type") not in _TEXT_DELTAS:
+            return None
+        ignored = tuple(
+            (key,)
+            for key, kind in (("delta", str), ("sequence_number", int), ("obfuscation", str))
+            if isinstance(event.get(key), kind) and not isinstance(event.get(key), bool)
+        )
+        return Slots(ignored=ignored)
 
     def finish(self, error: str | None = None) -> ResponseFacts:
         """The facts observed so far, as the response's final record.

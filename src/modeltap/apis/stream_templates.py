@@ -1,0 +1,326 @@
+"""Content deltas recognised by their bytes: most of a stream, observed without decoding.
+
+Most events of a model's stream are content deltas that differ from the one
+before only in the text they carry (and, on some wires, a sequence number or
+a padding string): nothing an observer keeps. An observer says which events
+are *plain* (:meth:`StreamObserverBase.plain_slots`): feeding one again, with
+any value in its declared slots, changes nothing and returns what it returned
+the first time. After such an event was decoded and observed in full, its raw
+bytes become an :class:`EventTemplate`: the literal bytes around the slots,
+and a pattern that accepts exactly the values each slot's lexical class
+allows. The next events that match it byte for byte are counted as "a chunk
+arrived" without being decoded; anything else is decoded in full and replaces
+the template.
+
+Exactness, by construction and checked when a template is made:
+
+- the SSE framing is one optional ``event:`` line and one ``data:`` line, both
+  ended as the exemplar ended them, then a blank line; a slot's bytes can hold
+  no line end, so a matching chunk holds exactly the same lines;
+- a string slot holds no ``"``, no ``\\`` and no control character, so a JSON
+  lexer ends the string where the exemplar's ended and every other token is
+  the exemplar's; an integer slot is a plain decimal integer;
+- the template is made only if its own bytes, with probe values in the slots,
+  parse to the exemplar's object with exactly those values at the slots' paths
+  (types compared too): the slots are where the observer said they are, and
+  nothing else (a duplicate key, an escaped quote) reads them.
+
+So a matching event parses to the exemplar with other values in its slots,
+which is what :meth:`plain_slots` promised the observer does not notice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import orjson
+
+from modeltap.evidence.records import Json
+from modeltap.wire.sse import SSEEvent
+
+#: A path into a parsed event: keys and list positions; the last is a key.
+Path = tuple[str | int, ...]
+
+#: A string slot's bytes: no quote, no backslash, no control character (line ends included).
+_TEXT: Final = rb'[^"\\\x00-\x1f]+'
+_STRING: Final = rb'[^"\\\x00-\x1f]*'
+#: An integer slot's bytes: JSON's integer, small enough for every parser.
+_INT: Final = rb"-?(?:0|[1-9][0-9]{0,15})"
+#: How many times in a row a template may fail to be made before learning backs off.
+_MAX_BACKOFF: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Slots:
+    """Where a plain event's values vary without the observer noticing.
+
+    Attributes:
+        text: non-empty strings (the text a delta carries).
+        ignored: strings or integers the observer never reads (a sequence
+            number, padding), of the exemplar's type.
+    """
+
+    text: tuple[Path, ...] = ()
+    ignored: tuple[Path, ...] = ()
+
+
+def _get(value: object, path: Path) -> object:
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(value, list) or not 0 <= step < len(value):
+                return None
+            value = value[step]
+        else:
+            if not isinstance(value, dict) or step not in value:
+                return None
+            value = value[step]
+    return value
+
+
+def _set(value: object, path: Path, new: object) -> object:
+    """A copy of ``value`` with ``new`` at ``path`` (the rest shared)."""
+    if not path:
+        return new
+    step, rest = path[0], path[1:]
+    if isinstance(value, list) and isinstance(step, int):
+        copy = list(value)
+        copy[step] = _set(copy[step], rest, new)
+        return copy
+    assert isinstance(value, dict) and isinstance(step, str)
+    copied = dict(value)
+    copied[step] = _set(copied[step], rest, new)
+    return copied
+
+
+def same_json(a: object, b: object) -> bool:
+    """Equal as JSON values, types included (``1 != 1.0 != True`` here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        assert isinstance(b, dict)
+        return list(a) == list(b) and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        assert isinstance(b, list)
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+class Template(Protocol):
+    """A plain event's bytes with its slots open (:class:`EventTemplate`, or a framing's own)."""
+
+    @property
+    def output(self) -> bool:
+        """What the observer returned for the exemplar (and returns for every match)."""
+        ...
+
+    def consumed(self, data: bytes) -> tuple[int, int]:
+        """How many whole events at the start of ``data`` match, and where they end."""
+        ...
+
+
+#: How a framing makes a template from one event's raw bytes: ``(raw, event,
+#: parsed, slots, output)``, where ``raw`` carried exactly ``event`` and
+#: ``parsed`` is its data parsed; None when the bytes do not fit one.
+TemplateMaker = Callable[[bytes, SSEEvent, Json, Slots, bool], "Template | None"]
+
+
+class BoundaryDecoder(Protocol):
+    """What a decoder tells about its state for templates to be used on it."""
+
+    @property
+    def at_event_boundary(self) -> bool:
+        """Nothing is held between events: the next bytes start an event."""
+        ...
+
+    @property
+    def max_pending_bytes(self) -> int:
+        """Chunks longer than this are left to the decoder (its bound decides)."""
+        ...
+
+
+def json_pattern(body: bytes, parsed: Json, slots: Slots) -> bytes | None:
+    """The pattern source of one JSON object's bytes with the slots open, or None.
+
+    Made only when ``body`` with probe values in the slots parses to ``parsed``
+    with exactly those values at the slots' paths (see the module docstring).
+
+    Args:
+        body: the object's bytes, as they came.
+        parsed: the object those bytes parse to.
+        slots: what may vary.
+    """
+    spans: list[tuple[int, int, bytes, object, Path]] = []
+    kinds = [(p, True) for p in slots.text] + [(p, False) for p in slots.ignored]
+    for path, text in kinds:
+        span = _span(body, path, _get(parsed, path), text)
+        if span is None:
+            return None
+        spans.append(span)
+    spans.sort(key=lambda span: span[0])
+    if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
+        return None
+    # The probe: the bytes with other values in the slots must parse to the
+    # object with exactly those values at the slots' paths.
+    probe, expected, pieces, at = b"", parsed, [], 0
+    for start, end, regex, value, path in spans:
+        probe += body[at:start] + (b"7" if isinstance(value, int) else b"q")
+        expected = _set(expected, path, 7 if isinstance(value, int) else "q")  # type: ignore[assignment]
+        pieces += [re.escape(body[at:start]), regex]
+        at = end
+    probe += body[at:]
+    pieces.append(re.escape(body[at:]))
+    try:
+        if not same_json(orjson.loads(probe), expected):
+            return None
+    except orjson.JSONDecodeError:
+        return None
+    return b"".join(pieces)
+
+
+def _heads(event: SSEEvent, nl: bytes) -> tuple[bytes, ...]:
+    """The line(s) before an event's JSON in the forms a template accepts."""
+    if event.event is None:
+        return (b"data: ", b"data:")
+    name = event.event.encode()
+    return tuple(
+        b"event" + s + name + nl + b"data:" + t for s in (b": ", b":") for t in (b" ", b"")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EventTemplate:
+    """One plain SSE event's bytes with its slots open.
+
+    Attributes:
+        pattern: matches one event of this shape, byte for byte.
+        output: what the observer returned for the exemplar (and returns for
+            every match).
+    """
+
+    pattern: re.Pattern[bytes]
+    output: bool
+
+    def consumed(self, data: bytes) -> tuple[int, int]:
+        """How many whole events at the start of ``data`` match, and where they end."""
+        match = self.pattern.match
+        hit = match(data)
+        if hit is None:
+            return 0, 0
+        pos, count, size = hit.end(), 1, len(data)
+        while pos < size:
+            hit = match(data, pos)
+            if hit is None:
+                break
+            pos = hit.end()
+            count += 1
+        return count, pos
+
+    @classmethod
+    def make(
+        cls, raw: bytes, event: SSEEvent, parsed: Json, slots: Slots, output: bool
+    ) -> EventTemplate | None:
+        """A template from one SSE event's raw bytes, or None when they do not fit one.
+
+        Args:
+            raw: exactly the bytes that carried ``event`` (and nothing else).
+            event: the event as decoded.
+            parsed: its data, parsed.
+            slots: what the observer said may vary (:meth:`plain_slots`).
+            output: what the observer returned for it.
+        """
+        nl = b"\r\n" if raw.endswith(b"\r\n\r\n") else b"\n"
+        if not raw.endswith(nl + nl):
+            return None
+        for head in _heads(event, nl):
+            body = raw[len(head) : len(raw) - 2 * len(nl)]
+            if (
+                raw.startswith(head)
+                and b"\n" not in body
+                and b"\r" not in body
+                and body.decode("utf-8", "replace") == event.data
+            ):
+                break
+        else:
+            return None
+        source = json_pattern(body, parsed, slots)
+        if source is None:
+            return None
+        return cls(compile_pattern(re.escape(head) + source + re.escape(nl + nl)), output)
+
+
+def _span(
+    body: bytes, path: Path, value: object, text: bool
+) -> tuple[int, int, bytes, object, Path] | None:
+    """Where a slot's value sits in ``body`` (its bytes, inside any quotes), the
+    slot's pattern, the exemplar's value and the path."""
+    key = path[-1] if path else None
+    if not isinstance(key, str):
+        return None
+    if isinstance(value, str) and (value or not text):
+        token, regex = orjson.dumps(value), _TEXT if text else _STRING
+        inner = 1  # the span is inside the quotes
+    elif isinstance(value, int) and not isinstance(value, bool) and not text:
+        token, regex, inner = str(value).encode(), _INT, 0
+    else:
+        return None
+    found = []
+    for colon in (b":", b": "):
+        needle = orjson.dumps(key) + colon + token
+        start = body.find(needle)
+        if start >= 0 and body.find(needle, start + 1) < 0:
+            found.append(start + len(needle) - len(token))
+    if len(found) != 1:
+        return None
+    start = found[0] + inner
+    return start, start + len(token) - 2 * inner, regex, value, path
+
+
+_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
+
+
+def compile_pattern(source: bytes) -> re.Pattern[bytes]:
+    """A compiled template pattern, kept per source (a stream repeats a few shapes)."""
+    pattern = _PATTERNS.get(source)
+    if pattern is None:
+        if len(_PATTERNS) >= 256:
+            _PATTERNS.clear()
+        pattern = _PATTERNS[source] = re.compile(source)
+    return pattern
+
+
+class Learner:
+    """A stream's template and when to try making one: after each event decoded
+    in full, backing off (up to every 64th chunk) while the events are not plain.
+
+    Args:
+        decoder: the stream's SSE decoder.
+    """
+
+    __slots__ = ("_skip", "_wait", "decoder", "make", "template")
+
+    def __init__(self, decoder: BoundaryDecoder, make: TemplateMaker) -> None:
+        self.decoder = decoder
+        self.make = make
+        self.template: Template | None = None
+        self._skip = 0
+        self._wait = 0
+
+    def ready(self) -> bool:
+        """Whether the next whole event decoded in full should be tried as an exemplar."""
+        if self._wait:
+            self._wait -= 1
+            return False
+        return True
+
+    def learned(self, template: Template | None) -> None:
+        """The result of one try."""
+        self.template = template
+        if template is None:
+            self._skip = min(2 * self._skip + 1, _MAX_BACKOFF)
+            self._wait = self._skip
+        else:
+            self._skip = 0
