@@ -276,14 +276,17 @@ def test_a_template_refuses_values_a_slot_cannot_hold() -> None:
     for text, counted in [
         ("other", True),
         ("é ☃ \u2028", True),
+        ('a"b', True),  # spelt with JSON's escapes, which a slot may hold
+        ("a\\b\nc\x01", True),
         ("", False),  # an empty text is decoded: it may not be output
-        ('a"b', False),
-        ("a\\b", False),
-        ("a\nb", False),
-        ("a\x01b", False),
     ]:
         candidate = sse(chat_chunk({"content": text}))
         assert (template.consumed(candidate)[0] == 1) is counted, text
+    # Bytes a slot cannot hold: a raw line end, a raw control character, an
+    # escape JSON has not, a lone surrogate's escape.
+    for raw_text in [b"a\nb", b"a\x01b", b"a\\xb", b"\\ud800", b"a\\"]:
+        candidate = sse(chat_chunk({"content": "@"})).replace(b"@", raw_text)
+        assert template.consumed(candidate)[0] == 0, raw_text
     # Another id, or a field more: decoded.
     assert template.consumed(sse(chat_chunk({"content": "x"}) | {"id": "other"}))[0] == 0
     assert template.consumed(sse(chat_chunk({"content": "x"}, usage=None)))[0] == 0
@@ -665,3 +668,43 @@ def test_generated_bedrock_streams_observe_the_same(data: st.DataObject) -> None
         points = sorted(data.draw(st.lists(st.integers(0, len(wire)), max_size=12)))
         chunks = [wire[a:b] for a, b in zip([0, *points], [*points, len(wire)], strict=True)]
     same_either_way(CONVERSE, chunks, framing="eventstream")
+
+
+def test_text_with_escapes_is_counted() -> None:
+    texts = ["line\n", 'say "hi"', "back\\slash", "tab\tand é", "\u2028 and \x00"]
+    chunks = [sse(chat_chunk({"content": "first"}))]
+    chunks += [sse(chat_chunk({"content": t})) for t in texts * 4]
+    chunks.append(b"data: [DONE]\n\n")
+    assert same_either_way(CHAT, chunks) == len(texts) * 4 - 1
+    # A lone surrogate's escape is left to the parser (it refuses it).
+    lone = sse(chat_chunk({"content": "x"})).replace(b'"x"', b'"\\ud800"')
+    assert same_either_way(CHAT, [*chunks[:3], lone, *chunks[3:]]) > 0
+
+
+def test_learning_backs_off_when_every_event_differs() -> None:
+    # Gemini's usage counts change every chunk: each chunk is plain, and no
+    # template made from one matches the next.
+    chunks = [
+        sse(
+            {
+                "candidates": [{"content": {"parts": [{"text": f"t{i}"}]}, "index": 0}],
+                "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": i},
+            }
+        )
+        for i in range(300)
+    ]
+    tap = StreamTap.observing(GEMINI, None, "")  # type: ignore[arg-type]
+    assert tap.learner is not None
+    learner, made = tap.learner, 0
+    make = learner.make
+
+    def counting(*args: Any) -> Any:
+        nonlocal made
+        made += 1
+        return make(*args)
+
+    learner.make = counting
+    for chunk in chunks:
+        tap(chunk)
+    assert made <= 12  # 1, 2, 4, ... then every 64th chunk, not 300
+    assert same_either_way(GEMINI, chunks) == 0

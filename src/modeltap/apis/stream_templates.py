@@ -17,9 +17,11 @@ Exactness, by construction and checked when a template is made:
 - the SSE framing is one optional ``event:`` line and one ``data:`` line, both
   ended as the exemplar ended them, then a blank line; a slot's bytes can hold
   no line end, so a matching chunk holds exactly the same lines;
-- a string slot holds no ``"``, no ``\\`` and no control character, so a JSON
-  lexer ends the string where the exemplar's ended and every other token is
-  the exemplar's; an integer slot is a plain decimal integer;
+- a string slot holds no ``"`` and no control character, and a ``\\`` only
+  as one of JSON's escapes (never a surrogate's ``\\u``), so a JSON lexer
+  ends the string where the exemplar's ended, every other token is the
+  exemplar's, and the parser takes it (a text slot is never empty); an
+  integer slot is a plain decimal integer;
 - the template is made only if its own bytes, with probe values in the slots,
   parse to the exemplar's object with exactly those values at the slots' paths
   (types compared too): the slots are where the observer said they are, and
@@ -31,6 +33,7 @@ which is what :meth:`plain_slots` promised the observer does not notice.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -45,9 +48,15 @@ from modeltap.wire.sse import SSEEvent
 #: A path into a parsed event: keys and list positions; the last is a key.
 Path = tuple[str | int, ...]
 
-#: A string slot's bytes: no quote, no backslash, no control character (line ends included).
-_TEXT: Final = rb'[^"\\\x00-\x1f]+'
-_STRING: Final = rb'[^"\\\x00-\x1f]*'
+#: A string slot's bytes: anything but a quote, a backslash or a control character
+#: (line ends included), and JSON's escapes except ``\\u`` of a surrogate (a lone
+#: one is refused by the parser; a pair is left to it). Unrolled, so the plain
+#: run between escapes is one character class.
+_PLAIN: Final = rb'[^"\\\x00-\x1f]*'
+_ESCAPE: Final = rb'\\(?:["\\/bfnrt]|u(?:[0-9a-cA-CefEF][0-9a-fA-F]{3}|[dD][0-7][0-9a-fA-F]{2}))'
+_STRING: Final = _PLAIN + b"(?:" + _ESCAPE + _PLAIN + b")*"
+#: A text slot: the same, never empty.
+_TEXT: Final = b'(?!")' + _STRING
 #: An integer slot's bytes: JSON's integer, small enough for every parser.
 _INT: Final = rb"-?(?:0|[1-9][0-9]{0,15})"
 #: How many times in a row a template may fail to be made before learning backs off.
@@ -163,22 +172,42 @@ def json_pattern(body: bytes, parsed: Json, slots: Slots) -> bytes | None:
     spans.sort(key=lambda span: span[0])
     if any(a[1] > b[0] for a, b in itertools.pairwise(spans)):
         return None
-    # The probe: the bytes with other values in the slots must parse to the
-    # object with exactly those values at the slots' paths.
-    probe, expected, pieces, at = b"", parsed, [], 0
-    for start, end, regex, value, path in spans:
-        probe += body[at:start] + (b"7" if isinstance(value, int) else b"q")
-        expected = _set(expected, path, 7 if isinstance(value, int) else "q")  # type: ignore[assignment]
-        pieces += [re.escape(body[at:start]), regex]
+    literals, opened, at = [], [], 0
+    for start, end, regex, _, path in spans:
+        literals.append(body[at:start])
+        opened.append((path, regex))
         at = end
-    probe += body[at:]
-    pieces.append(re.escape(body[at:]))
+    literals.append(body[at:])
+    key = (tuple(literals), tuple(opened))
+    if key in _SOURCES:
+        return _SOURCES[key]
+    # The probe: the bytes with other values in the slots must parse to the
+    # object with exactly those values at the slots' paths. What it proves
+    # holds for every object these literals and slots spell (the tokens are
+    # the same whatever the slots hold), so the answer is kept for them.
+    probe, expected = literals[0], parsed
+    for (path, regex), literal in zip(opened, literals[1:], strict=True):
+        value: object = 7 if regex == _INT else "q"
+        probe += (b"7" if regex == _INT else b"q") + literal
+        expected = _set(expected, path, value)  # type: ignore[assignment]
     try:
-        if not same_json(orjson.loads(probe), expected):
-            return None
+        proven = same_json(orjson.loads(probe), expected)
     except orjson.JSONDecodeError:
-        return None
-    return b"".join(pieces)
+        proven = False
+    source = None
+    if proven:
+        pieces = [re.escape(literals[0])]
+        for (_, regex), literal in zip(opened, literals[1:], strict=True):
+            pieces += [regex, re.escape(literal)]
+        source = b"".join(pieces)
+    if len(_SOURCES) >= 256:
+        _SOURCES.clear()
+    _SOURCES[key] = source
+    return source
+
+
+#: The proven pattern sources (or None: not provable), by literals and slots.
+_SOURCES: dict[tuple[tuple[bytes, ...], tuple[tuple[Path, bytes], ...]], bytes | None] = {}
 
 
 def _heads(event: SSEEvent, nl: bytes) -> tuple[bytes, ...]:
@@ -249,7 +278,7 @@ class EventTemplate:
         source = json_pattern(body, parsed, slots)
         if source is None:
             return None
-        return cls(compile_pattern(re.escape(head) + source + re.escape(nl + nl)), output)
+        return cls(_event_pattern(head, source, nl), output)
 
 
 def _span(
@@ -279,6 +308,12 @@ def _span(
     return start, start + len(token) - 2 * inner, regex, value, path
 
 
+@functools.lru_cache(maxsize=256)
+def _event_pattern(head: bytes, source: bytes, nl: bytes) -> re.Pattern[bytes]:
+    """One SSE event's pattern: its field lines around the JSON's."""
+    return compile_pattern(re.escape(head) + source + re.escape(nl + nl))
+
+
 _PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
 
 
@@ -293,21 +328,35 @@ def compile_pattern(source: bytes) -> re.Pattern[bytes]:
 
 
 class Learner:
-    """A stream's template and when to try making one: after each event decoded
-    in full, backing off (up to every 64th chunk) while the events are not plain.
+    """A stream's template and when to try making one: after an event decoded in
+    full, backing off (up to every 64th chunk) while tries make no template or
+    make templates nothing matches (a field that changes every event).
 
     Args:
-        decoder: the stream's SSE decoder.
+        decoder: the stream's decoder.
+        make: its framing's template maker.
     """
 
-    __slots__ = ("_skip", "_wait", "decoder", "make", "template")
+    __slots__ = ("_hit", "_skip", "_wait", "decoder", "make", "template")
 
     def __init__(self, decoder: BoundaryDecoder, make: TemplateMaker) -> None:
         self.decoder = decoder
         self.make = make
         self.template: Template | None = None
+        self._hit = False
         self._skip = 0
         self._wait = 0
+
+    def counted(self) -> None:
+        """The template matched events: it was worth making."""
+        self._hit = True
+        self._skip = 0
+
+    def drop(self) -> None:
+        """The decoder moves on: the template holds no longer."""
+        if self.template is not None and not self._hit:
+            self._back_off()
+        self.template = None
 
     def ready(self) -> bool:
         """Whether the next whole event decoded in full should be tried as an exemplar."""
@@ -318,9 +367,10 @@ class Learner:
 
     def learned(self, template: Template | None) -> None:
         """The result of one try."""
-        self.template = template
+        self.template, self._hit = template, False
         if template is None:
-            self._skip = min(2 * self._skip + 1, _MAX_BACKOFF)
-            self._wait = self._skip
-        else:
-            self._skip = 0
+            self._back_off()
+
+    def _back_off(self) -> None:
+        self._skip = min(2 * self._skip + 1, _MAX_BACKOFF)
+        self._wait = self._skip

@@ -211,21 +211,25 @@ class StreamTap:
         if len(data) > self.learner.decoder.max_pending_bytes:
             return data  # the decoder's bound decides what such a chunk is
         count, end = template.consumed(data)
-        if count and template.output and self.first_chunk_ns is None:
+        if not count:
+            return data
+        self.learner.counted()
+        if template.output and self.first_chunk_ns is None:
             self._first_output()
-        return data[end:] if end else data
+        return data[end:]
 
     def _decoded(self, data: bytes) -> None:
         """Decode ``data`` in full and observe its events; learn a template from it
         when it was exactly one plain event."""
         assert self.sse is not None
         learner = self.learner
+        if learner is not None:
+            learner.drop()  # the decoder moves on: no template holds any more
         exemplar = learner is not None and learner.decoder.at_event_boundary and learner.ready()
         events = self.sse.feed(data)
         output = self._observe(events)
         if learner is None:
             return
-        learner.template = None  # the decoder moved on: no template holds any more
         if exemplar and len(events) == 1 and learner.decoder.at_event_boundary:
             learner.learned(self._template(data, events[0], output))
 
