@@ -33,7 +33,6 @@ which is what :meth:`plain_slots` promised the observer does not notice.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import re
 from collections.abc import Callable
@@ -151,8 +150,54 @@ class BoundaryDecoder(Protocol):
         ...
 
 
-def json_pattern(body: bytes, parsed: Json, slots: Slots) -> bytes | None:
-    """The pattern source of one JSON object's bytes with the slots open, or None.
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """Bytes with slots open: ``literals[0]``, a slot, ``literals[1]``, ..., a
+    slot, ``literals[-1]``.
+
+    A slot's pattern is greedy and never backtracks into the literal after it:
+    a string slot stops at its first unescaped quote, where the next literal
+    begins (that literal starts with the closing quote); an integer slot at
+    its last digit (the probe proved the next literal starts with no digit,
+    point or exponent).
+
+    Attributes:
+        literals: the bytes around the slots.
+        slots: each slot's compiled pattern (its ``match``).
+    """
+
+    literals: tuple[bytes, ...]
+    slots: tuple[Callable[[bytes, int], re.Match[bytes] | None], ...]
+
+    def around(self, before: bytes, after: bytes) -> Shape:
+        """The shape with ``before`` and ``after`` added to its ends."""
+        literals = (before + self.literals[0], *self.literals[1:-1], self.literals[-1] + after)
+        return Shape(
+            literals if len(self.literals) > 1 else (before + self.literals[0] + after,), self.slots
+        )
+
+    def end(self, data: bytes, pos: int) -> int:
+        """Where one match starting at ``pos`` ends, or -1."""
+        literals = self.literals
+        if not data.startswith(literals[0], pos):
+            return -1
+        pos += len(literals[0])
+        for slot, literal in zip(self.slots, literals[1:], strict=True):
+            hit = slot(data, pos)
+            if hit is None:
+                return -1
+            pos = hit.end()
+            if not data.startswith(literal, pos):
+                return -1
+            pos += len(literal)
+        return pos
+
+
+_SLOT_MATCH: Final = {regex: re.compile(regex).match for regex in (_TEXT, _STRING, _INT)}
+
+
+def json_shape(body: bytes, parsed: Json, slots: Slots) -> Shape | None:
+    """One JSON object's bytes with the slots open, or None.
 
     Made only when ``body`` with probe values in the slots parses to ``parsed``
     with exactly those values at the slots' paths (see the module docstring).
@@ -179,8 +224,8 @@ def json_pattern(body: bytes, parsed: Json, slots: Slots) -> bytes | None:
         at = end
     literals.append(body[at:])
     key = (tuple(literals), tuple(opened))
-    if key in _SOURCES:
-        return _SOURCES[key]
+    if key in _PROVEN:
+        return _PROVEN[key]
     # The probe: the bytes with other values in the slots must parse to the
     # object with exactly those values at the slots' paths. What it proves
     # holds for every object these literals and slots spell (the tokens are
@@ -194,20 +239,15 @@ def json_pattern(body: bytes, parsed: Json, slots: Slots) -> bytes | None:
         proven = same_json(orjson.loads(probe), expected)
     except orjson.JSONDecodeError:
         proven = False
-    source = None
-    if proven:
-        pieces = [re.escape(literals[0])]
-        for (_, regex), literal in zip(opened, literals[1:], strict=True):
-            pieces += [regex, re.escape(literal)]
-        source = b"".join(pieces)
-    if len(_SOURCES) >= 256:
-        _SOURCES.clear()
-    _SOURCES[key] = source
-    return source
+    shape = Shape(tuple(literals), tuple(_SLOT_MATCH[r] for _, r in opened)) if proven else None
+    if len(_PROVEN) >= 256:
+        _PROVEN.clear()
+    _PROVEN[key] = shape
+    return shape
 
 
-#: The proven pattern sources (or None: not provable), by literals and slots.
-_SOURCES: dict[tuple[tuple[bytes, ...], tuple[tuple[Path, bytes], ...]], bytes | None] = {}
+#: What the probe proved (None: not provable), by literals and slots.
+_PROVEN: dict[tuple[tuple[bytes, ...], tuple[tuple[Path, bytes], ...]], Shape | None] = {}
 
 
 def _heads(event: SSEEvent, nl: bytes) -> tuple[bytes, ...]:
@@ -225,27 +265,23 @@ class EventTemplate:
     """One plain SSE event's bytes with its slots open.
 
     Attributes:
-        pattern: matches one event of this shape, byte for byte.
+        shape: one event of this shape, its field lines and blank line included.
         output: what the observer returned for the exemplar (and returns for
             every match).
     """
 
-    pattern: re.Pattern[bytes]
+    shape: Shape
     output: bool
 
     def consumed(self, data: bytes) -> tuple[int, int]:
         """How many whole events at the start of ``data`` match, and where they end."""
-        match = self.pattern.match
-        hit = match(data)
-        if hit is None:
-            return 0, 0
-        pos, count, size = hit.end(), 1, len(data)
+        end = self.shape.end
+        pos, count, size = 0, 0, len(data)
         while pos < size:
-            hit = match(data, pos)
-            if hit is None:
+            after = end(data, pos)
+            if after < 0:
                 break
-            pos = hit.end()
-            count += 1
+            pos, count = after, count + 1
         return count, pos
 
     @classmethod
@@ -275,10 +311,10 @@ class EventTemplate:
                 break
         else:
             return None
-        source = json_pattern(body, parsed, slots)
-        if source is None:
+        shape = json_shape(body, parsed, slots)
+        if shape is None:
             return None
-        return cls(_event_pattern(head, source, nl), output)
+        return cls(shape.around(head, nl + nl), output)
 
 
 def _span(
@@ -306,25 +342,6 @@ def _span(
         return None
     start = found[0] + inner
     return start, start + len(token) - 2 * inner, regex, value, path
-
-
-@functools.lru_cache(maxsize=256)
-def _event_pattern(head: bytes, source: bytes, nl: bytes) -> re.Pattern[bytes]:
-    """One SSE event's pattern: its field lines around the JSON's."""
-    return compile_pattern(re.escape(head) + source + re.escape(nl + nl))
-
-
-_PATTERNS: dict[bytes, re.Pattern[bytes]] = {}
-
-
-def compile_pattern(source: bytes) -> re.Pattern[bytes]:
-    """A compiled template pattern, kept per source (a stream repeats a few shapes)."""
-    pattern = _PATTERNS.get(source)
-    if pattern is None:
-        if len(_PATTERNS) >= 256:
-            _PATTERNS.clear()
-        pattern = _PATTERNS[source] = re.compile(source)
-    return pattern
 
 
 class Learner:

@@ -223,13 +223,14 @@ class StreamTap:
         when it was exactly one plain event."""
         assert self.sse is not None
         learner = self.learner
-        if learner is not None:
+        if learner is None:
+            self._observe(self.sse.feed(data))
+            return
+        if learner.template is not None:
             learner.drop()  # the decoder moves on: no template holds any more
-        exemplar = learner is not None and learner.decoder.at_event_boundary and learner.ready()
+        exemplar = learner.ready() and learner.decoder.at_event_boundary
         events = self.sse.feed(data)
         output = self._observe(events)
-        if learner is None:
-            return
         if exemplar and len(events) == 1 and learner.decoder.at_event_boundary:
             learner.learned(self._template(data, events[0], output))
 

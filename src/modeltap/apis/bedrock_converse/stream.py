@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
 import struct
 import zlib
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from typing import Final
 import orjson
 
 from modeltap.apis.contract import Framing
-from modeltap.apis.stream_templates import Slots, compile_pattern, json_pattern
+from modeltap.apis.stream_templates import Shape, Slots, json_shape
 from modeltap.evidence.records import Json
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.wire.eventstream import (
@@ -288,18 +287,18 @@ class FrameTemplate:
 
     Attributes:
         headers: the exemplar's headers block.
-        pattern: matches a payload of this shape, byte for byte.
+        shape: a payload of this shape, byte for byte.
         output: what the observer returned for the exemplar.
     """
 
     headers: bytes
-    pattern: re.Pattern[bytes]
+    shape: Shape
     output: bool
 
     def consumed(self, data: bytes) -> tuple[int, int]:
         """How many whole frames at the start of ``data`` match, and where they end."""
         pos, count, size = 0, 0, len(data)
-        headers, fullmatch = self.headers, self.pattern.fullmatch
+        headers, payload_end = self.headers, self.shape.end
         start = PRELUDE_BYTES + len(headers)
         while size - pos >= MIN_MESSAGE_BYTES:
             total, headers_length, prelude_crc = _PRELUDE.unpack_from(data, pos)
@@ -316,7 +315,7 @@ class FrameTemplate:
             ):
                 break
             payload = data[pos + start : end - 4]
-            if fullmatch(payload) is None or not _utf8(payload):
+            if payload_end(payload, 0) != len(payload) or not _utf8(payload):
                 break
             pos = end
             count += 1
@@ -335,11 +334,11 @@ class FrameTemplate:
         # An event other than a chunk is its payload parsed (and written
         # again: ``_as_event``), so ``parsed`` is what the payload parses to.
         payload = raw[PRELUDE_BYTES + headers_length : -4]
-        source = json_pattern(payload, parsed, slots)
-        if source is None:
+        shape = json_shape(payload, parsed, slots)
+        if shape is None:
             return None
         headers = raw[PRELUDE_BYTES : PRELUDE_BYTES + headers_length]
-        return cls(headers, compile_pattern(source), output)
+        return cls(headers, shape, output)
 
 
 def _utf8(payload: bytes) -> bool:
