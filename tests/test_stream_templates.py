@@ -708,3 +708,35 @@ def test_learning_backs_off_when_every_event_differs() -> None:
         tap(chunk)
     assert made <= 12  # 1, 2, 4, ... then every 64th chunk, not 300
     assert same_either_way(GEMINI, chunks) == 0
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([b'"', b"\\", b"\\n", b"\\u00e9", b"\\ud800", b"\\x", b"\n", b"\x01"]),
+            st.binary(max_size=3),
+        ),
+        max_size=6,
+    ),
+    st.integers(-20, 10**18),
+)
+def test_a_shape_compiled_whole_matches_as_its_parts_do(pieces: list[bytes], seq: int) -> None:
+    # A template starts with its parts and compiles itself whole after many
+    # matches: both must accept exactly the same bytes.
+    event = {
+        "type": "response.output_text.delta",
+        "sequence_number": 1,
+        "delta": "x",
+        "obfuscation": "y",
+    }
+    raw = sse(event, "response.output_text.delta")
+    decoded = SSEEvent("response.output_text.delta", raw.split(b"data: ")[1][:-2].decode())
+    slots = Slots(text=(("delta",),), ignored=(("sequence_number",), ("obfuscation",)))
+    template = EventTemplate.make(raw, decoded, event, slots, True)
+    assert template is not None
+    text = b"".join(pieces)
+    candidate = raw.replace(b'"delta":"x"', b'"delta":"' + text + b'"').replace(
+        b'"sequence_number":1', b'"sequence_number":' + str(seq).encode()
+    )
+    whole = template.shape.compiled().match(candidate)
+    assert template.shape.end(candidate, 0) == (whole.end() if whole else -1)

@@ -167,14 +167,35 @@ class Shape:
     """
 
     literals: tuple[bytes, ...]
-    slots: tuple[Callable[[bytes, int], re.Match[bytes] | None], ...]
+    patterns: tuple[bytes, ...]
+
+    @property
+    def slots(self) -> tuple[Callable[[bytes, int], re.Match[bytes] | None], ...]:
+        """Each slot's pattern, compiled (its ``match``)."""
+        return tuple(_SLOT_MATCH[p] for p in self.patterns)
 
     def around(self, before: bytes, after: bytes) -> Shape:
         """The shape with ``before`` and ``after`` added to its ends."""
+        if len(self.literals) == 1:
+            return Shape((before + self.literals[0] + after,), self.patterns)
         literals = (before + self.literals[0], *self.literals[1:-1], self.literals[-1] + after)
-        return Shape(
-            literals if len(self.literals) > 1 else (before + self.literals[0] + after,), self.slots
-        )
+        return Shape(literals, self.patterns)
+
+    def compiled(self) -> re.Pattern[bytes]:
+        """The whole shape as one pattern: the same matches as :meth:`end` (each
+        slot stops where :meth:`end`'s does, so backtracking finds nothing
+        else), in one call; compiling costs about a millisecond, so a template
+        compiles it only once it has matched many events."""
+        key = (self.literals, self.patterns)
+        pattern = _COMPILED.get(key)
+        if pattern is None:
+            pieces = [re.escape(self.literals[0])]
+            for slot, literal in zip(self.patterns, self.literals[1:], strict=True):
+                pieces += [slot, re.escape(literal)]
+            if len(_COMPILED) >= 64:
+                _COMPILED.clear()
+            pattern = _COMPILED[key] = re.compile(b"".join(pieces))
+        return pattern
 
     def end(self, data: bytes, pos: int) -> int:
         """Where one match starting at ``pos`` ends, or -1."""
@@ -239,12 +260,17 @@ def json_shape(body: bytes, parsed: Json, slots: Slots) -> Shape | None:
         proven = same_json(orjson.loads(probe), expected)
     except orjson.JSONDecodeError:
         proven = False
-    shape = Shape(tuple(literals), tuple(_SLOT_MATCH[r] for _, r in opened)) if proven else None
+    shape = Shape(tuple(literals), tuple(r for _, r in opened)) if proven else None
     if len(_PROVEN) >= 256:
         _PROVEN.clear()
     _PROVEN[key] = shape
     return shape
 
+
+#: Shapes compiled whole, by literals and slot patterns.
+_COMPILED: dict[tuple[tuple[bytes, ...], tuple[bytes, ...]], re.Pattern[bytes]] = {}
+#: Matches a template counts before it compiles its shape whole.
+COMPILE_AFTER: Final = 32
 
 #: What the probe proved (None: not provable), by literals and slots.
 _PROVEN: dict[tuple[tuple[bytes, ...], tuple[tuple[Path, bytes], ...]], Shape | None] = {}
@@ -260,28 +286,43 @@ def _heads(event: SSEEvent, nl: bytes) -> tuple[bytes, ...]:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class EventTemplate:
     """One plain SSE event's bytes with its slots open.
 
-    Attributes:
+    Args:
         shape: one event of this shape, its field lines and blank line included.
         output: what the observer returned for the exemplar (and returns for
             every match).
     """
 
-    shape: Shape
-    output: bool
+    __slots__ = ("_match", "_seen", "output", "shape")
+
+    def __init__(self, shape: Shape, output: bool) -> None:
+        self.shape = shape
+        self.output = output
+        self._seen = 0
+        self._match: Callable[[bytes, int], re.Match[bytes] | None] | None = None
 
     def consumed(self, data: bytes) -> tuple[int, int]:
         """How many whole events at the start of ``data`` match, and where they end."""
-        end = self.shape.end
         pos, count, size = 0, 0, len(data)
+        match = self._match
+        if match is not None:
+            while pos < size:
+                hit = match(data, pos)
+                if hit is None:
+                    break
+                pos, count = hit.end(), count + 1
+            return count, pos
+        end = self.shape.end
         while pos < size:
             after = end(data, pos)
             if after < 0:
                 break
             pos, count = after, count + 1
+        self._seen += count
+        if self._seen >= COMPILE_AFTER:
+            self._match = self.shape.compiled().match
         return count, pos
 
     @classmethod

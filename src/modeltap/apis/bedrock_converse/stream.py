@@ -26,15 +26,17 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 import orjson
 
 from modeltap.apis.contract import Framing
-from modeltap.apis.stream_templates import Shape, Slots, json_shape
+from modeltap.apis.stream_templates import COMPILE_AFTER, Shape, Slots, json_shape
 from modeltap.evidence.records import Json
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.wire.eventstream import (
@@ -274,7 +276,6 @@ _PRELUDE: Final = struct.Struct(">III")
 _CRC: Final = struct.Struct(">I")
 
 
-@dataclass(frozen=True, slots=True)
 class FrameTemplate:
     """One plain Bedrock event's frame with its payload's slots open
     (:mod:`modeltap.apis.stream_templates`).
@@ -285,20 +286,34 @@ class FrameTemplate:
     exactly the frames the decoder would hand on as the exemplar's event type
     with such a payload.
 
-    Attributes:
+    Args:
         headers: the exemplar's headers block.
         shape: a payload of this shape, byte for byte.
         output: what the observer returned for the exemplar.
     """
 
-    headers: bytes
-    shape: Shape
-    output: bool
+    __slots__ = ("_fullmatch", "_seen", "headers", "output", "shape")
+
+    def __init__(self, headers: bytes, shape: Shape, output: bool) -> None:
+        self.headers = headers
+        self.shape = shape
+        self.output = output
+        self._seen = 0
+        self._fullmatch: Callable[[bytes], re.Match[bytes] | None] | None = None
+
+    def _payload(self, payload: bytes) -> bool:
+        """Whether a payload has the shape (whole)."""
+        if self._fullmatch is not None:
+            return self._fullmatch(payload) is not None
+        self._seen += 1
+        if self._seen >= COMPILE_AFTER:
+            self._fullmatch = self.shape.compiled().fullmatch
+        return self.shape.end(payload, 0) == len(payload)
 
     def consumed(self, data: bytes) -> tuple[int, int]:
         """How many whole frames at the start of ``data`` match, and where they end."""
         pos, count, size = 0, 0, len(data)
-        headers, payload_end = self.headers, self.shape.end
+        headers, shaped = self.headers, self._payload
         start = PRELUDE_BYTES + len(headers)
         while size - pos >= MIN_MESSAGE_BYTES:
             total, headers_length, prelude_crc = _PRELUDE.unpack_from(data, pos)
@@ -315,7 +330,7 @@ class FrameTemplate:
             ):
                 break
             payload = data[pos + start : end - 4]
-            if payload_end(payload, 0) != len(payload) or not _utf8(payload):
+            if not shaped(payload) or not _utf8(payload):
                 break
             pos = end
             count += 1
