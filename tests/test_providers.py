@@ -15,7 +15,7 @@ from modeltap import apis
 from modeltap.apis import anthropic_messages, openai_chat, openai_responses
 from modeltap.apis.contract import EndpointMatch, WireApi
 from modeltap.apis.fields import instructions_digest
-from modeltap.app.client_env import export_lines
+from modeltap.app.client_env import export_lines, exported_routes
 from modeltap.evidence.capture.lines import decode_record
 from modeltap.evidence.records import (
     MAX_ID_CHARS,
@@ -375,24 +375,51 @@ def test_default_routes_export_their_sdks_base_urls() -> None:
 
 
 def test_a_route_of_unknown_provider_gets_each_wires_line_with_its_condition() -> None:
-    lines = _lines(["stub=http://127.0.0.1:9000"])
-    assert lines[-3:] == [
+    # Alone (no default route serves a wire): each wire's line, as a guess.
+    table = RouteTable([parse_upstream_url("stub", "http://127.0.0.1:9000")])
+    lines = [line.text for line in export_lines(table.routes, "http://127.0.0.1:8787")]
+    assert lines == [
         "OPENAI_BASE_URL=http://127.0.0.1:8787/stub/v1  (route stub, if it speaks OpenAI)",
         "ANTHROPIC_BASE_URL=http://127.0.0.1:8787/stub  (route stub, if it speaks Anthropic)",
         "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787/stub  (route stub, if it speaks Gemini)",
     ]
 
 
+def test_a_guess_gives_way_to_the_default_route_that_serves_the_api() -> None:
+    # Beside the default routes, each variable once: the route that serves its
+    # API. The stub's OpenAI line stays (the screen shows the stub's URL otherwise).
+    lines = _lines(["stub=http://127.0.0.1:9000"])
+    assert sorted(lines) == [
+        "ANTHROPIC_BASE_URL=http://127.0.0.1:8787/anthropic",
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787/gemini  (route gemini)",
+        "OPENAI_BASE_URL=http://127.0.0.1:8787/openai/v1",
+    ]
+
+
+def test_a_route_named_after_a_wire_speaks_that_wire_only() -> None:
+    # --route openai=URL replaces the openai route: its line, and the other
+    # wires' variables once each, from their own routes.
+    assert sorted(_lines(["openai=http://127.0.0.1:9000"])) == [
+        "ANTHROPIC_BASE_URL=http://127.0.0.1:8787/anthropic",
+        "GOOGLE_GEMINI_BASE_URL=http://127.0.0.1:8787/gemini  (route gemini)",
+        "OPENAI_BASE_URL=http://127.0.0.1:8787/openai/v1  (route openai)",
+    ]
+
+
 def test_an_upstream_base_ending_in_v1_is_not_given_a_second_one() -> None:
     # OpenAI SDKs append /chat/completions to the base; Anthropic's append
     # /v1/messages, which no value makes true for this upstream.
-    assert _lines(["vllm=http://127.0.0.1:8000/v1"])[-1:] == [
+    table = RouteTable([parse_upstream_url("vllm", "http://127.0.0.1:8000/v1")])
+    assert [line.text for line in export_lines(table.routes, "http://127.0.0.1:8787")] == [
         "OPENAI_BASE_URL=http://127.0.0.1:8787/vllm  (route vllm, if it speaks OpenAI)",
     ]
 
 
 def test_upstream_at_root_and_routes_named_otherwise() -> None:
-    lines = _lines(["oai=https://api.openai.com"], upstream="http://127.0.0.1:9000")
+    # As the screen chooses them: the --upstream and the named routes.
+    table = RouteTable.build(["oai=https://api.openai.com"], "http://127.0.0.1:9000")
+    shown = exported_routes(table.routes, {"oai"})
+    lines = [line.text for line in export_lines(shown, "http://127.0.0.1:8787")]
     assert "OPENAI_BASE_URL=http://127.0.0.1:8787/oai/v1  (route oai)" in lines
     assert lines[-3:] == [
         "OPENAI_BASE_URL=http://127.0.0.1:8787/v1  (--upstream, if it speaks OpenAI)",

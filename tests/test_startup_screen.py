@@ -82,6 +82,24 @@ def test_named_routes_keep_their_lines_beside_the_upstream(tmp_path: Path) -> No
         ]
 
 
+def test_a_route_replacing_a_default_prints_each_variable_once(
+    tmp_path: Path, upstream: Upstream
+) -> None:
+    """``--route openai=URL``: OpenAI's line for it, and no second Anthropic or
+    Gemini line; the OpenAI SDK, pointed as printed, reaches the stub."""
+    with CliProcess("run", "--out", str(tmp_path), "--route", f"openai={upstream.url}") as cli:
+        found = exports(cli.screen)
+        assert sorted(found) == [
+            ("ANTHROPIC_BASE_URL", f"{cli.url}/anthropic", ""),
+            ("GOOGLE_GEMINI_BASE_URL", f"{cli.url}/gemini", "(route gemini)"),
+            ("OPENAI_BASE_URL", f"{cli.url}/openai/v1", "(route openai)"),
+        ]
+        (openai_url,) = [value for variable, value, _ in found if variable == "OPENAI_BASE_URL"]
+        client = openai.OpenAI(base_url=openai_url, api_key="k", max_retries=0)
+        client.chat.completions.create(model="via-export", messages=[])
+    assert [r.path for r in upstream.received] == ["/v1/chat/completions"]
+
+
 def test_without_upstream_the_default_routes_are_exported(tmp_path: Path) -> None:
     with CliProcess("run", "--out", str(tmp_path)) as cli:
         assert exports(cli.screen) == [

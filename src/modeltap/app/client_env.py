@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from modeltap.rules.routing import UPSTREAM_ROUTE, Route
+from modeltap.rules.routing import DEFAULT_ROUTES, UPSTREAM_ROUTE, Route, parse_upstream_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +172,13 @@ EXPORTS: Final[dict[str, tuple[Rule, ...]]] = {
     "gcp.gemini": (_gemini_base_url,),
 }
 
-#: For a route of unknown provider: each rule with the wire it assumes.
-ANY_WIRE: Final[tuple[tuple[Rule, str], ...]] = (
-    (_openai_base_url, "if it speaks OpenAI"),
-    (_anthropic_base_url, "if it speaks Anthropic"),
-    (_gemini_base_url, "if it speaks Gemini"),
+#: For a route of unknown provider: each rule with the wire it assumes, and
+#: the default route of that wire (``--route openai=URL`` replaces it: that
+#: route speaks OpenAI, and gets only OpenAI's line).
+ANY_WIRE: Final[tuple[tuple[Rule, str, str], ...]] = (
+    (_openai_base_url, "if it speaks OpenAI", "openai"),
+    (_anthropic_base_url, "if it speaks Anthropic", "anthropic"),
+    (_gemini_base_url, "if it speaks Gemini", "gemini"),
 )
 
 
@@ -189,26 +191,47 @@ def export_lines(routes: Iterable[Route], proxy_url: str) -> list[ExportLine]:
 
     Returns:
         The lines; none for a route whose provider has no rules in
-        :data:`EXPORTS`.
+        :data:`EXPORTS`. A guess (:data:`ANY_WIRE`: a route of unknown
+        provider) gives way to a default route that serves the variable's
+        API, so ``--route stub=URL`` does not print a second
+        ``ANTHROPIC_BASE_URL`` beside the ``anthropic`` route's. Two lines
+        the user asked for (``--upstream`` and a ``--route``) both stay,
+        each labelled.
     """
-    out: list[ExportLine] = []
+    out: list[tuple[ExportLine, bool]] = []
     for route in routes:
         if route.mcp:
             continue  # an MCP server is configured in the agent: mcp_snippets
         base = proxy_url.rstrip("/") + ("" if route.prefix == "/" else route.prefix)
         rules: list[tuple[Rule, str | None]]
-        if route.provider is None:
-            rules = list(ANY_WIRE)
+        guessed = route.provider is None
+        if not guessed:
+            rules = [(rule, None) for rule in EXPORTS.get(route.provider or "", ())]
+        elif route.name in {wire for _, _, wire in ANY_WIRE}:
+            # Named after a wire's default route, which it replaces: it serves that wire.
+            rules = [(rule, None) for rule, _, wire in ANY_WIRE if wire == route.name]
+            guessed = False
         else:
-            rules = [(rule, None) for rule in EXPORTS.get(route.provider, ())]
+            rules = [(rule, note) for rule, note, _ in ANY_WIRE]
         for rule, note in rules:
             found = rule(route, base)
             if found is not None:
                 labelled = route.name != route.provider
                 said = found[2] if len(found) == 3 else None
                 notes = ", ".join(n for n in (note, said) if n) or None
-                out.append(ExportLine(route.name, found[0], found[1], notes, labelled))
-    return out
+                line = ExportLine(route.name, found[0], found[1], notes, labelled)
+                out.append((line, guessed))
+    defaults = {line.route for line, _ in out if _is_default(line.route, routes)}
+    served = {line.variable for line, guessed in out if not guessed and line.route in defaults}
+    return [line for line, guessed in out if not guessed or line.variable not in served]
+
+
+def _is_default(name: str, routes: Iterable[Route]) -> bool:
+    """Whether the route of that name is a default route as it comes (not replaced)."""
+    if name not in DEFAULT_ROUTES:
+        return False
+    default = parse_upstream_url(name, DEFAULT_ROUTES[name])
+    return any(route == default for route in routes)
 
 
 def exported_routes(routes: Sequence[Route], named: Collection[str]) -> list[Route]:
