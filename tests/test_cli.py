@@ -38,7 +38,7 @@ def test_run_screen_lines_and_ctrl_c_flush(upstream: Upstream, tmp_path: Path) -
         f"/stub       -> {upstream.url}",
         f"OPENAI_BASE_URL={p.url}/openai/v1",
         f"ANTHROPIC_BASE_URL={p.url}/anthropic",
-        f"files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}",
+        f"files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}  {out / 'sessions.jsonl'}",
         "control    http://127.0.0.1:",
         f"(modeltap session end ID --out {out}; token in the out dir)",
         "\n  spans      not exported (no OTLP endpoint",  # in the screen's columns

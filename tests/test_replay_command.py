@@ -138,7 +138,10 @@ def test_replay_writes_its_own_out_dir_and_its_screen_names_no_internal_port(
     assert sorted(x.name for x in cwd.iterdir()) == ["modeltap-replay"]
     assert len(read_jsonl(cwd / "modeltap-replay" / "audit.jsonl")) == 3
     screen = p.stderr
-    assert "files      modeltap-replay/audit.jsonl  modeltap-replay/events.jsonl" in screen
+    assert (
+        "files      modeltap-replay/audit.jsonl  modeltap-replay/events.jsonl  "
+        "modeltap-replay/sessions.jsonl"
+    ) in screen
     # The routes say what answers them: the recording, and where it was recorded from.
     assert f"/stub       -> the recording (3 turns recorded from {upstream.url})" in screen
     assert "/openai     -> the recording (no turn recorded)" in screen

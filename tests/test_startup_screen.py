@@ -62,7 +62,8 @@ def test_the_screen_says_where_the_recording_goes(tmp_path: Path) -> None:
     rec = tmp_path / "rec"
     with CliProcess("run", "--out", str(tmp_path), "--record", str(rec)) as cli:
         files = cli.screen.splitlines().index(
-            f"  files      {tmp_path / 'audit.jsonl'}  {tmp_path / 'events.jsonl'}"
+            f"  files      {tmp_path / 'audit.jsonl'}  {tmp_path / 'events.jsonl'}  "
+            f"{tmp_path / 'sessions.jsonl'}"
         )
         assert cli.screen.splitlines()[files + 1] == (
             f"  record     {rec}  (full request and response bodies, for replay)"

@@ -144,7 +144,9 @@ def startup_screen(
             # This port answers TLS too, with certificates from mitmproxy's CA.
             lines.append(f"  CA cert    {ca}  (for https:// to this port)")
         lines.extend(_mcp_lines(routes, url))
-    lines.append(f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}")
+    lines.append(
+        f"  files      {out / 'audit.jsonl'}  {out / 'events.jsonl'}  {out / 'sessions.jsonl'}"
+    )
     if cfg.record:
         lines.append(f"  record     {cfg.record}  (full request and response bodies, for replay)")
     lines.append(
