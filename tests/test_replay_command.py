@@ -242,3 +242,28 @@ def test_one_change_gives_one_diff_line(
     assert code == 1
     assert stdout.splitlines() == [line]
     assert len(read_jsonl(tmp_path / "out" / "replay-diff.jsonl")) == 1
+
+
+def test_a_recorded_upstream_is_the_route_at_root_on_the_replay_screen(
+    tmp_path: Path, upstream: Upstream, replays: list[ReplayProcess]
+) -> None:
+    """Replay has no ``--upstream``: a run recorded with one shows its route
+    as ``route /``, and its export line, used as printed, is answered."""
+    from modeltap.app.proxy import Proxy, ProxyConfig
+
+    upstream.replies.append(chat_text_json("gpt-5", text="answer 0"))
+    rec = tmp_path / "recording"
+    cfg = ProxyConfig(
+        listen_port=0, out=str(tmp_path / "out"), upstream=upstream.url, record=str(rec),
+        quiet=True,
+    )  # fmt: skip
+    with Proxy(cfg) as proxy:
+        assert tasks(QUESTIONS[:1])(proxy.url) == ["answer 0"]
+    upstream.stop()
+    replays.append(p := ReplayProcess(rec, tmp_path))
+    assert "--upstream" not in p.stderr
+    found = re.search(r"OPENAI_BASE_URL=(\S+)  \(route /, if it speaks OpenAI\)", p.stderr)
+    assert found, p.stderr
+    assert tasks(QUESTIONS[:1])(found.group(1).removesuffix("/v1")) == ["answer 0"]
+    code, _ = p.stop()
+    assert code == 0, p.stderr

@@ -134,7 +134,8 @@ def startup_screen(
         named = {parse_route_spec(spec).name for spec in specs}
         shown = [r for r in exported_routes(routes.routes, named) if not r.mcp]
         found = export_lines(shown, url)
-        exports = [e.text for e in found]
+        # Replay has no --upstream: a recorded one is the route at /.
+        exports = [e.shown("route /" if recording is not None else "--upstream") for e in found]
         for r in shown:
             if all(e.route != r.name for e in found):
                 exports.append(f"{r.name}: {url}{'' if r.prefix == '/' else r.prefix}")

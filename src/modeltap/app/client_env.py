@@ -53,9 +53,14 @@ class ExportLine:
     def text(self) -> str:
         """The line as the screen shows it: ``VAR=value``, then the route and
         the note in parentheses when labelled."""
+        return self.shown()
+
+    def shown(self, root: str = "--upstream") -> str:
+        """:attr:`text`, naming the route mounted at ``/`` as ``root``
+        (``modeltap replay`` has no ``--upstream``: it says ``route /``)."""
         line = f"{self.variable}={self.value}"
         if self.labelled:
-            where = "--upstream" if self.route == UPSTREAM_ROUTE else f"route {self.route}"
+            where = root if self.route == UPSTREAM_ROUTE else f"route {self.route}"
             line += f"  ({where}{', ' + self.note if self.note else ''})"
         return line
 
