@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,37 @@ def test_run_says_where_log_records_go_and_what_arrived(upstream: Upstream, tmp_
     assert received == 3
     assert f"modeltap: logs: 3 of 3 lines exported, 0 dropped (OTLP/HTTP -> {logs_url})" in screen
     assert "modeltap: spans: " in screen
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        (("--port", "9000"), "--listen 127.0.0.1:9000"),
+        (("--port=9000",), "--listen 127.0.0.1:9000"),
+        (("--host", "0.0.0.0"), "--listen 0.0.0.0:8787"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "replay"])
+def test_a_guessed_port_option_gets_one_line_naming_listen(
+    command: str, args: tuple[str, ...], fix: str, tmp_path: Path
+) -> None:
+    """``modeltap run --port 9000``: one line naming the fix, not the top-level usage."""
+    before = (str(tmp_path),) if command == "replay" else ()
+    result = cli_main(command, *before, *args)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"modeltap {command}: there is no {args[0].partition('=')[0]} option")
+    assert fix in line
+    assert "usage:" not in result.stderr
+
+
+def test_listen_takes_a_port_alone_for_loopback(tmp_path: Path) -> None:
+    """``--listen PORT`` is that port on 127.0.0.1: the screen says where it listens."""
+    from tests.cli_process import CliProcess
+
+    with socket.socket() as probe:  # a free port, given as a bare number
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with CliProcess("run", "--out", str(tmp_path), "--listen", str(port)) as cli:
+        assert f"listening  http://127.0.0.1:{port}  (reverse proxy)" in cli.screen
+    assert "--listen 9000 is 127.0.0.1:9000" in " ".join(cli_main("run", "--help").stdout.split())

@@ -194,7 +194,9 @@ def test_config_values_take_the_command_lines_names_too() -> None:
     with pytest.raises(ValueError, match=r"unknown option\(s\) colour; use fields of ProxyConfig:"):
         ProxyConfig.from_options({"colour": "blue", "out": "x"})
     with pytest.raises(ValueError, match="HOST:PORT"):
-        ProxyConfig.from_options({"listen": "8787"})
+        ProxyConfig.from_options({"listen": "localhost"})
+    # A port alone is that port on loopback, as on the command line.
+    assert ProxyConfig.from_options({"listen": "8787"}).listen_host == "127.0.0.1"
 
 
 def test_check_refuses_values_outside_the_choices() -> None:
@@ -218,7 +220,8 @@ def test_check_refuses_values_outside_the_choices() -> None:
 def test_parse_address() -> None:
     assert options.parse_address("[::1]:8787") == ("::1", 8787)
     assert options.parse_address(":0") == ("127.0.0.1", 0)
-    for bad in ("8787", "host:", "host:http"):
+    assert options.parse_address("9000") == ("127.0.0.1", 9000)  # a port alone: loopback
+    for bad in ("host", "host:", "host:http", "-1", "٩"):
         with pytest.raises(ValueError, match=f"'{bad}' is not HOST:PORT"):
             options.parse_address(bad)
     with pytest.raises(ValueError, match=r"port 70000 in 'h:70000' is out of range \(0 to 65535\)"):

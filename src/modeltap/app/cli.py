@@ -73,6 +73,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def misspelt_option_hint(extra: Sequence[str]) -> str | None:
+    """The fix for an option modeltap does not have but is often guessed
+    (``--port 9000``, ``--host 0.0.0.0``), in one line; ``None`` for others.
+
+    Args:
+        extra: the arguments argparse did not recognise, as given.
+    """
+    for i, arg in enumerate(extra):
+        name, sep, value = arg.partition("=")
+        if name not in ("--port", "-p", "--host", "--bind"):
+            continue
+        if not sep:
+            value = extra[i + 1] if i + 1 < len(extra) else ""
+        is_port = name in ("--port", "-p")
+        port = value if is_port and value.isdigit() and value.isascii() else "PORT"
+        host = "HOST" if is_port or not value or value.startswith("-") else value
+        listen = f"127.0.0.1:{port}" if is_port else f"{host}:8787"
+        return f"there is no {name} option; use --listen {listen} (--listen HOST:PORT, or PORT)"
+    return None
+
+
 def config_from_args(args: argparse.Namespace) -> ProxyConfig:
     """Turn parsed ``run`` (or ``replay``) arguments into a :class:`ProxyConfig`."""
     names = {o.cli_name for o in options.OPTIONS if not o.cli_only}
@@ -302,7 +323,14 @@ def replay_main(argv: Sequence[str]) -> int:
         0; 1 with ``--check`` when anything differed or was not replayed; 2
         when the recording cannot be read or the proxy cannot start.
     """
-    args = build_replay_parser().parse_args(list(argv))
+    parser = build_replay_parser()
+    args, extra = parser.parse_known_args(list(argv))
+    if extra:
+        hint = misspelt_option_hint(extra)
+        if hint is None:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        print_lines(f"modeltap replay: {hint}", stderr=True)
+        return 2
     try:
         recording = Recording.load(args.recording)
     except RecordingError as e:
@@ -429,7 +457,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from modeltap.report import check
 
         return check.main(argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        hint = misspelt_option_hint(extra) if args.command == "run" else None
+        if hint is None:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        print_lines(f"modeltap run: {hint}", stderr=True)
+        return 2
     if args.command == "run":
         return run(args)
     if args.command == "session":

@@ -38,12 +38,15 @@ RUN, REPLAY = "run", "replay"
 
 
 def parse_address(value: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[v6]:PORT``; an empty host is 127.0.0.1).
+    """Parse ``HOST:PORT`` (``[v6]:PORT``; an empty host is 127.0.0.1), or a
+    bare ``PORT``: that port on loopback (``9000`` is ``127.0.0.1:9000``).
 
     Raises:
-        ValueError: it is not ``HOST:PORT`` with a port from 0 to 65535 (the
-            message quotes the value: it is the user's own option).
+        ValueError: it is not ``HOST:PORT`` or ``PORT`` with a port from 0 to
+            65535 (the message quotes the value: it is the user's own option).
     """
+    if value.isdigit() and value.isascii():
+        value = f"127.0.0.1:{value}"
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit():
         raise ValueError(f"{value!r} is not HOST:PORT; use HOST:PORT, e.g. 127.0.0.1:8787")
@@ -153,7 +156,8 @@ OPTIONS: Final[tuple[Option, ...]] = (
         "listen",
         str,
         "127.0.0.1:8787",
-        "Address the proxy listens on, as HOST:PORT (port 0: a free one). Loopback unless told "
+        "Address the proxy listens on, as HOST:PORT (port 0: a free one), or PORT alone for "
+        "that port on 127.0.0.1 (--listen 9000 is 127.0.0.1:9000). Loopback unless told "
         "otherwise: anyone who can reach the port can use the proxy.",
         metavar="HOST:PORT",
         mitm=None,
