@@ -10,6 +10,7 @@ a process start per command added nothing these tests read).
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 from collections.abc import Iterator
@@ -240,14 +241,11 @@ def test_a_wrong_dir_says_what_to_give(
     """What a new user types wrong: a dir that is not there (run in another
     directory), a file, an out dir no request reached (the files are made by
     their first line), one whose file cannot be read. One line each, exit 2
-    (view: 1), never a traceback."""
+    for all three, never a traceback."""
     from modeltap.report import check, report, view
 
     main = {"report": report.main, "check": check.main, "view": view.main}[command]
-    with pytest.raises(SystemExit):
-        main([])
-    assert capsys.readouterr().err.splitlines()[-1].endswith("required: DIR")  # as the README
-    code = 1 if command == "view" else 2
+    code = 2
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken" / "audit.jsonl").mkdir(parents=True)
@@ -262,3 +260,30 @@ def test_a_wrong_dir_says_what_to_give(
         assert main([str(tmp_path / name)]) == code
         err = capsys.readouterr().err
         assert err.splitlines() == [f"modeltap {command}: " + message.format(tmp_path / name)]
+
+
+def test_without_dir_the_commands_read_where_run_writes(
+    run: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run`` writes ./modeltap-out unless told: ``report``, ``check`` and
+    ``view`` read it unless told, and say the same for it, missing or empty:
+    one line, exit 2."""
+    monkeypatch.chdir(tmp_path)
+    for state in ("missing", "empty"):
+        if state == "empty":
+            (tmp_path / "modeltap-out").mkdir()
+        said = {}
+        for command in ("report", "check", "view"):
+            result = cli_main(command)
+            assert result.returncode == 2, (command, state, result.stderr)
+            (line,) = result.stderr.splitlines()
+            said[command] = line.removeprefix(f"modeltap {command}: ")
+        assert len(set(said.values())) == 1, said
+        assert "modeltap-out" in said["view"]
+    # And a capture there is read: run's default is theirs.
+    (tmp_path / "modeltap-out").rmdir()
+    shutil.copytree(run.out, tmp_path / "modeltap-out")
+    here = cli_main("report").stdout
+    assert here.startswith("modeltap report  modeltap-out\n")
+    assert here.split("\n", 1)[1] == cli_main("report", str(run.out)).stdout.split("\n", 1)[1]
+    assert cli_main("view", "-o", "-").stdout.startswith("<!doctype html>")

@@ -320,9 +320,9 @@ def test_view_command_output_options(rich_capture: Made, tmp_path: Path, capsys:
 
 
 def test_view_command_errors_name_the_path(tmp_path: Path, capsys: Any) -> None:
-    assert cli_main(["view", str(tmp_path / "nope")]) == 1
+    assert cli_main(["view", str(tmp_path / "nope")]) == 2
     assert "no such directory" in capsys.readouterr().err
-    assert cli_main(["view", str(tmp_path)]) == 1
+    assert cli_main(["view", str(tmp_path)]) == 2
     assert "no audit.jsonl" in capsys.readouterr().err
 
 
@@ -330,7 +330,7 @@ def test_view_command_refuses_a_bad_recording(
     rich_capture: Made, tmp_path: Path, capsys: Any
 ) -> None:
     code = cli_main(["view", str(rich_capture.out), "--record", str(tmp_path), "-o", "-"])
-    assert code == 1
+    assert code == 2
     assert "recording.jsonl" in capsys.readouterr().err
 
 

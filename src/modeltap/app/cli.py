@@ -16,6 +16,7 @@ from modeltap.addons import Control
 from modeltap.app import options
 from modeltap.app.client_env import export_lines, exported_routes, mcp_snippets, mcp_url
 from modeltap.app.proxy import Proxy, ProxyConfig, replay_proxy
+from modeltap.evidence.records import DEFAULT_OUT
 from modeltap.replay.matching import plural
 from modeltap.replay.recording import DIFF_FILE, Recording, RecordingError
 from modeltap.report.terminal import (
@@ -53,9 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     session.add_argument("session_id", metavar="ID")
     session.add_argument(
         "--out",
-        default="./modeltap-out",
+        default=DEFAULT_OUT,
         metavar="DIR",
-        help="the running proxy's --out (default ./modeltap-out)",
+        help=f"the running proxy's --out (default {DEFAULT_OUT})",
     )
     sub.add_parser(
         "check",

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from modeltap.evidence.records import DEFAULT_OUT
 from modeltap.rules.failures import DEFAULT_UPSTREAM_TIMEOUT, Timeouts, parse_seconds
 from modeltap.rules.failures import parse_upstream_timeout as _parse_upstream_timeout
 
@@ -167,7 +168,7 @@ OPTIONS: Final[tuple[Option, ...]] = (
     Option(
         "out",
         str,
-        "./modeltap-out",
+        DEFAULT_OUT,
         "Directory for audit.jsonl, events.jsonl and sessions.jsonl. Lines are appended, one "
         "whole line per write, so several proxies may share it. modeltap replay has its own "
         "default, so a replay is never appended to the recorded run's files.",

@@ -72,6 +72,9 @@ AUDIT_FILE: Final = "audit.jsonl"
 EVENTS_FILE: Final = "events.jsonl"
 SESSIONS_FILE: Final = "sessions.jsonl"
 OUT_FILES: Final = (AUDIT_FILE, EVENTS_FILE, SESSIONS_FILE)
+#: Where ``modeltap run`` writes them unless told (``--out``), and so where
+#: ``report``, ``check`` and ``view`` read unless told.
+DEFAULT_OUT: Final = "./modeltap-out"
 #: Why a file was opened again: the path was gone, or named another file.
 REOPEN_MISSING: Final = "missing"
 REOPEN_REPLACED: Final = "replaced"

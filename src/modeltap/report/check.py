@@ -1,4 +1,4 @@
-"""``modeltap check DIR``: did every session end completed, with complete evidence?
+"""``modeltap check [DIR]``: did every session end completed, with complete evidence?
 
 This is the one line a CI job adds after running an agent. A session passes
 when it has ended (its ``sessions.jsonl`` line: the harness ended it, its
@@ -39,6 +39,7 @@ import orjson
 
 from modeltap.evidence.capture import Capture, Session
 from modeltap.evidence.recordings import RecordingError
+from modeltap.evidence.records import DEFAULT_OUT
 from modeltap.evidence.verdicts.cases import Case, CaseFileError, load_cases
 from modeltap.report import case_report
 from modeltap.report.terminal import print_document, print_lines, printable
@@ -122,7 +123,7 @@ def _no_such_session(capture: Capture, session_id: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``modeltap check DIR [--session ID] [--expect CASES.toml [--json] [--junit FILE]]
+    """``modeltap check [DIR] [--session ID] [--expect CASES.toml [--json] [--junit FILE]]
     [--record RDIR]``.
 
     Returns:
@@ -138,7 +139,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "on the agent's task. With --expect, judge the cases of a TOML case file instead: "
         "each verdict passed, failed or unavailable (the proxy did not see enough to tell).",
     )
-    parser.add_argument("dir", metavar="DIR", type=Path, help="the --out directory of a run")
+    parser.add_argument(
+        "dir",
+        metavar="DIR",
+        type=Path,
+        nargs="?",
+        default=Path(DEFAULT_OUT),
+        help=f"the --out directory of a run (default {DEFAULT_OUT}, as modeltap run's)",
+    )
     parser.add_argument("--session", metavar="ID", help="check only this session")
     parser.add_argument(
         "--expect",

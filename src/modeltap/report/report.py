@@ -1,4 +1,4 @@
-"""``modeltap report DIR [--json]``: what a capture holds, per session and per turn.
+"""``modeltap report [DIR] [--json]``: what a capture holds, per session and per turn.
 
 :func:`build_report` turns a :class:`~modeltap.evidence.capture.Capture` into a JSON-able
 dict (its shape is ``schemas/report.schema.json``); :func:`render_text`
@@ -130,7 +130,7 @@ from modeltap.evidence.capture import (
     Turn,
 )
 from modeltap.evidence.coverage import turn_number
-from modeltap.evidence.records import USAGE_COUNTS, Cost, Usage
+from modeltap.evidence.records import DEFAULT_OUT, USAGE_COUNTS, Cost, Usage
 from modeltap.report.terminal import print_document, print_lines
 from modeltap.report.text import render_text
 
@@ -394,7 +394,7 @@ def build_report(capture: Capture) -> Json:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``modeltap report DIR [--json]``.
+    """Run ``modeltap report [DIR] [--json]``.
 
     Args:
         argv: the arguments after ``report`` (``sys.argv[1:]``-style); ``None``
@@ -412,7 +412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tool results, token usage, estimated cost, errors and evidence coverage."
         ),
     )
-    parser.add_argument("directory", metavar="DIR", help="the --out directory of a run")
+    parser.add_argument(
+        "directory",
+        metavar="DIR",
+        nargs="?",
+        default=DEFAULT_OUT,
+        help=f"the --out directory of a run (default {DEFAULT_OUT}, as modeltap run's)",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON (report.schema.json)"
     )

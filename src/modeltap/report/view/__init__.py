@@ -1,4 +1,4 @@
-"""``modeltap view DIR``: a capture as one self-contained HTML page.
+"""``modeltap view [DIR]``: a capture as one self-contained HTML page.
 
 People who debug agents would rather look than read JSONL. The page shows the
 sessions (status, stop reason, the six evidence channels with their reasons),
@@ -25,6 +25,7 @@ from pathlib import Path
 
 from modeltap.evidence.capture import Capture
 from modeltap.evidence.recordings import RecordingError
+from modeltap.evidence.records import DEFAULT_OUT
 from modeltap.evidence.verdicts.cases import CaseFileError, load_cases
 from modeltap.report import case_report
 from modeltap.report.terminal import print_document, print_lines
@@ -121,7 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
         "timeline of turns, and per turn the audit facts, what changed from the previous "
         "turn, tool calls, usage and cost.",
     )
-    parser.add_argument("directory", metavar="DIR", help="the capture (modeltap run --out DIR)")
+    parser.add_argument(
+        "directory",
+        metavar="DIR",
+        nargs="?",
+        default=DEFAULT_OUT,
+        help=f"the capture (modeltap run --out DIR; default {DEFAULT_OUT}, as modeltap run's)",
+    )
     parser.add_argument(
         "-o",
         "--output",
@@ -156,12 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str]) -> int:
-    """``modeltap view DIR [-o FILE] [--open] [--record RECDIR] [--expect CASES.toml]``.
+    """``modeltap view [DIR] [-o FILE] [--open] [--record RECDIR] [--expect CASES.toml]``.
 
     Returns:
-        0 when the page was written; 1 when the capture or recording cannot
-        be read or the page cannot be written (the reason on stderr); 2 for
-        a case file that cannot be read (naming its line and key).
+        0 when the page was written; 2 when the capture, the recording or a
+        case file cannot be read (as ``report`` and ``check`` exit for the
+        same directory); 1 when the page cannot be written (the reason on
+        stderr).
     """
     args = build_parser().parse_args(argv)
     try:
@@ -177,7 +185,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     except (OSError, RecordingUnreadable) as e:
         print_lines(f"modeltap view: {e}", stderr=True)
-        return 1
+        return 2
     if args.output == "-":
         print_document(page)
         return 0
