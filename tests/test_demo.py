@@ -3,11 +3,14 @@ shows turns, not as raw 800-character JSON lines (issue 15)."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from modeltap.app.demo import record_lines
+from tests.cli_process import cli_main
 from tests.conftest import read_jsonl
 from tests.factories import audit_record
 
@@ -59,3 +62,39 @@ def test_unknown_stays_said() -> None:
     (_, row) = record_lines([record])
     assert row.split()[2:6] == ["not", "stated", "-", "not"]
     assert record_lines([]) == []
+
+
+def _demo(*args: str, tmpdir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "modeltap.app.cli", "demo", "--fast", *args],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+    )  # fmt: skip
+
+
+def test_the_demo_ends_with_the_view_command_and_leaves_one_dir(tmp_path: Path) -> None:
+    """The demo's last line is the ``modeltap view`` command for what it made;
+    run as printed, it writes the page. A second demo removes the first's
+    directory (its own scratch), and never another."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    other = scratch / "modeltap-demo-not-mine"  # no mark: not the demo's own
+    other.mkdir()
+    made = []
+    for _ in range(2):
+        done = _demo(tmpdir=scratch)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        command = lines[-2].strip()
+        assert command.startswith("modeltap view "), lines[-4:]
+        out = Path(shlex.split(command)[2])
+        assert out.parent == scratch
+        made.append(out)
+    assert sorted(scratch.iterdir()) == sorted([other, made[1]])
+    view = cli_main(*shlex.split(command)[1:])
+    assert view.returncode == 0, view.stderr
+    assert (made[1] / "view.html").read_text().startswith("<!doctype html>")
+    # With --out: the dir is the user's, named as given; no note that it goes.
+    done = _demo("--out", str(tmp_path / "mine"), tmpdir=scratch)
+    assert done.stdout.splitlines()[-1] == f"   modeltap view {tmp_path / 'mine'}"
+    assert sorted(scratch.iterdir()) == sorted([other, made[1]])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shlex
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from importlib import resources
@@ -379,11 +379,14 @@ def demo_main(argv: Sequence[str]) -> int:
         prog="modeltap demo",
         description="Run a small openai-SDK tool loop through modeltap, answered by a "
         "recording shipped with modeltap (no API key, no network), then print the audit "
-        "records and `modeltap report`.",
+        "records, `modeltap report`, and the `modeltap view` command for its page.",
     )
     parser.add_argument("--fast", action="store_true", help="replay without recorded delays")
     parser.add_argument(
-        "--out", metavar="DIR", help="where the run's files go (default: a new temp dir)"
+        "--out",
+        metavar="DIR",
+        help="where the run's files go (default: a new temp dir, kept until the next demo "
+        "without --out, which removes it)",
     )
     args = parser.parse_args(list(argv))
     try:
@@ -393,11 +396,11 @@ def demo_main(argv: Sequence[str]) -> int:
     except ImportError:
         print_lines("modeltap demo needs the openai package: pip install openai", stderr=True)
         return 2
-    from modeltap.app.demo import record_lines
+    from modeltap.app.demo import record_lines, remove_scratch, scratch_out
     from modeltap.evidence.capture import Capture
     from modeltap.report.report import build_report, render_text
 
-    out = Path(args.out or tempfile.mkdtemp(prefix="modeltap-demo-"))
+    out = Path(args.out) if args.out else scratch_out()
     config = ProxyConfig(listen_port=0, out=str(out), session=agent.SESSION, quiet=True)
     with resources.as_file(resources.files("modeltap.app.demo") / "recording") as directory:
         proxy, replay = replay_proxy(Recording.load(directory), config, fast=args.fast)
@@ -406,6 +409,8 @@ def demo_main(argv: Sequence[str]) -> int:
             proxy.start()
         except StartupError as e:  # an --out that cannot be written: one line, as run says it
             print_lines(f"modeltap demo: {e}", stderr=True)
+            if not args.out:
+                remove_scratch(out)  # nothing in it to look at
             return 1
         try:
             client = openai.OpenAI(
@@ -432,6 +437,10 @@ def demo_main(argv: Sequence[str]) -> int:
         *render_text(build_report(capture)).split("\n"),
         f"== replay: {replay.summary()}",
         *(f"   {problem.message}" for problem in replay.problems),
+        "",
+        "== see every turn on one page (add --open to open it in a browser):",
+        f"   modeltap view {shlex.quote(str(out))}",
+        *(() if args.out else ("   (the next modeltap demo replaces this directory)",)),
     )
     return 1 if replay.problems else 0
 
