@@ -848,3 +848,77 @@ def test_responses_previous_response_id_without_system_is_recorded_as_sent(
     assert two["previous_response_id"] == first.id
     assert two["omitted_settings"] == ["instructions"]
     assert two["instructions_sha256"] is None and two["tool_names"] == ["lookup"]
+
+
+# ---------------------------------------------------------------- a base URL without the route
+
+
+def test_a_base_url_without_the_route_gets_each_sdks_own_404_naming_the_fix(
+    start_proxy: Callable[..., Running], upstream: Any
+) -> None:
+    """The usual first mistake: the proxy's address as the base URL, without
+    the route's prefix. Each SDK gets a 404 in its own API's error shape,
+    naming the routes and what to put in the base URL; done as it says, the
+    same call goes through."""
+    from google import genai
+    from google.genai import errors as genai_errors
+    from google.genai import types as genai_types
+
+    running = start_proxy(routes=[f"{n}={upstream.url}" for n in ("openai", "anthropic", "gemini")])
+    routes = "Routes here: /anthropic, /gemini, /openai, /stub"
+    # OpenAI's SDK, as its docs write the base URL (…/v1): OpenAI's error body.
+    with pytest.raises(openai.NotFoundError) as oai_error:
+        openai.OpenAI(
+            base_url=f"{running.url}/v1", api_key=KEY, max_retries=0
+        ).chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": MARKER}])
+    body = oai_error.value.body
+    assert isinstance(body, dict) and set(body) == {"message", "type", "param", "code"}
+    assert body["code"] == "modeltap_no_route"
+    message = body["message"]
+    assert (
+        "(an openai.chat_completions endpoint): put /openai right after this proxy's address"
+        in message
+    )
+    assert routes in message and MARKER not in message and "/v1/chat" not in message
+    fixed = openai.OpenAI(base_url=f"{running.url}/openai/v1", api_key=KEY, max_retries=0)
+    assert fixed.chat.completions.create(model="gpt-5", messages=[]).choices
+    # Anthropic's SDK at the bare address: Anthropic's error body.
+    with pytest.raises(anthropic.NotFoundError) as anth_error:
+        anthropic.Anthropic(base_url=running.url, api_key=KEY, max_retries=0).messages.create(
+            model="claude-x", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+    anth_body = anth_error.value.body
+    assert isinstance(anth_body, dict) and anth_body["type"] == "error"
+    assert "put /anthropic right after this proxy's address" in anth_body["error"]["message"]
+    fixed_anth = anthropic.Anthropic(
+        base_url=f"{running.url}/anthropic", api_key=KEY, max_retries=0
+    )
+    assert fixed_anth.messages.create(model="claude-x", max_tokens=8, messages=[]).content
+
+    # google-genai at the bare address: Google's error body (code, status, message).
+    def gemini(base: str) -> genai.Client:
+        options = genai_types.HttpOptions(base_url=base, retry_options=None)
+        return genai.Client(api_key="AIza-test", http_options=options)
+
+    bare = gemini(running.url)  # (kept: a client dropped at once closes its connection)
+    with pytest.raises(genai_errors.ClientError) as gem_error:
+        bare.models.generate_content(model="gemini-2.5-flash", contents="hi")
+    assert gem_error.value.code == 404 and gem_error.value.status == "NOT_FOUND"
+    assert "put /gemini right after this proxy's address" in (gem_error.value.message or "")
+    assert "gemini-2.5-flash" not in (gem_error.value.message or "")  # the path's model: not said
+    fixed_gemini = gemini(f"{running.url}/gemini")
+    assert fixed_gemini.models.generate_content(model="gemini-2.5-flash", contents="hi").text
+    # Each 404 is an unaudited line; only the fixed calls were audited.
+    assert [e["status"] for e in running.events("unaudited")] == [404, 404, 404]
+    assert len(running.audit()) == 3
+
+
+def test_a_path_of_no_route_and_no_wire_lists_the_routes(running: Running) -> None:
+    reply = httpx.post(f"{running.url}/v2/elsewhere", json={})
+    assert reply.status_code == 404
+    error = reply.json()["error"]
+    assert error["code"] == "modeltap_no_route"
+    assert "routes here: /anthropic, /gemini, /openai, /stub" in error["message"]
+    # Bedrock's path, and no route serves Bedrock: says how to add one.
+    reply = httpx.post(f"{running.url}/model/m/converse", json={})
+    assert "no route here serves it: add one with --route NAME=URL" in reply.text

@@ -465,7 +465,7 @@ class Exchange:
     def answer_unrouted(self, now: int) -> None:
         """No route matches the path: a 404, logged as an unaudited request."""
         self._enter(State.ANSWERED)
-        self.reply = answers.no_route()
+        self.reply = answers.no_route(self.path, self.run.settings.routes)
         self._unaudited(404, now)
 
     # ------------------------------------------------------------------ the body

@@ -37,6 +37,14 @@ DEFAULT_ROUTES: dict[str, str] = {
     "gemini": "https://generativelanguage.googleapis.com",
 }
 
+#: The provider of each default route (what a route of that name speaks,
+#: whatever upstream ``--route NAME=URL`` mounts it on).
+DEFAULT_PROVIDERS: Final[dict[str, str]] = {
+    "openai": "openai",
+    "anthropic": "anthropic",
+    "gemini": "gcp.gemini",
+}
+
 #: The route name used by ``--upstream URL`` (mounted at ``/``).
 UPSTREAM_ROUTE = "upstream"
 #: Where ``--mcp NAME=URL`` mounts a server: ``/mcp/NAME``.
