@@ -28,6 +28,23 @@ def test_a_whole_body_decoded_and_observed() -> None:
     assert facts.capture_errors == ("the response body is not valid JSON",)
 
 
+def test_an_error_answer_in_another_shape_is_said_to_be_one() -> None:
+    """An HTML 502 page, or another API's 404: what the status says, not a
+    malformed success; the API's own error body stays complete."""
+    html, _ = observe_body(API_CHAT, FACTS, b"<html>bad gateway</html>", None, 502)
+    assert (html.status, html.evidence_complete) == ("error", False)
+    assert html.capture_errors == ("the upstream answered HTTP 502, not in this API's error shape",)
+    fastapi_404 = orjson.dumps({"detail": "Not Found"})  # a server with no such path
+    foreign, _ = observe_body(API_CHAT, FACTS, fastapi_404, None, 404)
+    assert foreign.capture_errors == (
+        "the upstream answered HTTP 404, not in this API's error shape: it refused the path "
+        "(wrong base URL, or another API's route?)",
+    )
+    own = orjson.dumps({"error": {"message": "no", "type": "invalid_request_error"}})
+    facts, _ = observe_body(API_CHAT, FACTS, own, None, 404)
+    assert (facts.status, facts.evidence_complete, facts.capture_errors) == ("error", True, ())
+
+
 def test_a_stream_passes_unchanged_and_is_observed() -> None:
     firsts: list[int] = []
     chunks: list[bytes] = []

@@ -922,3 +922,31 @@ def test_a_path_of_no_route_and_no_wire_lists_the_routes(running: Running) -> No
     # Bedrock's path, and no route serves Bedrock: says how to add one.
     reply = httpx.post(f"{running.url}/model/m/converse", json={})
     assert "no route here serves it: add one with --route NAME=URL" in reply.text
+
+
+def test_an_sdk_at_another_apis_route_is_told_the_upstream_refused_the_path(
+    start_proxy: Callable[..., Running],
+) -> None:
+    """The Anthropic SDK pointed at an OpenAI route: the upstream answers 404
+    in OpenAI's error shape. ``check`` and ``report`` say the upstream refused
+    the path, not that a Message had no content list."""
+    from tests.cli_process import cli_main
+
+    running = start_proxy(session="wrong-api")
+    openai_404 = {
+        "error": {"message": "Invalid URL", "type": "invalid_request_error", "param": None},
+    }
+    running.upstream.replies.append(Reply(status=404, json=openai_404))
+    claude = anthropic.Anthropic(base_url=running.base(), api_key=KEY, max_retries=0)
+    with pytest.raises(anthropic.NotFoundError):
+        claude.messages.create(model="claude-x", max_tokens=8, messages=[])
+    running.proxy.stop()
+    said = (
+        "[turn 1] the upstream answered HTTP 404, not in this API's error shape: it refused "
+        "the path (wrong base URL, or another API's route?)"
+    )
+    check = cli_main("check", str(running.out))
+    assert check.returncode == 1
+    assert said in check.stdout.splitlines()[-2].strip()
+    assert "content list" not in check.stdout + cli_main("report", str(running.out)).stdout
+    assert f"events    partial      {said}" in cli_main("report", str(running.out)).stdout

@@ -727,7 +727,7 @@ class Exchange:
             facts = self.tap.finish()
         else:
             assert self.api is not None
-            facts, content = observe_body(self.api, self.facts, raw or b"", encoding)
+            facts, content = observe_body(self.api, self.facts, raw or b"", encoding, status)
         self._respond(facts, now, body=raw, content=content)
 
     def failed(

@@ -23,6 +23,7 @@ import orjson
 from modeltap import apis
 from modeltap.apis.contract import SSE
 from modeltap.apis.stream_templates import BoundaryDecoder, Learner, Slots, Template
+from modeltap.evidence.coverage_reasons import foreign_error_text
 from modeltap.evidence.records import RequestFacts, ResponseFacts
 from modeltap.rules.errors import UpstreamProtocolError
 from modeltap.rules.routing import Route
@@ -79,7 +80,7 @@ def with_header_facts(
 
 
 def observe_body(
-    api: str, facts: RequestFacts | None, raw: bytes, encoding: str | None
+    api: str, facts: RequestFacts | None, raw: bytes, encoding: str | None, status: int = 200
 ) -> tuple[ResponseFacts, bytes | None]:
     """Observe a whole response body.
 
@@ -88,6 +89,10 @@ def observe_body(
         facts: the request's audit facts.
         raw: the body as the upstream sent it.
         encoding: its ``content-encoding``.
+        status: its HTTP status. An error answer (400 and up) whose body is
+            not its API's error shape (another API's, an HTML page) is said
+            to be one (:func:`~modeltap.evidence.coverage_reasons.foreign_error_text`),
+            not read as a malformed success.
 
     Returns:
         What it says, and the decoded body (None when it could not be read).
@@ -96,10 +101,21 @@ def observe_body(
         data = decode_body(raw, encoding)
         body = orjson.loads(data)
     except (UpstreamProtocolError, orjson.JSONDecodeError):
+        if status >= 400:
+            return _foreign_error(status), None
         unreadable = ("the response body is not valid JSON",)
         return ResponseFacts(evidence_complete=False, capture_errors=unreadable), None
     observed: ResponseFacts = apis.module_for(api).observe_json(body, facts)
+    if status >= 400 and observed.capture_errors:
+        return _foreign_error(status), data
     return observed, data
+
+
+def _foreign_error(status: int) -> ResponseFacts:
+    """An error answer its API's reader could not read: what the status says."""
+    return ResponseFacts(
+        status="error", evidence_complete=False, capture_errors=(foreign_error_text(status),)
+    )
 
 
 class StreamTap:

@@ -89,6 +89,7 @@ from modeltap.evidence.coverage_reasons import (
     NOT_EXECUTED_ON_MCP,
     PROXY_REPORTED,
     file_moved_reason,
+    is_error_answer,
     label_indexes,
     never_answered,
     no_usage_reason,
@@ -447,6 +448,9 @@ class SessionEvidence:
             if never_answered(event):
                 # The error event that says why lowers ``status``: said once.
                 reason = NO_ANSWER
+            elif is_error_answer(event) and event.capture_errors:
+                # An error answer was seen whole: what it said, not "not seen completely".
+                reason = ", ".join(event.capture_errors)
             else:
                 # ", " inside: "; " separates whole reasons when a channel is rendered.
                 detail = ", ".join(event.capture_errors) or "no reason recorded"

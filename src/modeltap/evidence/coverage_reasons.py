@@ -34,6 +34,27 @@ NO_MCP_SEEN: Final = (
 NOT_EXECUTED_ON_MCP: Final = "; no MCP tools/call seen in this session ran it"
 
 
+def foreign_error_text(status: int) -> str:
+    """An error answer not in its API's shape, as a capture error: what the
+    upstream said (its status), not that a success body was malformed.
+
+    A 404 in another shape is what a client pointed at another API's route,
+    or a base URL the upstream has no such path under, gets.
+
+    Args:
+        status: the answer's HTTP status (400 and up).
+    """
+    text = f"the upstream answered HTTP {status}, not in this API's error shape"
+    if status == 404:
+        return text + ": it refused the path (wrong base URL, or another API's route?)"
+    return text
+
+
+def is_error_answer(event: ResponseEvent) -> bool:
+    """Whether the upstream answered with an error status (400 and up)."""
+    return event.status is not None and event.status >= 400
+
+
 def turn_number(index: int) -> int:
     """The number a turn is shown with: its 0-based index plus one, counted
     from 1 like ``seq`` (every message, report and page names turns so)."""
@@ -84,7 +105,7 @@ def no_usage_reason(event: ResponseEvent) -> str:
     """
     if never_answered(event):
         return NO_ANSWER
-    if event.status is not None and event.status >= 400:
+    if is_error_answer(event):
         return f"an error answer (HTTP {event.status}) reports no token usage"
     return "the provider reported no token usage for this turn"
 
