@@ -400,7 +400,9 @@ def test_request_without_response(tmp_path: Path) -> None:
     assert session.turns[1].response is None
     assert session.turns[1].usage == Usage()
     assert session.usage.input_tokens is None
-    assert session.coverage.usage.status == "unavailable"
+    # Turn 2 has no usage; turn 1 has: the session's is partial (one rule, usage_status).
+    assert session.turns[1].coverage.usage.status == "unavailable"
+    assert session.coverage.usage.status == "partial"
     assert session.coverage.status.status == "partial"
     assert session.capture_errors == [f"[turn 2] {NO_RESPONSE}"]
 

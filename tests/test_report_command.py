@@ -287,3 +287,25 @@ def test_without_dir_the_commands_read_where_run_writes(
     assert here.startswith("modeltap report  modeltap-out\n")
     assert here.split("\n", 1)[1] == cli_main("report", str(run.out)).stdout.split("\n", 1)[1]
     assert cli_main("view", "-o", "-").stdout.startswith("<!doctype html>")
+
+
+def test_usage_says_the_known_part_and_one_rule_for_its_status(run: Run) -> None:
+    """Two attempts answered 500 (no usage), the third 21 in: the session's
+    usage is partial (some turns reported), in the report, its JSON and the
+    page alike; the text says what the turns that
+    reported add up to, as the page does ("21 in 1 of 3 turns")."""
+    retried = session_of(run.json, "retried")
+    assert retried["token_usage"]["input_tokens"] is None  # unknown stays unknown
+    assert retried["coverage"]["usage"]["status"] == "partial"
+    page = build_view_data(Capture.load(run.out))
+    (seen,) = [s for s in page["sessions"] if s["id"] == "retried"]
+    assert seen["coverage"]["usage"]["status"] == "partial"  # the page reads the same
+    block = run.text.split("session retried", 1)[1].split("\nsession ", 1)[0]
+    (usage,) = [row for row in block.splitlines() if row.startswith("  usage ")]
+    assert "in ? (21 in 1 of 3 turns)  out ? (5 in 1 of 3 turns)" in usage
+    # No turn reported any: unavailable, and nothing to add up.
+    dead = session_of(run.json, "dead")
+    assert dead["coverage"]["usage"]["status"] == "unavailable"
+    block = run.text.split("session dead", 1)[1].split("\nsession ", 1)[0]
+    (usage,) = [row for row in block.splitlines() if row.startswith("  usage ")]
+    assert " in " not in usage.split("  usage", 1)[1].replace("  in ?", "")

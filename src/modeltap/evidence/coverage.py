@@ -37,10 +37,12 @@ a session is the worst over its turns plus what happened outside them.
   model call asked for lowers ``actions`` too (in a session with turns),
   naming it.
 * ``messages``: always unavailable: message content is not recorded.
-* ``usage``: unavailable when a turn has no usage at all ("no response" when
-  the upstream never answered, an error answer's status, or that the
-  provider reported none); partial when a count the response's wire carries
-  is ``null``. What a wire carries is its API module's knowledge
+* ``usage``: a turn's is unavailable when it has no usage at all ("no
+  response" when the upstream never answered, an error answer's status, or
+  that the provider reported none); partial when a count the response's wire
+  carries is ``null``. A session's is unavailable only when no turn has any,
+  partial when some turns do (:func:`usage_status`). What a wire carries is its
+  API module's knowledge
   (:attr:`~modeltap.apis.contract.WireApi.REPORTED_USAGE`): OpenAI has no
   cache-write count and Anthropic no total, so their absence lowers nothing.
 * ``status``: partial when a request was refused, an ``error`` event
@@ -133,6 +135,7 @@ __all__ = [
     "session_capture_errors",
     "starts_execution",
     "turn_number",
+    "usage_status",
     "worst_of_turns",
 ]
 
@@ -246,11 +249,20 @@ def execution_of(record: McpAuditRecord) -> Execution:
     )
 
 
-def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCoverage:
+def worst_of_turns(
+    turns: Iterable[tuple[int, EvidenceCoverage]], count: int | None = None
+) -> EvidenceCoverage:
     """Combine turn coverage: worst status per channel, reasons labelled by turn.
+
+    ``usage`` is the one channel whose worst is not the session's: it is
+    ``unavailable`` only when no turn reported any usage, and ``partial``
+    when some did (:func:`usage_status`: what the page's and the report's
+    "81 in 5 of 6 turns" say).
 
     Args:
         turns: ``(turn index, coverage)`` in turn order; complete turns may be left out.
+        count: how many turns there are in all, when complete ones were left
+            out (by default, those given).
 
     Returns:
         The combined coverage; ``messages`` is left at its constant value.
@@ -268,6 +280,10 @@ def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCov
                 worst = channel.status
             for reason in channel.reasons:
                 by_reason.setdefault(reason, []).append(index)
+        if name == "usage":
+            statuses = [turn.channel(name).status for _, turn in listed]
+            left_out = (len(listed) if count is None else count) - len(listed)
+            worst = usage_status([*statuses, *(["complete"] * left_out)])
         if worst != "complete":
             reasons = tuple(
                 f"{label_indexes([turn_number(i) for i in ix], 'turn')} {r}"
@@ -275,6 +291,25 @@ def worst_of_turns(turns: Iterable[tuple[int, EvidenceCoverage]]) -> EvidenceCov
             )
             coverage = dataclasses.replace(coverage, **{name: ChannelCoverage(worst, reasons)})
     return coverage
+
+
+def usage_status(turns: Iterable[CoverageStatus]) -> CoverageStatus:
+    """The usage of several turns from each one's: the one rule.
+
+    Args:
+        turns: each turn's ``usage`` status.
+
+    Returns:
+        ``complete`` when every turn's is (or there are none);
+        ``unavailable`` when no turn reported any usage; else ``partial``
+        (some turns or counts are known: their sum is a lower bound).
+    """
+    statuses = list(turns)
+    if all(status == "complete" for status in statuses):
+        return "complete"
+    if all(status == "unavailable" for status in statuses):
+        return "unavailable"
+    return "partial"
 
 
 def merge(a: EvidenceCoverage, b: EvidenceCoverage) -> EvidenceCoverage:
@@ -635,7 +670,7 @@ class SessionEvidence:
         return SessionCoverage(
             turns=turns,
             own=own,
-            coverage=merge(worst_of_turns(ordered), own),
+            coverage=merge(worst_of_turns(ordered, self.turns), own),
             capture_errors=errors,
         )
 

@@ -94,10 +94,12 @@ actions   partial: a tool call never got its result in a later request
 messages  unavailable: "message content is not recorded (names, counts
           and hashes only)"
 usage     unavailable: no usage for a turn ("no response" when the
-          upstream never answered, an error answer, or every count null);
+          upstream never answered, an error answer, or every count null),
+          and for a session only when no turn has any;
           partial: a count the provider's wire carries is null (the reason
           lists them; a count a wire never carries, such as OpenAI's cache
-          writes, is not missing: ``WireApi.REPORTED_USAGE``)
+          writes, is not missing: ``WireApi.REPORTED_USAGE``), or a session
+          some of whose turns have usage and some not (``usage_status``)
 status    partial: a request was refused (``rejected`` event), an
           ``error`` event happened, or a request's outcome is unknown
 data      partial: a line could not be read (``load_errors``; this lowers

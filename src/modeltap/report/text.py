@@ -93,12 +93,25 @@ def _cost_line(cost: Json | None) -> str:
     return f"{_dollars(cost)}{by}{why}"
 
 
-def _usage_line(usage: Json) -> str:
+def _usage_line(usage: Json, turns: list[Json]) -> str:
+    def said(name: str, shown: str) -> str:
+        if usage[name] is not None:
+            return shown
+        # Unknown: some turn did not report it. What the turns that did add up
+        # to, said as a lower bound (the page says it the same way).
+        known = [t["token_usage"][name] for t in turns if t["token_usage"][name] is not None]
+        if not known:
+            return shown
+        of = f"{len(turns)} turn{'' if len(turns) == 1 else 's'}"
+        return f"{shown} ({sum(known):,} in {len(known)} of {of})"
+
     return (
-        f"in {_count(usage['input_tokens'])}  out {_count(usage['output_tokens'])}  "
-        f"total {_total(usage)}  cache read {_count(usage['cache_read_tokens'])}  "
-        f"cache write {_count(usage['cache_write_tokens'])}  "
-        f"reasoning {_count(usage['reasoning_tokens'])}"
+        f"in {said('input_tokens', _count(usage['input_tokens']))}  "
+        f"out {said('output_tokens', _count(usage['output_tokens']))}  "
+        f"total {said('total_tokens', _total(usage))}  "
+        f"cache read {said('cache_read_tokens', _count(usage['cache_read_tokens']))}  "
+        f"cache write {said('cache_write_tokens', _count(usage['cache_write_tokens']))}  "
+        f"reasoning {said('reasoning_tokens', _count(usage['reasoning_tokens']))}"
     )
 
 
@@ -217,7 +230,7 @@ def _session_lines(session: Json) -> list[str]:
             f"    {d['ts']}  {d['tool'] or '(unnamed)'} on {d['server']}: refused ({d['rule']})"
             for d in denied
         )
-    lines += ["", f"  usage     {_usage_line(session['token_usage'])}"]
+    lines += ["", f"  usage     {_usage_line(session['token_usage'], session['turns'])}"]
     lines.append(f"  cost      {_cost_line(session['cost'])}")
     refused = [refusal_text(r["rule"], r["message"]) for r in session["refusals"]]
     if refused:
