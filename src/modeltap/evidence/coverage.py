@@ -282,8 +282,10 @@ def worst_of_turns(
                 by_reason.setdefault(reason, []).append(index)
         if name == "usage":
             statuses = [turn.channel(name).status for _, turn in listed]
-            left_out = (len(listed) if count is None else count) - len(listed)
-            worst = usage_status([*statuses, *(["complete"] * left_out)])
+            left_out: list[CoverageStatus] = ["complete"] * (
+                (len(listed) if count is None else count) - len(listed)
+            )
+            worst = usage_status([*statuses, *left_out])
         if worst != "complete":
             reasons = tuple(
                 f"{label_indexes([turn_number(i) for i in ix], 'turn')} {r}"
