@@ -32,6 +32,8 @@ import sys
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _here]
 
-from modeltap.addons import default_addons  # noqa: E402
+# The addons of modeltap run; a set-up they refuse ends the start in one line,
+# before any listener is up (modeltap.addons.standalone).
+from modeltap.addons.standalone import standalone_addons  # noqa: E402
 
-addons = default_addons()
+addons = standalone_addons()

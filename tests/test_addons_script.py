@@ -216,3 +216,22 @@ def test_a_mode_modeltap_cannot_follow_stops_the_start(
     )  # fmt: skip
     assert proc.returncode != 0
     assert message in proc.stdout + proc.stderr
+
+
+def test_bare_mitmdump_is_one_line_saying_what_to_set_and_no_listener(tmp_path: Path) -> None:
+    """``mitmdump -s addons/modeltap.py`` with no options: mitmproxy's default
+    is a regular proxy on every interface, which modeltap refuses. One line
+    saying what to set, no traceback, no "listening" line, a non-zero exit."""
+    proc = subprocess.run(
+        [str(MITMDUMP), "-s", str(ROOT / "addons" / "modeltap.py"), "-p", str(free_port())],
+        capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path,
+    )  # fmt: skip
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 2, said
+    modeltap = [line for line in said.splitlines() if "modeltap" in line and "Loading" not in line]
+    assert len(modeltap) == 1, said
+    assert modeltap[0].startswith("modeltap: refusing to start an open proxy")
+    assert "set listen_host=127.0.0.1" in modeltap[0]
+    for never in ("Traceback", "listening", "Error logged during startup"):
+        assert never not in said, said
+    assert not list(tmp_path.glob("modeltap-out/*"))  # nothing was started, nothing written
