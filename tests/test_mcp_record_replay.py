@@ -404,3 +404,63 @@ def test_an_http_sse_stream_is_refused_not_a_hang(tmp_path: Path) -> None:
     error = answer.json()["error"]
     assert error["data"] == {"rule": "modeltap_replay_unrecorded"}
     assert "HTTP+SSE" in error["message"]
+
+
+def _read(uri: str) -> Session:
+    async def run(c: Client) -> list[Any]:
+        try:
+            result = await c.read_resource(uri)
+        except Exception as e:  # the SDK raises the JSON-RPC error it got
+            return [str(e)]
+        return [result.model_dump(exclude_none=True)]
+
+    return run
+
+
+def test_a_read_of_another_resource_is_a_mismatch_naming_the_param(tmp_path: Path) -> None:
+    """Not only tools/call: every request's params are compared (the URI here),
+    so another resource is not answered with the recorded one's contents."""
+    (recorded,) = record(tmp_path, json_response=True, session=_read("orders://A-7"))
+    assert "A-7" in orjson.dumps(recorded).decode()
+    line = Recording.load(tmp_path / "rec").entries[-2].line
+    (message,) = line["key"]["messages"]
+    assert message["mcp_method"] == "resources/read" and len(message["params_sha256"]) == 64
+
+    (same,), replayer = replay(tmp_path, session=_read("orders://A-7"))
+    assert same == recorded and replayer.problems == []
+
+    (said,), replayer = replay(tmp_path, session=_read("orders://B-12"))
+    assert "modeltap replay: the request does not match the recording" in said
+    assert "params.uri: 12 -> 13 bytes" in said
+    (problem,) = [p for p in replayer.problems if p.kind == "mismatch"]
+    assert "params.uri: 12 -> 13 bytes" in problem.message and "B-12" not in problem.message
+
+
+def test_a_recording_without_params_hashes_replays_and_says_so(tmp_path: Path) -> None:
+    """A recording made before params were hashed still replays (on method, tool
+    and arguments); a mismatch then says the params were not compared."""
+    record(tmp_path, json_response=True, session=_read("orders://A-7"))
+    index = tmp_path / "rec" / RECORDING_FILE
+    lines = [orjson.loads(raw) for raw in index.read_bytes().splitlines()]
+    for line in lines:
+        for m in (line.get("key") or {}).get("messages", []):
+            m.pop("params_sha256", None)
+    index.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+    (other,), replayer = replay(tmp_path, session=_read("orders://B-12"))
+    assert "orders://A-7" in orjson.dumps(other).decode()  # not compared: as recorded
+    assert [p for p in replayer.problems if p.kind == "mismatch"] == []
+    # Each POST's (a DELETE has no messages, so nothing went uncompared).
+    mcp_lines = sum(1 for line in lines if line["kind"] == "mcp" and line["key"]["messages"])
+    assert replayer.mcp_params_not_compared == mcp_lines > 0
+
+    async def lists(c: Client) -> list[Any]:
+        try:
+            await c.list_tools()  # the recording has a resources/read here
+        except Exception as e:
+            return [str(e)]
+        return ["no error"]
+
+    (said,), replayer = replay(tmp_path, session=lists)
+    assert "method changed ('resources/read' -> 'tools/list')" in said
+    assert "params not compared" in said

@@ -7,7 +7,9 @@ from typing import Any
 import orjson
 import pytest
 
+from modeltap.evidence.recordings import comparable_params, params_sha256
 from modeltap.replay.mcp import (
+    PARAMS_NOT_COMPARED,
     IdRewriter,
     describe_mcp_changes,
     id_map,
@@ -119,3 +121,79 @@ def test_error_body_names_the_rule_for_each_request() -> None:
     assert orjson.loads(replay_error_body([], "m", "r"))["id"] is None
     batch = orjson.loads(replay_error_body([1, "b"], "m", "r", batch=True))
     assert [e["id"] for e in batch] == [1, "b"]
+
+
+# ---------------------------------------------------------------- params (the whole request)
+
+
+def read(uri: str, **meta: Any) -> dict[str, Any]:
+    params: dict[str, Any] = {"uri": uri}
+    if meta:
+        params["_meta"] = meta
+    return {"jsonrpc": "2.0", "id": 4, "method": "resources/read", "params": params}
+
+
+def read_key(body: dict[str, Any]) -> McpKey:
+    sha = params_sha256(body["method"], body["params"])
+    return key(McpMessageKey("request", "resources/read", None, None, sha))
+
+
+def test_params_hash_sorts_keys_and_skips_only_the_volatile() -> None:
+    a = params_sha256("prompts/get", {"name": "review", "arguments": {"code": "x"}})
+    b = params_sha256("prompts/get", {"arguments": {"code": "x"}, "name": "review"})
+    assert a == b and a is not None
+    assert params_sha256("prompts/get", {"name": "review", "arguments": {"code": "y"}}) != a
+    # _meta (the progress token, tracing) is not the request.
+    meta = {"name": "review", "arguments": {"code": "x"}, "_meta": {"progressToken": 7}}
+    assert params_sha256("prompts/get", meta) == a
+    # A cancellation's requestId is an id (not compared); its reason is compared.
+    cancel = {"requestId": 3, "reason": "user"}
+    assert params_sha256("notifications/cancelled", cancel) == params_sha256(
+        "notifications/cancelled", {**cancel, "requestId": 9}
+    )
+    assert params_sha256("notifications/cancelled", cancel) != params_sha256(
+        "notifications/cancelled", {**cancel, "reason": "timeout"}
+    )
+    # Elsewhere requestId is a param like any other.
+    assert params_sha256("x/y", {"requestId": 3}) != params_sha256("x/y", {"requestId": 9})
+    assert params_sha256("tools/list", None) is None
+    assert comparable_params("notifications/progress", {"progressToken": 1, "progress": 2}) == {
+        "progress": 2
+    }
+
+
+def test_a_read_of_another_uri_names_the_param_with_sizes_never_values() -> None:
+    old, new = read("notes://today"), read("orders://A-7")
+    recorded, live = read_key(old), read_key(new)
+    assert not recorded.matches(live)
+    assert recorded.matches(read_key(read("notes://today", progressToken=5)))
+    changes, found = describe_mcp_changes(recorded, live, (old, new))
+    assert changes == ["params.uri: 13 -> 12 bytes"]
+    assert "orders" not in repr(changes) and all(c.content is None for c in found)
+    # Without the bodies, the hashes.
+    (said,), _ = describe_mcp_changes(recorded, live)
+    assert said.startswith("params changed (sha256 ")
+
+
+def test_changed_arguments_are_named_once_not_again_as_params() -> None:
+    old, new = call({"a": 2, "b": 3}), call({"a": 2, "b": 40})
+    recorded = McpKey.of("shapes", "POST", [], old)  # no records: no messages
+    assert recorded.messages == ()
+    a = McpMessageKey("request", "tools/call", "add", "a" * 64, params_sha256("tools/call", old))
+    b = McpMessageKey("request", "tools/call", "add", "b" * 64, params_sha256("tools/call", new))
+    assert describe_mcp_changes(key(a), key(b), (old, new))[0] == ["arguments.b: 1 -> 2 bytes"]
+
+
+def test_a_key_recorded_before_params_were_hashed_still_replays() -> None:
+    live = read_key(read("orders://A-7"))
+    data = live.to_json()
+    for m in data["messages"]:
+        del m["params_sha256"]  # as the first MCP recordings wrote it
+    old = McpKey.from_json(data)
+    assert not old.params_compared and old.messages[0].params_sha256 is None
+    assert old.matches(live)  # the params cannot be compared: not a mismatch
+    assert McpKey.from_json(orjson.loads(orjson.dumps(old.to_json()))) == old
+    # A mismatch on what was compared says the params were not.
+    other = McpKey("shapes", "POST", (McpMessageKey("request", "tools/list", None, None),))
+    changes, _ = describe_mcp_changes(old, other)
+    assert changes[-1] == PARAMS_NOT_COMPARED and len(changes) == 2

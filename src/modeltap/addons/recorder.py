@@ -225,7 +225,7 @@ class Recorder(Addon, Listener):
             return
         where = (view.session_id, view.mcp_server)
         order = self._mcp_counts[where] = self._mcp_counts.get(where, 0) + 1
-        line = mcp_index_line(view, records, order, self.run.run_id)
+        line = mcp_index_line(view, records, order, self.run.run_id, body)
         self._start_exchange(view, line, body, headers)
 
     # ------------------------------------------------------------------ WebSocket

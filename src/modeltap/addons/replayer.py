@@ -59,6 +59,13 @@ HTTP_SSE_NOT_REPLAYED = (
 )
 
 
+#: Said at start-up when the recording's MCP exchanges have no params hashes.
+PARAMS_NOT_COMPARED_NOTE = (
+    "modeltap replay: this recording's MCP requests were recorded before their params "
+    "were hashed: only their method, tool and arguments are compared"
+)
+
+
 class Replayer(Listener):
     """Answer audited requests from a recording."""
 
@@ -94,6 +101,14 @@ class Replayer(Listener):
 
     async def running(self) -> None:
         await self.server.start()
+        if not self.quiet and self.mcp_params_not_compared:
+            print_lines(PARAMS_NOT_COMPARED_NOTE, stderr=True, flush=True)
+
+    @property
+    def mcp_params_not_compared(self) -> int:
+        """How many recorded MCP exchanges were recorded before params were hashed."""
+        entries = self.player.recording.entries
+        return sum(1 for e in entries if e.mcp is not None and not e.mcp.params_compared)
 
     # ------------------------------------------------------------------ notices
 
@@ -170,7 +185,8 @@ class Replayer(Listener):
                 return Reply(405, content)
             return Forward(((MCP_STREAM_HEADER, "1"),))
         records = self._mcp_records.pop(view.id, ())
-        key = McpKey.of(server, view.method or "", records)
+        parsed = _json_or_none(body)
+        key = McpKey.of(server, view.method or "", records, parsed)
         player = self.mcp_players.get(server)
         if player is None:  # a server the recording never saw: every request is a miss
             player = self.mcp_players[server] = _mcp_player(self.player, server, {})
@@ -179,7 +195,7 @@ class Replayer(Listener):
             recorded = mcp_session_id(server, self._handed_out[view.mcp_session])
             if recorded in player.sessions:
                 player.bind(view.session_id, recorded)
-        played = player.play(view.session_id, "http", view.api, key, _json_or_none(body))
+        played = player.play(view.session_id, "http", view.api, key, parsed)
         self._note(played.problems)
         if played.entry is None or played.entry.mcp is None:
             requests = [r.jsonrpc_id for r in records if r.message_type == "request"]

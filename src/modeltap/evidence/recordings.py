@@ -43,7 +43,9 @@ A ``--record DIR`` holds:
 
 An MCP line (``api: "mcp"``) has ``key`` an :class:`McpKey` (server, HTTP
 method, and per message its type, method, tool and arguments hash, as the
-audit lines say), ``order`` its place among its session's exchanges with
+audit lines say, and the SHA-256 of its ``params`` but ``_meta`` and
+the few fields that name another message: :func:`comparable_params`),
+``order`` its place among its session's exchanges with
 that server, ``seq`` its first audit line's, ``jsonrpc_ids`` the ids its
 messages carried (a replay answers with the live request's ids instead),
 ``mcp_server``, and ``mcp_session`` / ``response.mcp_session``: the MCP
@@ -69,7 +71,7 @@ import os
 import re
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 from urllib.parse import urlsplit
@@ -205,14 +207,66 @@ class TurnKey:
         return key
 
 
+#: What of a message's ``params`` a replay does not compare (:func:`comparable_params`).
+#: ``_meta`` is MCP's reserved place for protocol metadata, not the request:
+#: the client's ``progressToken`` (the SDK makes it from the request id, which
+#: a replay does not compare either) and its tracing keys change from run to run.
+PARAMS_VOLATILE: Final = ("_meta",)
+#: Per method, the params that name another message of the run, not what is asked:
+#: a cancellation's ``requestId`` is a JSON-RPC id (ids are not compared: a
+#: replay answers with the live ones) and a progress note's ``progressToken``
+#: is the one the client made up for its request.
+PARAMS_VOLATILE_BY_METHOD: Final[dict[str, tuple[str, ...]]] = {
+    "notifications/cancelled": ("requestId",),
+    "notifications/progress": ("progressToken",),
+}
+
+
+def comparable_params(method: str | None, params: object) -> object:
+    """What of a JSON-RPC message's ``params`` a replay compares: all of them
+    but :data:`PARAMS_VOLATILE` and the method's :data:`PARAMS_VOLATILE_BY_METHOD`.
+
+    Args:
+        method: the message's method (None for an answer).
+        params: its ``params`` as parsed (anything: a list is compared whole).
+
+    Returns:
+        The params without the volatile fields; ``params`` itself when it is not an object.
+    """
+    if not isinstance(params, dict):
+        return params
+    skip = PARAMS_VOLATILE + PARAMS_VOLATILE_BY_METHOD.get(method or "", ())
+    return {k: v for k, v in params.items() if k not in skip}
+
+
+def params_sha256(method: str | None, params: object) -> str | None:
+    """SHA-256 of a message's :func:`comparable_params`, keys sorted (the same
+    params in another key order hash the same); None when it has no params."""
+    if params is None:
+        return None
+    data = orjson.dumps(comparable_params(method, params), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _message_params(body: Any, index: int) -> object:
+    """The ``params`` of message ``index`` of a parsed POST body (None when absent)."""
+    members = body if isinstance(body, list) else [body]
+    if index >= len(members) or not isinstance(members[index], dict):
+        return None
+    return members[index].get("params")
+
+
 @dataclass(frozen=True, slots=True)
 class McpMessageKey:
-    """What a replay compares of one JSON-RPC message (its audit line's fields)."""
+    """What a replay compares of one JSON-RPC message: its audit line's fields
+    and the hash of its params (:func:`params_sha256`; None when it has none,
+    or in a recording made before params were compared)."""
 
     message_type: str
     mcp_method: str | None
     tool_name: str | None
     arguments_sha256: str | None
+    params_sha256: str | None = None
 
     def to_json(self) -> Json:
         return {
@@ -220,50 +274,85 @@ class McpMessageKey:
             "mcp_method": self.mcp_method,
             "tool_name": self.tool_name,
             "arguments_sha256": self.arguments_sha256,
+            "params_sha256": self.params_sha256,
         }
 
 
 @dataclass(frozen=True, slots=True)
 class McpKey:
     """What a replayed MCP exchange is compared on: its server, its HTTP method
-    and its messages as audited. JSON-RPC ids are not compared (a replay
-    answers with the live ones), nor the MCP session (a replay hands out its own)."""
+    and its messages as audited, with their params' hashes. JSON-RPC ids are
+    not compared (a replay answers with the live ones), nor the MCP session (a
+    replay hands out its own).
+
+    ``params_compared`` is False for a key read from a recording made before
+    the params were hashed: it then matches a live key whatever its params
+    (:meth:`matches`), and the replay says so."""
 
     server: str
     method: str
     messages: tuple[McpMessageKey, ...]
     batch: bool = False
+    params_compared: bool = True
 
     @classmethod
-    def of(cls, server: str, method: str, records: Sequence[McpAuditRecord]) -> McpKey:
+    def of(
+        cls, server: str, method: str, records: Sequence[McpAuditRecord], body: Any = None
+    ) -> McpKey:
         """The key of an MCP exchange.
 
         Args:
             server: its server (``--mcp NAME``).
             method: its HTTP method.
             records: its audit lines (none for a ``DELETE``).
+            body: its body, parsed (a message's params hash is None without it).
         """
         return cls(
             server=server,
             method=method,
             messages=tuple(
-                McpMessageKey(r.message_type, r.mcp_method, r.tool_name, r.arguments_sha256)
+                McpMessageKey(
+                    r.message_type,
+                    r.mcp_method,
+                    r.tool_name,
+                    r.arguments_sha256,
+                    params_sha256(
+                        r.mcp_method,
+                        _message_params(body, r.batch_index if r.batch_index is not None else 0),
+                    ),
+                )
                 for r in records
             ),
             batch=any(r.batch_index is not None for r in records),
         )
 
+    def without_params(self) -> McpKey:
+        """The key as a recording made before params were hashed has it."""
+        messages = tuple(replace(m, params_sha256=None) for m in self.messages)
+        return replace(self, messages=messages, params_compared=False)
+
+    def matches(self, live: McpKey) -> bool:
+        """Whether ``live`` (a replayed exchange's key) is this recorded one."""
+        return self == (live if self.params_compared else live.without_params())
+
     def to_json(self) -> Json:
         return {
             "server": self.server,
             "method": self.method,
-            "messages": [m.to_json() for m in self.messages],
+            "messages": [self._message_json(m) for m in self.messages],
             "batch": self.batch,
         }
 
+    def _message_json(self, message: McpMessageKey) -> Json:
+        out = message.to_json()
+        if not self.params_compared:  # read back as it was written: without them
+            del out["params_sha256"]
+        return out
+
     @classmethod
     def from_json(cls, data: Json) -> McpKey:
-        """Read a key back from a recording line.
+        """Read a key back from a recording line (one without params hashes,
+        written before they were, reads with ``params_compared`` False).
 
         Raises:
             ValueError: if a field is missing or has the wrong type.
@@ -275,11 +364,15 @@ class McpKey:
                     _optional_str(m["mcp_method"]),
                     _optional_str(m["tool_name"]),
                     _optional_str(m["arguments_sha256"]),
+                    _optional_str(m.get("params_sha256")),
                 )
                 for m in data["messages"]
             )
-            return cls(str(data["server"]), str(data["method"]), messages, bool(data["batch"]))
-        except (KeyError, TypeError) as e:
+            compared = all("params_sha256" in m for m in data["messages"])
+            return cls(
+                str(data["server"]), str(data["method"]), messages, bool(data["batch"]), compared
+            )
+        except (KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"bad MCP key: {e}") from None
 
 

@@ -417,8 +417,11 @@ class Player:
 
 
 def _same(entry: Entry, transport: str, api: str | None, key: TurnKey | McpKey) -> bool:
-    played = entry.mcp if isinstance(key, McpKey) else entry.key
-    return entry.transport == transport and entry.api == api and played == key
+    if isinstance(key, McpKey):
+        same = entry.mcp is not None and entry.mcp.matches(key)
+    else:
+        same = entry.key == key
+    return entry.transport == transport and entry.api == api and same
 
 
 def _label(recorded: str, live_turn: int, recorded_turn: int, noun: str = "turn") -> str:

@@ -5,7 +5,7 @@
 with that server (:class:`~modeltap.replay.matching.Player`, one per server)
 on its :class:`~modeltap.replay.recording.McpKey`; this module says what a
 mismatch changed (:func:`describe_mcp_changes`: the method, the tool, the
-arguments as JSON paths with sizes, never a value), puts the live request's
+arguments or any other param as JSON paths with sizes, never a value), puts the live request's
 JSON-RPC ids into the recorded answer (:func:`id_map`, :class:`IdRewriter`:
 the client matches answers by id, and needs not have counted as the
 recorded one did), and words the JSON-RPC error a request the recording
@@ -20,10 +20,11 @@ from typing import Any, Final
 import orjson
 
 from modeltap.apis.mcp.errors import REFUSED_BY_POLICY, error_object
-from modeltap.replay.recording import McpKey, McpMessageKey
+from modeltap.replay.recording import McpKey, McpMessageKey, comparable_params
 from modeltap.replay.request_diff import BodyChange, body_changes, summarize
 
 __all__ = [
+    "PARAMS_NOT_COMPARED",
     "IdRewriter",
     "JsonRpcId",
     "describe_mcp_changes",
@@ -32,6 +33,9 @@ __all__ = [
 ]
 
 JsonRpcId = int | str
+#: A mismatch with an exchange recorded before params were hashed says so:
+#: only the method, the tool and the arguments could be compared.
+PARAMS_NOT_COMPARED: Final = "params not compared (recorded before modeltap hashed them)"
 #: The message types whose answers carry their id back.
 _ANSWERED: Final = "request"
 
@@ -40,12 +44,17 @@ def _short(sha: str | None) -> str:
     return "none" if sha is None else sha[:8] + "…"
 
 
-def _arguments(body: Any, index: int) -> Any:
-    """The ``params.arguments`` of message ``index`` of a parsed POST body, or None."""
+def _params(body: Any, index: int) -> Any:
+    """The ``params`` of message ``index`` of a parsed POST body, or None."""
     members = body if isinstance(body, list) else [body]
     if index >= len(members) or not isinstance(members[index], dict):
         return None
-    params = members[index].get("params")
+    return members[index].get("params")
+
+
+def _arguments(body: Any, index: int) -> Any:
+    """The ``params.arguments`` of message ``index`` of a parsed POST body, or None."""
+    params = _params(body, index)
     return params.get("arguments") if isinstance(params, dict) else None
 
 
@@ -55,10 +64,11 @@ def _asked(message: McpMessageKey) -> str:
     return f"{method} {message.tool_name!r}" if message.tool_name else method
 
 
-def _under_arguments(path: str) -> str:
+def _under(name: str, path: str) -> str:
+    """A change's path under ``arguments`` or ``params``."""
     if path == "$":
-        return "arguments"
-    return f"arguments{path}" if path.startswith("[") else f"arguments.{path}"
+        return name
+    return f"{name}{path}" if path.startswith("[") else f"{name}.{path}"
 
 
 def describe_mcp_changes(
@@ -111,12 +121,16 @@ def describe_mcp_changes(
             out.append(f"{where}tool changed ({old.tool_name!r} -> {new.tool_name!r})")
             continue
         if old.arguments_sha256 == new.arguments_sha256:
+            if recorded.params_compared and old.params_sha256 != new.params_sha256:
+                phrases, params = _params_changes(old, new, bodies, i, show_content)
+                out += [f"{where}{text}" for text in phrases]
+                found += params
             continue
         changes: list[BodyChange] = []
         if bodies is not None:
             before, after = _arguments(bodies[0], i), _arguments(bodies[1], i)
             changes = [
-                BodyChange(_under_arguments(c.path), c.text, c.content)
+                BodyChange(_under("arguments", c.path), c.text, c.content)
                 for c in body_changes(before, after, show_content=show_content)
             ]
         if changes:
@@ -129,7 +143,31 @@ def describe_mcp_changes(
             )
     if not out and recorded.batch != key.batch:
         out.append(f"batch changed ({str(recorded.batch).lower()} -> {str(key.batch).lower()})")
+    if out and not recorded.params_compared:
+        out.append(PARAMS_NOT_COMPARED)
     return out, found
+
+
+def _params_changes(
+    old: McpMessageKey,
+    new: McpMessageKey,
+    bodies: tuple[Any, Any] | None,
+    index: int,
+    show_content: bool,
+) -> tuple[list[str], list[BodyChange]]:
+    """A message whose params (not its arguments) changed: the changed params
+    as JSON paths with sizes, or the two hashes when a body is not known."""
+    if bodies is not None:
+        before = comparable_params(old.mcp_method, _params(bodies[0], index))
+        after = comparable_params(new.mcp_method, _params(bodies[1], index))
+        changes = [
+            BodyChange(_under("params", c.path), c.text, c.content)
+            for c in body_changes(before, after, show_content=show_content)
+        ]
+        if changes:
+            return summarize(changes), changes
+    text = f"params changed (sha256 {_short(old.params_sha256)} -> {_short(new.params_sha256)})"
+    return [text], []
 
 
 def _id_key(value: object) -> bytes:

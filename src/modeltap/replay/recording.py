@@ -33,6 +33,7 @@ from modeltap.evidence.recordings import (
     RecordingError,
     TurnKey,
     comparable_body,
+    comparable_params,
     input_sha256,
 )
 from modeltap.evidence.records import Json, McpAuditRecord
@@ -55,6 +56,7 @@ __all__ = [
     "RecordingError",
     "TurnKey",
     "comparable_body",
+    "comparable_params",
     "index_line",
     "input_sha256",
     "is_ws_create",
@@ -110,7 +112,11 @@ def index_line(kind: str, view: ExchangeView, key: TurnKey | None) -> Json:
 
 
 def mcp_index_line(
-    view: ExchangeView, records: Sequence[McpAuditRecord], order: int, run_id: str
+    view: ExchangeView,
+    records: Sequence[McpAuditRecord],
+    order: int,
+    run_id: str,
+    body: bytes = b"",
 ) -> Json:
     """The start of an MCP exchange's ``recording.jsonl`` line (``kind: "mcp"``).
 
@@ -119,14 +125,19 @@ def mcp_index_line(
         records: its audit lines (none for a ``DELETE``).
         order: its place among its session's exchanges with its server (from 1).
         run_id: the run.
+        body: its body (its messages' params are hashed into the key).
     """
     server = view.mcp_server or ""
+    try:
+        parsed = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:  # audited as JSON-RPC: never, but a key is still made
+        parsed = None
     line = index_line("mcp", view, None)
     line.update(
         order=order,
         seq=records[0].seq if records else None,
         run_id=run_id,
-        key=McpKey.of(server, view.method or "", records).to_json(),
+        key=McpKey.of(server, view.method or "", records, parsed).to_json(),
         mcp_server=server,
         mcp_session=view.mcp_session,
         jsonrpc_ids=[r.jsonrpc_id for r in records],
