@@ -5,7 +5,7 @@ ci`` there; ``.ci/run`` does it). Where it is not installed the test is
 skipped, unless ``MODELTAP_REQUIRE_GEMINI_CLI=1`` (CI sets it): then a missing
 CLI fails the test instead of hiding it.
 
-What it needs, as a Gemini CLI user would set it up (README, "Gemini"):
+What it needs, as a Gemini CLI user would set it up (docs/CLOUDS.md, "Gemini"):
 ``GOOGLE_GEMINI_BASE_URL`` pointing at the proxy, ``GEMINI_API_KEY``, and in
 non-interactive mode ``security.auth.selectedType: "gemini-api-key"`` in
 ``~/.gemini/settings.json`` (without it the CLI exits 41 before any request);
