@@ -43,8 +43,8 @@ DEFAULTS: dict[str, Any] = {
     "proxyauth": None,
     "control": "127.0.0.1:0",  # README: "127.0.0.1 on a free port"
     "allow_open_proxy": False,
-    "upstream_timeout": "connect=10,first-byte=540,idle=540",  # README's limits table
-    "client_timeout": "60",  # README's limits table: --client-timeout S (60)
+    "upstream_timeout": "connect=10,first-byte=540,idle=540",  # docs/TIMEOUTS.md's limits table
+    "client_timeout": "60",  # docs/TIMEOUTS.md's limits table: --client-timeout S (60)
     "ui": False,
     "quiet": False,
 }
