@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "ui": False,
     "quiet": False,
 }
-#: README: replay's "--out defaults to ./modeltap-replay" (never into the run's own).
+#: docs/RECORD-REPLAY.md: replay's "--out defaults to ./modeltap-replay" (never into the run's own).
 REPLAY_DEFAULTS = {"out": "./modeltap-replay"}
 
 
