@@ -38,11 +38,11 @@ def estimate(**fields: Any) -> Any:
 
 
 def test_source_names_the_table_and_its_version() -> None:
-    """As the README's cost example says (``"source": "genai-prices 0.2.3"``): the
+    """As docs/EVIDENCE.md's cost example says (``"source": "genai-prices 0.2.3"``): the
     table this file's expected prices were worked out from by hand."""
     assert SOURCE == TABLE, (
         f"priced by {SOURCE}: check the hand-worked prices here against its table, then "
-        "set TABLE and the README's cost example"
+        "set TABLE and docs/EVIDENCE.md's cost example"
     )
 
 
