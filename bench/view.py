@@ -21,7 +21,7 @@ as medians over rounds (max in brackets where it matters):
 * select: a click on a turn until its details are drawn;
 * filter: choosing a called tool in the tool filter until the list is redrawn.
 
-Figures depend on the machine; the README quotes one run and says where.
+Figures depend on the machine; docs/VIEW.md quotes one run and says where.
 """
 
 from __future__ import annotations
