@@ -59,9 +59,7 @@ def installs(commands: list[str]) -> list[str]:
     ("target", "extras"),
     [("run", "."), ("demo", ".[demo]"), ("test", ".[test]"), ("lint", ".[test]")],
 )
-def test_each_make_target_installs_its_own_extras(
-    tmp_path: Path, target: str, extras: str
-) -> None:
+def test_each_make_target_installs_its_own_extras(tmp_path: Path, target: str, extras: str) -> None:
     """``make run`` on a fresh clone installs the package without ``[test]`` (it
     installed the test extras before: a 1.5 GB .venv); ``lint`` needs ruff and
     mypy, which ``.ci/run`` gets with the test extras."""
