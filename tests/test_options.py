@@ -15,7 +15,7 @@ from modeltap.app.proxy import ProxyConfig
 
 MITM_DECLARED = [o for o in options.OPTIONS if o.mitm_name and o.mitm_name.startswith("modeltap_")]
 
-#: Every option's default as the SPEC and the README state it, written out here
+#: Every option's default as the SPEC and the docs state it, written out here
 #: rather than read from the table, so that a changed default fails until both
 #: (and these lines) say so. Unset is None; an off flag is False.
 DEFAULTS: dict[str, Any] = {
@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "strict": False,
     "fail_closed": False,
     "image_detail": None,  # images are forwarded as sent unless told
-    "max_body": "64m",  # SPEC 2: "--max-body (default 64 MiB)"; README: "default 64m"
+    "max_body": "64m",  # SPEC 2: "--max-body (default 64 MiB)"; docs/REFUSALS.md: "default 64m"
     "session": None,  # unset: the run id names the session
     "continuation": "explicit",  # SPEC 3: "The default, explicit, refuses such messages"
     "ws_allow": [],
@@ -41,7 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "capture_content": False,
     "record": None,
     "proxyauth": None,
-    "control": "127.0.0.1:0",  # README: "127.0.0.1 on a free port"
+    "control": "127.0.0.1:0",  # docs/TIMEOUTS.md: "127.0.0.1 on a free port"
     "allow_open_proxy": False,
     "upstream_timeout": "connect=10,first-byte=540,idle=540",  # docs/TIMEOUTS.md's limits table
     "client_timeout": "60",  # docs/TIMEOUTS.md's limits table: --client-timeout S (60)
