@@ -152,12 +152,11 @@ def test_the_runtime_dependencies_run_the_proxy_and_the_commands(tmp_path: Path)
     with CliProcess("run", "--out", str(tmp_path / "out"), env=env) as cli:
         assert f"OPENAI_BASE_URL={cli.url}/openai/v1" in cli.screen
         assert cli.stop() == 0, "\n".join(cli.lines)
-    for command in (["report", str(tmp_path / "out")], ["check", str(tmp_path / "out")]):
-        done = subprocess.run(
-            [sys.executable, "-m", "modeltap", *command],
-            env=env, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert "Traceback" not in done.stderr, done.stderr
+    check = subprocess.run(
+        [sys.executable, "-m", "modeltap", "check", str(tmp_path / "out")],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in check.stderr and check.returncode in (0, 1, 2), check.stderr
     demo = subprocess.run(
         [sys.executable, "-m", "modeltap", "demo", "--fast", "--out", str(tmp_path / "demo")],
         env=env, capture_output=True, text=True, timeout=120, check=False,
