@@ -18,7 +18,8 @@ first on ``PATH`` (what the README's ``. .venv/bin/activate`` does):
 - ``python``: in one namespace, in that directory, as a reader would type
   them; a block defining a ``test_`` function is a test file, run by pytest
   with no API key in the environment.
-- ``text``: output shown, not run.
+- ``text``: output shown: each of its lines (but one naming a temporary
+  directory) must be in what a command of the walk printed.
 
 A block after ``<!-- readme-test: illustrative -->`` is not run (it needs an
 agent CLI and a key); its URLs must still be the start-up screen's. There
@@ -228,6 +229,7 @@ class Reader:
         self.env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
         self.namespace: dict[str, object] = {}
         self.ran: list[str] = []
+        self.printed: list[str] = []
 
     def sh(self, block: Block) -> None:
         for words in commands(block):
@@ -277,6 +279,7 @@ class Reader:
         # The console script's main, called here: a process would only add its
         # start (seconds of imports) to each of these commands, which all end.
         code, out = in_process(words[1:], self.cwd, self.env)
+        self.printed.append(out)
         assert code == 0, f"{where}: exit {code}\n{out}"
         assert "Traceback" not in out, f"{where}: {out}"
 
@@ -325,6 +328,11 @@ def test_every_readme_snippet_runs_as_written(reader: Reader) -> None:
             reader.sh(block)
         elif block.language == "python":
             reader.python(block)
+    printed = "\n".join(reader.printed)
+    for block in blocks:
+        if block.language == "text":
+            shown = [x for x in block.text.splitlines() if x.strip() and "/tmp/" not in x]
+            assert shown and [x for x in shown if x not in printed] == [], f"line {block.line}"
     # What a first hour goes through, each at least once.
     ran = "\n".join(reader.ran)
     for step in (
