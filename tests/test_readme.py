@@ -274,6 +274,7 @@ class Reader:
         assert self.env["PATH"].startswith(str(BIN)), f"{where}: modeltap is not on PATH yet"
         if words[1] == "run" and "--help" not in words:
             screen, code = screen_of(words[1:], self.cwd, self.env)
+            self.printed.append(screen)
             assert code == 0, f"{where}:\n{screen}"
             return
         # The console script's main, called here: a process would only add its
@@ -329,6 +330,11 @@ def test_every_readme_snippet_runs_as_written(reader: Reader) -> None:
         elif block.language == "python":
             reader.python(block)
     printed = "\n".join(reader.printed)
+    # A URL of the proxy the prose names (not a pattern like /NAME/...) is one
+    # that a start-up screen of the walk printed.
+    prose = re.sub(r"^```.*?^```$", "", README.read_text(), flags=re.S | re.M)
+    for url in re.findall(rf"http://127\.0\.0\.1:{DEFAULT_PORT}/[a-z][\w/.-]*", prose):
+        assert url in printed or url in reader.default_exports.values(), url
     for block in blocks:
         if block.language == "text":
             shown = [x for x in block.text.splitlines() if x.strip() and "/tmp/" not in x]
