@@ -41,8 +41,16 @@ run: $(RUN_DEPS)
 demo: $(DEMO_DEPS)
 	$(BIN)/modeltap demo $(ARGS)
 
+# The tests run in parallel (pytest-xdist), one worker per core and one more:
+# many tests spend their time waiting on a socket or a process they started.
+# Work stealing keeps each worker on runs of tests from the same files (their
+# module fixtures start once or twice) and moves the rest to whoever is idle.
+# PYTHONDONTWRITEBYTECODE is cleared so the rewritten test modules are cached
+# (__pycache__, ignored by git) instead of rewritten by every worker every run.
+TEST_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) + 1 )))
+
 test: $(TEST_DEPS)
-	$(BIN)/python -m pytest -q $(ARGS)
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 bench: $(TEST_DEPS)
 	$(BIN)/python bench/run.py $(ARGS)

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import settings
+from mitmproxy.certs import CertStore
 
 from modeltap.app.proxy import Proxy, ProxyConfig
 from modeltap.core.notices import NOTICES, ExchangeView, Listener
@@ -26,6 +27,15 @@ from tests.upstream import Upstream
 settings.register_profile("dev", max_examples=30, deadline=None)
 settings.register_profile("ci", max_examples=300, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """mitmproxy's CA in ``~/.mitmproxy`` (where a proxy without a ``confdir`` and
+    ``modeltap run`` keep it), made once before any test runs. ``make test``'s
+    workers (pytest-xdist) would otherwise each make it at their first proxy on a
+    fresh machine, and one could read the files another is still writing."""
+    if not hasattr(config, "workerinput"):  # the controller, or a run without workers
+        CertStore.from_store(Path("~/.mitmproxy").expanduser(), "mitmproxy", 2048)
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -139,16 +139,19 @@ def test_no_value_survives_whatever_its_name(name: str, encode: bool) -> None:
 SEPARATORS = ";?#"
 
 
-def lookalikes(char: str) -> list[str]:
-    """Every character NFKC folds into text containing ``char``."""
-    return [
-        chr(c)
-        for c in range(0x80, sys.maxunicode + 1)
-        if char in unicodedata.normalize("NFKC", chr(c))
-    ]
+def lookalikes(chars: str) -> dict[str, list[str]]:
+    """For each of ``chars``, every character NFKC folds into text containing it
+    (one pass over Unicode for all of them: this runs as the module loads)."""
+    found: dict[str, list[str]] = {char: [] for char in chars}
+    for c in range(0x80, sys.maxunicode + 1):
+        folded = unicodedata.normalize("NFKC", chr(c))
+        for char in chars:
+            if char in folded:
+                found[char].append(chr(c))
+    return found
 
 
-LOOKALIKES = {char: lookalikes(char) for char in SEPARATORS}
+LOOKALIKES = lookalikes(SEPARATORS)
 
 
 def test_the_lookalike_lists_are_complete() -> None:
