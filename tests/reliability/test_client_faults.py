@@ -101,13 +101,18 @@ def test_slow_uploads_do_not_starve_other_clients(running: Running) -> None:
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(lambda _: ok(running), range(60)))
         served_in = time.monotonic() - started
+        # Served while every slow body was still short of its last byte (the
+        # trickle never sends it): audited are the 60, none of the 30.
+        audited_meanwhile = len(running.audit())
         stop.wait(max(0.0, 3.0 - served_in))
     finally:
         stop.set()
         t.join(5)
-    # Unloaded, 60 requests take about 0.4 s here; waiting on the slow senders
-    # would take the whole 3 s trickle.
-    assert served_in < 2.0, "normal requests waited on the slow ones"
+    # Normal requests that waited on the slow senders would never have been
+    # served (their bodies stay short until after this) and failed on the
+    # client's timeout. How long they took (about 0.4 s unloaded) is a figure,
+    # not a check: on a loaded machine it is noise.
+    assert audited_meanwhile == 60, "normal requests waited on the slow ones"
     # The slow senders finish their bodies and are answered too.
     assert 0 < sent[0] < len(CHAT)
     for sock in slow:
