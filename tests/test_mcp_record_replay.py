@@ -391,8 +391,9 @@ def test_a_named_session_replays_by_its_name(tmp_path: Path) -> None:
 
 
 def test_an_http_sse_stream_is_refused_not_a_hang(tmp_path: Path) -> None:
-    """HTTP+SSE answers on its GET stream, which is not recorded: the replay
-    refuses the stream (405, a JSON-RPC error naming the rule) at once."""
+    """HTTP+SSE answers on its GET stream: a recording with no HTTP+SSE
+    session of the server (this one is Streamable HTTP's) cannot answer it, so
+    the replay refuses the stream (405, a JSON-RPC error naming the rule) at once."""
     record(tmp_path, json_response=True, session=lambda c: _add(c, 3))
 
     async def opening() -> httpx2.Response:

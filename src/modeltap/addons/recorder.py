@@ -19,7 +19,7 @@ import orjson
 from mitmproxy import exceptions
 
 from modeltap.addons.base import Addon
-from modeltap.apis.mcp.transport import SESSION_HEADER, session_key
+from modeltap.apis.mcp.transport import SESSION_HEADER, query_session_id, session_key
 from modeltap.core.notices import ExchangeView, Forward, Listener, Outcome, Reply
 from modeltap.core.run import Run
 from modeltap.evidence.records import Json, McpAuditRecord, WsCloseEvent
@@ -34,8 +34,10 @@ from modeltap.replay.recording import (
     index_line,
     kept_headers,
     mcp_index_line,
+    mcp_stream_line,
 )
-from modeltap.rules.errors import SinkError, error_message
+from modeltap.rules.errors import SinkError, UpstreamProtocolError, error_message
+from modeltap.wire.sse import SSEDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,16 @@ class _Exchange:
     stream: BlobWriter | None = None
     #: An MCP exchange: the session its answer's ``Mcp-Session-Id`` named, hashed.
     mcp_session: str | None = None
+
+
+@dataclass(slots=True)
+class _Stream:
+    """An HTTP+SSE session's stream (``GET /sse``) being recorded event by event."""
+
+    server: str
+    decoder: SSEDecoder = field(default_factory=SSEDecoder)
+    #: The session its endpoint event named, hashed; None until that event.
+    session: str | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +96,10 @@ class Recorder(Addon, Listener):
         self._mcp_records: dict[str, tuple[McpAuditRecord, ...]] = {}
         #: MCP exchanges recorded per (session, server), for their ``order``.
         self._mcp_counts: dict[tuple[str, str], int] = {}
+        #: HTTP+SSE streams being recorded, by exchange.
+        self._streams: dict[str, _Stream] = {}
+        #: Per (server, MCP session hashed): the ``order`` of its latest POST.
+        self._latest_post: dict[tuple[str, str], int] = {}
 
     def configure(self, updated: set[str]) -> None:
         if "modeltap_record" not in updated:
@@ -134,6 +150,11 @@ class Recorder(Addon, Listener):
     def first_byte(
         self, view: ExchangeView, status: int | None, headers: Mapping[str, str], t_ns: int
     ) -> None:
+        stream = self._streams.get(view.id)
+        if stream is not None:
+            media = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+            if media != "text/event-stream" or headers.get("content-encoding", "").strip():
+                del self._streams[view.id]  # not an event stream read as sent: not recorded
         exchange = self._exchanges.get(view.id)
         if exchange is not None:
             exchange.t_head_ns, exchange.headers = t_ns, kept_headers(headers)
@@ -142,6 +163,9 @@ class Recorder(Addon, Listener):
                 exchange.mcp_session = session_key(sid) if sid else None
 
     def chunk(self, view: ExchangeView, data: bytes, t_ns: int) -> None:
+        stream = self._streams.get(view.id)
+        if stream is not None:
+            self._stream_chunk(view.id, stream, data)
         exchange = self._exchanges.get(view.id)
         if exchange is None or self.blobs is None:
             return
@@ -152,6 +176,7 @@ class Recorder(Addon, Listener):
 
     def finished(self, outcome: Outcome) -> None:
         self._mcp_records.pop(outcome.view.id, None)  # answered before it was forwarded
+        self._streams.pop(outcome.view.id, None)
         exchange = self._exchanges.pop(outcome.view.id, None)
         if exchange is not None:
             self._finish(exchange, outcome)
@@ -217,16 +242,50 @@ class Recorder(Addon, Listener):
         self._append(exchange.line)
 
     def _start_mcp(self, view: ExchangeView, body: bytes, headers: Mapping[str, str]) -> None:
-        """An MCP POST or DELETE. A GET stream is not recorded: it answers no
-        request (a replay holds it open, silent), and HTTP+SSE's would hold the
-        session id its endpoint event names."""
+        """An MCP POST or DELETE, or HTTP+SSE's stream. A Streamable HTTP GET
+        stream is not recorded: it answers no request (a replay holds it open,
+        silent)."""
         records = self._mcp_records.pop(view.id, ())
-        if view.method == "GET" or view.mcp_server is None:
+        if view.mcp_server is None:
+            return
+        if view.method == "GET":
+            if view.mcp_session is None:  # outside a session: HTTP+SSE's, answers come on it
+                self._streams[view.id] = _Stream(view.mcp_server)
             return
         where = (view.session_id, view.mcp_server)
         order = self._mcp_counts[where] = self._mcp_counts.get(where, 0) + 1
+        if view.mcp_session is not None:
+            self._latest_post[(view.mcp_server, view.mcp_session)] = order
         line = mcp_index_line(view, records, order, self.run.run_id, body)
         self._start_exchange(view, line, body, headers)
+
+    def _stream_chunk(self, exchange_id: str, stream: _Stream, data: bytes) -> None:
+        """Each whole event of an HTTP+SSE stream: the endpoint names the
+        session (kept hashed: the path and its id are not), every message after
+        it is filed after the session's latest POST."""
+        assert self.blobs is not None
+        try:
+            events = stream.decoder.feed(data)
+        except UpstreamProtocolError:
+            del self._streams[exchange_id]
+            return
+        for event in events:
+            if stream.session is None:
+                sid = query_session_id(event.data) if event.event == "endpoint" else None
+                if sid is None:
+                    continue  # no session yet: nothing a replay could file it under
+                stream.session = session_key(sid)
+                self._append(mcp_stream_line(stream.server, stream.session, 0, None))
+                continue
+            if event.event not in (None, "message"):
+                continue
+            after = self._latest_post.get((stream.server, stream.session), 0)
+            try:
+                message = self.blobs.put(event.data.encode())
+            except OSError:
+                self.lost += 1
+                continue
+            self._append(mcp_stream_line(stream.server, stream.session, after, message))
 
     # ------------------------------------------------------------------ WebSocket
 

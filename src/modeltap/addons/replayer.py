@@ -16,7 +16,13 @@ where the recorded answer gave an ``Mcp-Session-Id``, one this replay hands
 out (its session is then replayed from the recorded one it stands for); a
 miss is answered with a JSON-RPC error naming the rule
 (:func:`~modeltap.replay.mcp.replay_error_body`). An MCP GET stream of a
-session is held open, silent; one outside a session (HTTP+SSE's) is refused.
+session is held open, silent. One outside a session opens an HTTP+SSE
+session: it stands for the server's next recorded HTTP+SSE session, gets an
+endpoint naming a fresh session, and each POST to it is answered as
+recorded (202) while the messages recorded on the stream after that POST
+(the answers, with the live ids, and the server's own requests) are pushed
+onto the stream; a miss's JSON-RPC error goes on the stream too. With no
+recorded HTTP+SSE session left, such a GET is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from pathlib import Path
 
 import orjson
 
-from modeltap.apis.mcp.transport import SESSION_HEADER, session_key
+from modeltap.apis.mcp.transport import SESSION_HEADER, SESSION_QUERY, session_key
 from modeltap.core import answers
 from modeltap.core.mcp_exchange import mcp_session_id
 from modeltap.core.notices import ExchangeView, Forward, Listener, Outcome, Reply
@@ -39,24 +45,30 @@ from modeltap.evidence.records import McpAuditRecord, WsCloseEvent
 from modeltap.evidence.redaction import redact_path
 from modeltap.evidence.sink import JsonlFile
 from modeltap.replay.matching import MISMATCH, UNRECORDED, Player, Problem
-from modeltap.replay.mcp import id_map, replay_error_body
+from modeltap.replay.mcp import id_map, replay_error_body, rewrite_message
 from modeltap.replay.recording import DIFF_FILE, Entry, McpKey, TurnKey
 from modeltap.replay.upstream import (
     CONNECTION_HEADER,
     ENTRY_HEADER,
     MCP_PLAN_HEADER,
+    MCP_SSE_HEADER,
     MCP_STREAM_HEADER,
     McpPlan,
     ReplayServer,
+    SseStream,
 )
 from modeltap.report.terminal import print_lines
 
-#: What a GET that would open an HTTP+SSE session is answered with (405: MCP's
-#: "no stream here").
+#: What a GET that would open an HTTP+SSE session is answered with when the
+#: recording has no (more) such session of that server (405: MCP's "no stream here").
 HTTP_SSE_NOT_REPLAYED = (
     "modeltap replay: an MCP stream outside a session (HTTP+SSE) is not replayed: "
-    "its answers come on that stream, which is not recorded"
+    "the recording has no more HTTP+SSE sessions of this server"
 )
+#: What a POST to a replayed HTTP+SSE session is answered with (its answer is on the stream).
+_ACCEPTED = b"Accepted"
+#: The SDK's POST path, when the recording has none of a session to tell.
+_SSE_POST_PATH = "/messages/"
 
 
 #: Said at start-up when the recording's MCP exchanges have no params hashes.
@@ -94,6 +106,10 @@ class Replayer(Listener):
         #: The MCP sessions this replay handed out (hashed, as the files name them):
         #: the recorded session each stands for.
         self._handed_out: dict[str, str] = {}
+        #: Per server: its recorded HTTP+SSE sessions (hashed) not yet stood for, in order.
+        self._sse_left = {
+            server: deque(sessions) for server, sessions in player.recording.mcp_streams.items()
+        }
         # The recording answers, not a provider: a SigV4-signed request (boto3 with
         # IAM keys, recorded in regular mode) is served like any other.
         run.settings = replace(run.settings, upstreams_check_signatures=False)
@@ -150,6 +166,8 @@ class Replayer(Listener):
         self.server.connections.pop(view.id, None)
 
     def stopped(self) -> None:
+        for stream in self.server.sse_streams.values():
+            stream.queue.put_nowait(None)  # each replayed HTTP+SSE stream ends
         self.server.close()
         self._note(self.player.unplayed())
         for mcp in self.mcp_players.values():
@@ -179,10 +197,8 @@ class Replayer(Listener):
         if view.method == "GET":
             if view.mcp_session is None:
                 # Not a Streamable HTTP session's stream (a client asks for one once
-                # it has a session): HTTP+SSE's, whose answers come on it. It is
-                # not recorded, so it is refused, not held open for a client to wait on.
-                content = replay_error_body([], HTTP_SSE_NOT_REPLAYED, UNRECORDED)
-                return Reply(405, content)
+                # it has a session): HTTP+SSE's, whose answers come on it.
+                return self._open_sse(server)
             return Forward(((MCP_STREAM_HEADER, "1"),))
         records = self._mcp_records.pop(view.id, ())
         parsed = _json_or_none(body)
@@ -197,11 +213,16 @@ class Replayer(Listener):
                 player.bind(view.session_id, recorded)
         played = player.play(view.session_id, "http", view.api, key, parsed)
         self._note(played.problems)
+        stream = self.server.sse_streams.get(view.mcp_session or "")
         if played.entry is None or played.entry.mcp is None:
             requests = [r.jsonrpc_id for r in records if r.message_type == "request"]
             content = replay_error_body(
                 requests, played.error_message, played.code or MISMATCH, batch=key.batch
             )
+            if stream is not None:  # HTTP+SSE: the client reads its answers on the stream
+                if requests:
+                    stream.queue.put_nowait(content)
+                return Reply(202, _ACCEPTED)
             return Reply(400, content)
         entry = played.entry
         self.mcp_played += 1
@@ -221,8 +242,55 @@ class Replayer(Listener):
             if not session:
                 session = secrets.token_hex(16)
                 self._handed_out[session_key(session)] = given
-        self.server.mcp_plans[view.id] = McpPlan(ids, session)
+        if stream is not None and view.mcp_session is not None:
+            stream.ids.update(ids)
+            then = tuple(
+                rewrite_message(message, stream.ids)
+                for message in self._sse_messages(server, view.mcp_session, entry.order)
+            )
+            self.server.mcp_plans[view.id] = McpPlan(ids, session, view.mcp_session, then)
+        else:
+            self.server.mcp_plans[view.id] = McpPlan(ids, session)
         return Forward(((ENTRY_HEADER, str(entry.index)), (MCP_PLAN_HEADER, view.id)))
+
+    def _open_sse(self, server: str) -> Forward | Reply:
+        """An HTTP+SSE stream: it stands for the server's next recorded
+        HTTP+SSE session, with a fresh session id (never the recorded one)."""
+        left = self._sse_left.get(server)
+        if not left:
+            return Reply(405, replay_error_body([], HTTP_SSE_NOT_REPLAYED, UNRECORDED))
+        recorded = left.popleft()
+        fresh = secrets.token_hex(16)
+        key = session_key(fresh)
+        self._handed_out[key] = recorded
+        path = self._sse_post_path(server, recorded)
+        stream = self.server.sse_streams[key] = SseStream(f"{path}?{SESSION_QUERY}={fresh}")
+        for message in self._sse_messages(server, key, 0):
+            stream.queue.put_nowait(message)
+        return Forward(((MCP_SSE_HEADER, key),))
+
+    def _sse_post_path(self, server: str, recorded: str) -> str:
+        """Where a recorded HTTP+SSE session's POSTs went (its endpoint's path)."""
+        for entry in self.player.recording.mcp.get(server, {}).get(
+            mcp_session_id(server, recorded), ()
+        ):
+            if entry.path is not None and entry.method == "POST":
+                return entry.path.partition("?")[0]
+        return _SSE_POST_PATH
+
+    def _sse_messages(self, server: str, live: str, order: int | None) -> list[bytes]:
+        """The messages recorded on a replayed HTTP+SSE session's stream after
+        its POST ``order`` (0: before any)."""
+        recorded = self._handed_out.get(live)
+        lines = self.player.recording.mcp_streams.get(server, {}).get(recorded or "", ())
+        out = []
+        for entry in lines:
+            sha = entry.line.get("message")
+            if entry.line.get("after") != order or not isinstance(sha, str):
+                continue
+            with contextlib.suppress(OSError):
+                out.append(self.player.recording.blobs.path(sha).read_bytes())
+        return out
 
     def _note(self, problems: Sequence[Problem]) -> None:
         for problem in problems:

@@ -51,7 +51,18 @@ messages carried (a replay answers with the live request's ids instead),
 ``mcp_server``, and ``mcp_session`` / ``response.mcp_session``: the MCP
 session the request named and the one its answer's ``Mcp-Session-Id``
 gave, as the audit names them (16 hex digits of a SHA-256: an id is a
-capability and is never stored). A server's GET stream is not recorded.
+capability and is never stored). A Streamable HTTP GET stream is not
+recorded (it answers no request).
+
+An HTTP+SSE session's stream (``GET /sse``: every answer comes on it) is
+recorded as ``kind: "mcp_stream"`` lines, one when its ``endpoint`` event
+named the session and one per message event after it: ``v``, ``kind``,
+``api`` (``mcp``), ``mcp_server``, ``mcp_session`` (hashed, as above: the
+endpoint's path is not kept, its query holds the id), ``after`` (the
+``order`` of the session's latest POST forwarded when the event came, 0
+before any) and ``message`` (the blob of the event's data, a JSON-RPC
+message; null on the first line). These lines have no ``session_id``: they
+are no model session's turns.
 
 Headers are kept from :data:`KEPT_HEADERS` only, so ``authorization``,
 ``x-api-key``, ``api-key`` and cookies never reach the recording; paths keep
@@ -463,6 +474,10 @@ class BlobWriter:
 # Reading a recording back
 
 
+#: The ``kind`` of an HTTP+SSE stream's lines.
+MCP_STREAM_KIND: Final = "mcp_stream"
+
+
 class RecordingError(ValueError):
     """A recording directory cannot be read (missing, or a line is malformed)."""
 
@@ -524,9 +539,17 @@ class Recording:
         self.unaudited: list[Entry] = []
         #: MCP exchanges by server, then session, each list in order.
         self.mcp: dict[str, dict[str, list[Entry]]] = {}
+        #: HTTP+SSE streams by server, then recorded MCP session (hashed), in
+        #: the order they were opened: their ``mcp_stream`` lines, in order.
+        self.mcp_streams: dict[str, dict[str, list[Entry]]] = {}
         for entry in entries:
             if entry.kind == "unaudited":
                 self.unaudited.append(entry)
+            elif entry.kind == MCP_STREAM_KIND:
+                server_name, session = entry.line.get("mcp_server"), entry.line.get("mcp_session")
+                if isinstance(server_name, str) and isinstance(session, str):
+                    streams = self.mcp_streams.setdefault(server_name, {})
+                    streams.setdefault(session, []).append(entry)
             elif entry.mcp is not None:
                 if entry.session_id is not None:
                     server = self.mcp.setdefault(entry.mcp.server, {})

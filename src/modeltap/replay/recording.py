@@ -22,6 +22,7 @@ from modeltap.core.notices import ExchangeView
 from modeltap.evidence.recordings import (
     BLOBS_DIR,
     FORMAT_VERSION,
+    MCP_STREAM_KIND,
     RECORDING_FILE,
     VOLATILE_FIELDS,
     BlobStore,
@@ -45,6 +46,7 @@ __all__ = [
     "FORMAT_VERSION",
     "INLINE_LIMIT",
     "KEPT_HEADERS",
+    "MCP_STREAM_KIND",
     "RECORDING_FILE",
     "VOLATILE_FIELDS",
     "BlobStore",
@@ -62,6 +64,7 @@ __all__ = [
     "is_ws_create",
     "kept_headers",
     "mcp_index_line",
+    "mcp_stream_line",
 ]
 
 DIFF_FILE: Final = "replay-diff.jsonl"
@@ -143,6 +146,28 @@ def mcp_index_line(
         jsonrpc_ids=[r.jsonrpc_id for r in records],
     )
     return line
+
+
+def mcp_stream_line(server: str, session: str, after: int, message: str | None) -> Json:
+    """A ``recording.jsonl`` line of an HTTP+SSE stream (``kind: "mcp_stream"``).
+
+    Args:
+        server: its server (``--mcp NAME``).
+        session: the MCP session its endpoint named, hashed (never the id).
+        after: the ``order`` of the session's latest POST forwarded before it (0: none).
+        message: the blob of the event's JSON-RPC message; None for the
+            line saying the stream opened.
+    """
+    return {
+        "v": FORMAT_VERSION,
+        "kind": MCP_STREAM_KIND,
+        "transport": "http",
+        "api": "mcp",
+        "mcp_server": server,
+        "mcp_session": session,
+        "after": after,
+        "message": message,
+    }
 
 
 def kept_headers(headers: Any) -> Json:

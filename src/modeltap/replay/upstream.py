@@ -64,6 +64,8 @@ CONNECTION_HEADER: Final = "x-modeltap-replay-connection"
 MCP_PLAN_HEADER: Final = "x-modeltap-replay-mcp"
 #: Header on a forwarded MCP GET: answer it with a silent stream, held open.
 MCP_STREAM_HEADER: Final = "x-modeltap-replay-mcp-stream"
+#: Header on a forwarded HTTP+SSE ``GET``: the :class:`SseStream` to serve on it.
+MCP_SSE_HEADER: Final = "x-modeltap-replay-mcp-sse"
 #: The header an MCP server names its session in (sent as the plan says).
 _MCP_SESSION: Final = b"mcp-session-id"
 #: Request line plus headers (what the proxy forwards of the agent's, plus our tag).
@@ -94,6 +96,24 @@ class McpPlan:
     ids: dict[bytes, JsonRpcId] = field(default_factory=dict)
     #: The ``Mcp-Session-Id`` to answer with (the recorded answer named one).
     session_id: str | None = None
+    #: HTTP+SSE: the stream (:attr:`ReplayServer.sse_streams`) the messages
+    #: recorded after this POST go on once its answer is sent, and those messages.
+    stream: str | None = None
+    then: tuple[bytes, ...] = ()
+
+
+@dataclass(slots=True)
+class SseStream:
+    """A replayed HTTP+SSE session's stream: its endpoint event, then each
+    message put on :attr:`queue` (one JSON-RPC message's bytes), sent as it
+    comes, never held; None ends it."""
+
+    #: The ``endpoint`` event's data: a path on this server naming a fresh session.
+    endpoint: str
+    queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+    #: Recorded answer id -> live id, for the whole session (an answer can
+    #: come after a later POST than its request's).
+    ids: dict[bytes, JsonRpcId] = field(default_factory=dict)
 
 
 def _ws_error(code: str, message: str) -> bytes:
@@ -185,6 +205,8 @@ class ReplayServer:
         self.connections: dict[str, deque[Played]] = {}
         #: Per forwarded MCP request (:data:`MCP_PLAN_HEADER`): how to serve it.
         self.mcp_plans: dict[str, McpPlan] = {}
+        #: Per replayed HTTP+SSE session (:data:`MCP_SSE_HEADER`, its id hashed): its stream.
+        self.sse_streams: dict[str, SseStream] = {}
 
     @property
     def url(self) -> str:
@@ -217,6 +239,10 @@ class ReplayServer:
                     return
                 if _is_websocket(request):
                     await self._websocket(conn, request, reader, writer)
+                    return
+                stream = self.sse_streams.get(_header(request, MCP_SSE_HEADER.encode()))
+                if stream is not None:
+                    await _sse_stream(conn, reader, writer, stream)
                     return
                 if _header(request, MCP_STREAM_HEADER.encode()):
                     await _hold_stream(conn, reader, writer)
@@ -279,7 +305,12 @@ class ReplayServer:
             await writer.drain()
             return True
         plan = self.mcp_plans.pop(_header(request, MCP_PLAN_HEADER.encode()), None)
-        return await self._serve(conn, entries[int(index)], writer, plan)
+        served = await self._serve(conn, entries[int(index)], writer, plan)
+        stream = self.sse_streams.get(plan.stream or "") if plan is not None else None
+        if plan is not None and stream is not None:
+            for message in plan.then:  # after the POST's own answer, as they came
+                stream.queue.put_nowait(message)
+        return served
 
     async def _pause_until(self, deadline: float) -> None:
         if not self.fast:
@@ -533,6 +564,37 @@ async def _hold_stream(
     await writer.drain()
     while await reader.read(_READ_SIZE):
         pass
+
+
+async def _sse_stream(
+    conn: h11.Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    stream: SseStream,
+) -> None:
+    """An HTTP+SSE session's stream: its endpoint event, then each message as it
+    is queued (the answers to the session's POSTs), until the client leaves."""
+    head = h11.Response(
+        status_code=200,
+        headers=[(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+    )
+    endpoint = b"event: endpoint\r\ndata: " + stream.endpoint.encode() + b"\r\n\r\n"
+    writer.write(_sent(conn, head, h11.Data(data=endpoint)))
+    await writer.drain()
+
+    async def send() -> None:
+        with contextlib.suppress(ConnectionError):
+            while (message := await stream.queue.get()) is not None:
+                lines = b"".join(b"data: " + line + b"\r\n" for line in message.split(b"\n"))
+                writer.write(_sent(conn, h11.Data(data=b"event: message\r\n" + lines + b"\r\n")))
+                await writer.drain()
+
+    sender = asyncio.create_task(send())
+    try:
+        while await reader.read(_READ_SIZE):
+            pass
+    finally:
+        sender.cancel()
 
 
 def _sent(conn: h11.Connection, *events: h11.Event) -> bytes:
