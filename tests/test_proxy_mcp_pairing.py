@@ -322,3 +322,89 @@ def test_the_page_shows_each_execution_under_the_model_call(
             watch.assert_clean()
         finally:
             chromium.close()
+
+
+# ------------------------------------------------- no session named (the common setup)
+
+
+def test_without_a_session_named_executions_pair_in_the_runs_session(
+    tmp_path: Path, upstream: Upstream, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No ``--session``, no header (``modeltap run --mcp ...`` and an agent
+    pointed at it): the model's turns and the MCP executions are in the one
+    session the run's sessionless requests share, and pair there."""
+    upstream.replies.append(
+        tool_calls_reply(
+            1,
+            ("call_add", "add", {"a": 2, "b": 3}),
+            ("call_order", "lookup_order", {"order_id": "A-17"}),
+        )
+    )
+    upstream.replies.append(chat_text_json("gpt-5", "done"))
+    assert asyncio.run(agent(tmp_path, upstream, session=None)) == ["ok", "isError"]
+    out = tmp_path / "out"
+
+    (status,) = read_jsonl(out / "sessions.jsonl")  # one session, not one per MCP session
+    assert status["session_id"] == status["run_id"]
+    assert (status["requests_audited"], status["mcp_tool_calls"]) == (2, 2)
+    assert status["evidence_complete"] is True, status["capture_errors"]
+    assert status["message"] is None
+    records = read_jsonl(out / "audit.jsonl")
+    assert {r["session_id"] for r in records} == {status["run_id"]}
+    assert {r["mcp_session"] for r in records if r.get("api") == "mcp"} - {None}  # kept per line
+
+    capture = Capture.load(out)
+    (session,) = capture.sessions.values()
+    add, order = session.turns[0].tool_invocations
+    assert add.execution is not None and add.execution.tool == "add"
+    assert order.execution is not None and order.execution.outcome == "tool_error"
+    assert session.unasked_executions == ()
+    assert capture.evidence_complete, capture.capture_errors
+    capsys.readouterr()
+    assert check.main([str(out)]) == 0
+    assert "No outbound" not in capsys.readouterr().out
+
+
+def test_a_session_of_mcp_traffic_alone_says_what_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MCP traffic and no model request (the model's went elsewhere, or
+    bypassed the proxy): not "audit unsupported" (MCP was audited), but an
+    MCP session whose executions no observed model call asked for; check
+    fails it, saying so."""
+
+    async def tools_only() -> None:
+        async with proxied(tmp_path) as (_proxy, url):
+            async with mcp_shapes.client(url, "legacy") as tools:
+                await tools.list_tools()
+                await tools.call_tool("add", {"a": 1, "b": 2})
+
+    asyncio.run(tools_only())
+    out = tmp_path / "out"
+    mcp_lines = read_jsonl(out / "audit.jsonl")
+    said = (
+        f"MCP session: {len(mcp_lines)} MCP messages and no model request; "
+        "1 tools/call execution, none asked for by an observed model call"
+    )
+    (status,) = read_jsonl(out / "sessions.jsonl")
+    assert (status["stop_reason"], status["mcp_tool_calls"]) == ("completed", 1)
+    assert status["message"] == said
+    assert status["evidence_complete"] is False
+    assert status["capture_errors"] == [said]
+
+    capture = Capture.load(out)
+    (session,) = capture.sessions.values()
+    coverage = session.coverage
+    assert (coverage.actions.status, coverage.actions.reasons) == ("unavailable", (said,))
+    assert coverage.usage.status == "unavailable"
+    assert coverage.events.status == "complete"  # the execution's answer was read whole
+    assert coverage.status.status == "complete"  # nothing refused, nothing broke
+    assert session.capture_errors == [said]  # one definition: the proxy's line agrees
+
+    capsys.readouterr()
+    assert check.main([str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert said in printed and "No outbound" not in printed
+    as_json, text = report_of(out, capsys)
+    assert "No outbound" not in text
+    assert [e["tool"] for e in as_json["sessions"][0]["mcp_executions"]] == ["add"]

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from modeltap.evidence.coverage import SessionEvidence
-from modeltap.evidence.coverage_reasons import NO_RESPONSE_AT_END
+from modeltap.evidence.coverage_reasons import NO_RESPONSE_AT_END, mcp_only
 from modeltap.evidence.mcp_pairing import Execution, ExecutionPairing
 from modeltap.evidence.pairing import ToolPairing
 from modeltap.evidence.records import (
@@ -237,6 +237,14 @@ class SessionTracker:
         """Requested tool calls whose results were let through to the model."""
         return self.evidence.answered
 
+    def _message(self) -> str | None:
+        """What a session without a model request is: MCP traffic only, or nothing audited."""
+        if self.requests_audited:
+            return None
+        if self.mcp_messages:
+            return mcp_only(self.mcp_messages, self.mcp_tool_calls)
+        return NO_REQUESTS_MESSAGE
+
     def status(self, ts: str | None = None) -> SessionStatus:
         """The ``sessions.jsonl`` line for this session, as of now.
 
@@ -268,7 +276,7 @@ class SessionTracker:
             capture_errors=tuple(result.capture_errors),
             mcp_messages_audited=self.mcp_messages,
             mcp_tool_calls=self.mcp_tool_calls,
-            message=NO_REQUESTS_MESSAGE if self.requests_audited == 0 else None,
+            message=self._message(),
         )
 
 

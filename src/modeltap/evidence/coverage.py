@@ -86,6 +86,7 @@ from modeltap.evidence.coverage_reasons import (
     MESSAGES_NOT_RECORDED,
     NO_ANSWER,
     NO_MCP_SEEN,
+    NO_MODEL_REQUEST,
     NO_REQUESTS,
     NO_RESPONSE,
     NOT_EXECUTED_ON_MCP,
@@ -93,6 +94,7 @@ from modeltap.evidence.coverage_reasons import (
     file_moved_reason,
     is_error_answer,
     label_indexes,
+    mcp_only,
     never_answered,
     no_usage_reason,
     qualified_tool_name,
@@ -408,6 +410,7 @@ class SessionEvidence:
         "answers",
         "executed_by",
         "keep_answers",
+        "mcp_messages",
         "mcp_tool_calls",
         "turns",
     )
@@ -428,7 +431,9 @@ class SessionEvidence:
         self._reported: list[SessionStatus] = []
         #: ``(turn, position of the call)`` -> the request that answered it.
         self.answers: dict[tuple[int, int], Answer] = {}
-        #: MCP ``tools/call`` executions audited (each once: retries continue theirs).
+        #: MCP audit lines fed, and ``tools/call`` executions among them (each
+        #: once: retries continue theirs).
+        self.mcp_messages = 0
         self.mcp_tool_calls = 0
         #: Model calls awaiting their MCP execution, as ``(turn, position)``,
         #: and executions awaiting their model call, as their ``seq``.
@@ -514,6 +519,7 @@ class SessionEvidence:
         Args:
             record: the line, as written (before its message was forwarded).
         """
+        self.mcp_messages += 1
         if record.continues_seq is not None:
             root = self._continues.get(record.continues_seq, record.continues_seq)
             _bounded_put(self._continues, record.seq, root)
@@ -619,6 +625,21 @@ class SessionEvidence:
             return NOT_EXECUTED_ON_MCP
         return NO_MCP_SEEN if mcp else ""
 
+    def _mcp_only(self, own: EvidenceCoverage) -> EvidenceCoverage:
+        """A session with MCP traffic and no model request, judged for what it
+        is: its MCP lines are evidence (``events`` partial only for an
+        execution whose answer was not read whole, ``status`` as its
+        refusals and errors say), but no observed model call asked for its
+        executions, so ``actions`` is unavailable (and ``usage``: no model
+        turn reported any). Never "audit unsupported": MCP was audited."""
+        if self._unanswered:
+            seqs = ", ".join(str(seq) for seq in self._unanswered)
+            own = own.lower(
+                "events", "partial", f"MCP tools/call without an answer read whole (seq {seqs})"
+            )
+        own = own.lower("actions", "unavailable", mcp_only(self.mcp_messages, self.mcp_tool_calls))
+        return own.lower("usage", "unavailable", NO_MODEL_REQUEST)
+
     # ------------------------------------------------------------ reading
 
     def result(self, open_reason: str = NO_RESPONSE) -> SessionCoverage:
@@ -654,7 +675,9 @@ class SessionEvidence:
             )
         ordered = sorted(turns.items())
         own = self._own
-        if self.turns == 0:
+        if self.turns == 0 and self.mcp_messages:
+            own = self._mcp_only(own)
+        elif self.turns == 0:
             for name in ("events", "actions", "usage", "status"):
                 own = own.lower(name, "unavailable", NO_REQUESTS)
         else:

@@ -55,6 +55,30 @@ def is_error_answer(event: ResponseEvent) -> bool:
     return event.status is not None and event.status >= 400
 
 
+#: Why a session with MCP traffic and no model request has no usage.
+NO_MODEL_REQUEST: Final = "no model request in this session (MCP traffic only)"
+
+
+def mcp_only(messages: int, executions: int) -> str:
+    """What a session with MCP traffic and no model request is (its
+    ``sessions.jsonl`` message and its ``actions`` reason): no observed model
+    call asked for its executions, so whether anything did is unknown.
+
+    Args:
+        messages: its MCP audit lines.
+        executions: its ``tools/call`` executions (each once).
+    """
+    noun = "message" if messages == 1 else "messages"
+    if executions == 0:
+        ran = "no tools/call execution"
+    else:
+        ran = (
+            f"{executions} tools/call execution{'' if executions == 1 else 's'}, "
+            "none asked for by an observed model call"
+        )
+    return f"MCP session: {messages} MCP {noun} and no model request; {ran}"
+
+
 def turn_number(index: int) -> int:
     """The number a turn is shown with: its 0-based index plus one, counted
     from 1 like ``seq`` (every message, report and page names turns so)."""
