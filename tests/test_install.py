@@ -41,7 +41,12 @@ def make_dry_run(tmp_path: Path, target: str) -> list[str]:
     for name in ("Makefile", "pyproject.toml"):
         shutil.copy(ROOT / name, tree / name)
     done = subprocess.run(
-        ["make", "-n", target], cwd=tree, capture_output=True, text=True, timeout=60, check=False
+        ["make", "--no-print-directory", "-n", target],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()

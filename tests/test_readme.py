@@ -252,9 +252,15 @@ class Reader:
     def make(self, words: list[str], where: str) -> None:
         target = words[1]
         done = subprocess.run(
-            ["make", "-n", *words[1:]], cwd=ROOT, capture_output=True, text=True, timeout=60,
+            # --no-print-directory: under `make test` the inner make is a sub-make,
+            # which would print "Entering directory" lines around its commands.
+            ["make", "--no-print-directory", "-n", *words[1:]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
             check=False,
-        )  # fmt: skip
+        )
         assert done.returncode == 0, f"{where}: {done.stderr}"
         last = done.stdout.strip().splitlines()[-1]
         expected = {"test": "-m pytest", "run": "modeltap run", "demo": "modeltap demo"}[target]
