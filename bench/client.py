@@ -45,10 +45,25 @@ def reset_peak_rss(pid: int) -> bool:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time of a process so far: the scheduler's nanosecond count summed over its
-    threads (``/proc/PID/task/*/schedstat``); ``/proc/PID/stat``'s 10 ms ticks are
-    too coarse for a few hundred requests. Threads that ended are not counted; the
-    proxies keep theirs (worker pools, export threads)."""
+    """CPU time of a process and its live child processes so far (a proxy's
+    exporter process is part of its cost): the scheduler's nanosecond count summed
+    over their threads (``/proc/PID/task/*/schedstat``); ``/proc/PID/stat``'s 10 ms
+    ticks are too coarse for a few hundred requests. Threads that ended are not
+    counted; the proxies keep theirs (worker pools, export threads)."""
+    return _own_cpu_seconds(pid) + sum(cpu_seconds(child) for child in _children(pid))
+
+
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (``/proc/PID/task/*/children``)."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children") as f:
+                found.extend(int(c) for c in f.read().split())
+    return found
+
+
+def _own_cpu_seconds(pid: int) -> float:
     total = 0
     try:
         for task in os.listdir(f"/proc/{pid}/task"):
