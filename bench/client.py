@@ -49,7 +49,10 @@ def cpu_seconds(pid: int) -> float:
     exporter process is part of its cost): the scheduler's nanosecond count summed
     over their threads (``/proc/PID/task/*/schedstat``); ``/proc/PID/stat``'s 10 ms
     ticks are too coarse for a few hundred requests. Threads that ended are not
-    counted; the proxies keep theirs (worker pools, export threads)."""
+    counted; the proxies keep theirs (worker pools, export threads).
+    ``BENCH_CPU_OWN_ONLY=1`` leaves the child processes out (the proxy process alone)."""
+    if os.environ.get("BENCH_CPU_OWN_ONLY") == "1":
+        return _own_cpu_seconds(pid)
     return _own_cpu_seconds(pid) + sum(cpu_seconds(child) for child in _children(pid))
 
 

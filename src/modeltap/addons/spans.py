@@ -30,6 +30,7 @@ from modeltap.core.run import Run
 from modeltap.evidence.records import McpAuditRecord, McpResultEvent, RequestFacts, WsCloseEvent
 from modeltap.evidence.redaction import redact_path
 from modeltap.telemetry import ConnectionSpan, ExchangeSpan, Telemetry
+from modeltap.telemetry.remote import telemetry_class
 
 # Durations come from the monotonic clock; spans want epoch time. One fixed
 # offset converts, so both views of an exchange agree.
@@ -62,7 +63,8 @@ class Spans(Addon, Listener):
             return
         opts = self.options
         try:
-            telemetry = Telemetry.configure(
+            # MODELTAP_TELEMETRY_PROCESS=1: the experimental exporter process.
+            telemetry = telemetry_class().configure(
                 otlp=opts.modeltap_otlp,
                 capture_content=True if opts.modeltap_capture_content else None,
                 run_id=self.run.run_id,

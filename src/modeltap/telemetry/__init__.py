@@ -224,7 +224,7 @@ class Telemetry:
         )
         if service_name == "modeltap":
             service_name = env_value(environ, "OTEL_SERVICE_NAME") or service_name
-        return cls(
+        settings = dict(
             target=target,
             capture_content=capture_content,
             run_id=run_id,
@@ -238,6 +238,13 @@ class Telemetry:
             logs_target=logs_target,
             log_settings=log_settings,
         )
+        return cls._from_settings(settings)
+
+    @classmethod
+    def _from_settings(cls, settings: Mapping[str, object]) -> Telemetry:
+        """Build from :meth:`configure`'s resolved settings (a subclass may build
+        something else: :class:`~modeltap.telemetry.remote.RemoteTelemetry`)."""
+        return Telemetry(**settings)  # type: ignore[arg-type]
 
     @property
     def enabled(self) -> bool:
@@ -370,6 +377,15 @@ class Telemetry:
             path=path,
             upstream=upstream,
         )
+
+    def lost(self, *, spans: int, lines: int) -> None:
+        """Count spans and written lines that ended elsewhere and never reached this
+        :class:`Telemetry` (an exporter process's facts dropped on the way): they
+        are in the exit summary's dropped counts."""
+        if self._export is not None and spans:
+            self._export.lost(spans)
+        if self._logs is not None and lines:
+            self._logs.lost(lines)
 
     @never_raises
     def end_session(self, session_id: str, *, end_ns: int | None = None) -> None:

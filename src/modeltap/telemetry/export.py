@@ -167,6 +167,12 @@ class _CountingProcessor(SpanProcessor):
             self.ended += 1
         self._inner.on_end(span)
 
+    def lost(self, n: int) -> None:
+        """Count ``n`` spans that ended where this process never saw them
+        (:mod:`modeltap.telemetry.remote`'s facts dropped on the way)."""
+        with self._lock:
+            self.ended += n
+
     def shutdown(self) -> None:
         self._inner.shutdown()
 
@@ -261,6 +267,10 @@ class SpanExport:
         )
         self._provider.add_span_processor(self._processor)
         self.tracer: trace.Tracer = self._provider.get_tracer("modeltap", __version__)
+
+    def lost(self, n: int) -> None:
+        """Count ``n`` ended spans that never reached this process: dropped."""
+        self._processor.lost(n)
 
     def stats(self) -> SpanStats:
         """Span counts so far (exact once :meth:`shutdown` returned)."""

@@ -520,6 +520,13 @@ class LogExport:
             self._accepted += 1
         self._logger.emit(log_record)
 
+    def lost(self, n: int) -> None:
+        """Count ``n`` written lines that never reached this process
+        (:mod:`modeltap.telemetry.remote`'s facts dropped on the way): refused."""
+        with self._lock:
+            self._written += n
+            self._queue_full += n
+
     # ------------------------------------------------------------------ counts out
 
     def stats(self) -> LogStats:
