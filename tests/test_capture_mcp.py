@@ -255,8 +255,11 @@ def test_a_session_of_mcp_traffic_alone_is_no_model_session(tmp_path: Path) -> N
         "s-1"
     ]
     assert [e.call for e in session.mcp_executions] == [None]
-    # No turn: the session says so, once, not once per execution.
-    assert session.capture_errors == ["No outbound model requests captured; audit unsupported"]
+    # No turn: the session says what it is, once, not once per execution.
+    assert session.capture_errors == [
+        "MCP session: 1 MCP message and no model request; "
+        "1 tools/call execution, none asked for by an observed model call"
+    ]
 
 
 def test_a_refused_tools_call_is_a_denied_call(tmp_path: Path) -> None:

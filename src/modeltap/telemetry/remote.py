@@ -338,8 +338,10 @@ def _replay(
 def main() -> None:
     """The child: replay the proxy's facts against a real :class:`Telemetry`."""
     inp = sys.stdin.buffer
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    sys.stdout = sys.stderr  # nothing else may write to the frames' pipe
+    # The frames go to a copy of fd 1; fd 1 itself then points at stderr, so
+    # nothing else (a stray print in a library) can write into the frames' pipe.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
     settings = _read_frame(inp)
     if settings is None:
         return
