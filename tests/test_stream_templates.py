@@ -101,11 +101,20 @@ def cuts(wire: bytes, events: list[bytes]) -> list[list[bytes]]:
     ]
 
 
-@pytest.mark.parametrize(("api", "path"), samples("streams"))
+#: Every SSE stream sample; a JSON-array stream (Gemini's without ``alt=sse``)
+#: is decoded in full, never by template, so it has nothing to compare here.
+SSE_SAMPLES = [p for p in samples("streams") if load(p.values[1]).get("framing") != "json_array"]
+
+
+def test_the_sse_samples_leave_out_only_json_arrays() -> None:
+    left_out = [p for p in samples("streams") if p not in SSE_SAMPLES]
+    assert left_out and all(load(p.values[1])["framing"] == "json_array" for p in left_out)
+    assert len(SSE_SAMPLES) > len(left_out)
+
+
+@pytest.mark.parametrize(("api", "path"), SSE_SAMPLES)
 def test_every_stream_sample_observes_the_same(api: Any, path: Path) -> None:
     sample = load(path)
-    if sample.get("framing") == "json_array":
-        pytest.skip("a JSON array is decoded in full (no templates)")
     facts = audit(api, sample) if "request" in sample else None
     wire = sse_bytes(sample["events"])
     for chunks in cuts(wire, sse_events(wire)):
