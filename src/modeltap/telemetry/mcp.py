@@ -65,7 +65,6 @@ from typing import Final
 
 import orjson
 from opentelemetry import trace
-from opentelemetry.metrics import Histogram
 from opentelemetry.trace import Status, StatusCode
 
 from modeltap.evidence.mcp_pairing import Execution, ExecutionPairing
@@ -148,8 +147,6 @@ class McpSpans:
         #: The spans of paired executions, by (session, model call id), until the
         #: call's execute_tool span links to them.
         self._executions: OrderedDict[tuple[str, str], trace.SpanContext] = OrderedDict()
-        self._histogram: Histogram | None = None
-        self._meter_of: object | None = None
         tree.tool_links = self._tool_links
 
     # ------------------------------------------------------------------ facts in
@@ -442,18 +439,7 @@ class McpSpans:
         metrics = self._tree.metrics
         if metrics is None:
             return
-        if self._histogram is None or self._meter_of is not metrics:
-            self._histogram = metrics.meter.create_histogram(
-                names.METRIC_MCP_CLIENT_OPERATION_DURATION,
-                unit=names.UNIT_SECONDS,
-                description=(
-                    "The duration of the MCP request or notification as observed on the sender"
-                    " from the time it was sent until the response or ack is received."
-                ),
-                explicit_bucket_boundaries_advisory=list(names.MCP_SECONDS_BUCKETS),
-            )
-            self._meter_of = metrics
-        self._histogram.record(max(0.0, duration_s), attributes)
+        metrics.mcp_operation_duration.record(max(0.0, duration_s), attributes)
 
 
 def _put(attributes: Attributes, key: str, value: str | int | None) -> None:

@@ -140,8 +140,16 @@ class MetricExport:
         meter = self._provider.get_meter(
             "modeltap", __version__, schema_url=names.METRICS_SCHEMA_URL
         )
-        #: The run's meter: the MCP histogram (:mod:`modeltap.telemetry.mcp`) is made on it.
-        self.meter = meter
+        #: ``mcp.client.operation.duration``, recorded by :mod:`modeltap.telemetry.mcp`.
+        self.mcp_operation_duration = meter.create_histogram(
+            names.METRIC_MCP_CLIENT_OPERATION_DURATION,
+            unit=names.UNIT_SECONDS,
+            description=(
+                "The duration of the MCP request or notification as observed on the sender"
+                " from the time it was sent until the response or ack is received."
+            ),
+            explicit_bucket_boundaries_advisory=list(names.MCP_SECONDS_BUCKETS),
+        )
         self._duration = meter.create_histogram(
             names.METRIC_OPERATION_DURATION,
             unit=names.UNIT_SECONDS,
