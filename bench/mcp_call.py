@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import signal
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -44,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.cases import Bench, Target
 from bench.client import HttpConnection, cpu_seconds, free_port, pct
 from bench.report import Row, le
+from bench.upstream import serve_app
 
 #: The answer modes, each a path of the server and a ``--mcp`` mount of modeltap.
 MODES = ("json", "sse")
@@ -89,20 +88,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
 async def serve(port: int, max_seconds: float) -> None:
     app = web.Application()
     app.router.add_route("POST", "/{tail:.*}", handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port, backlog=256)
-    await site.start()
-    server = site._server
-    assert server is not None and server.sockets
-    print(f"PORT {server.sockets[0].getsockname()[1]}", flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), max_seconds)  # bounded: it stops by itself
-    await runner.cleanup()
+    await serve_app(app, port, max_seconds)
 
 
 # --------------------------------------------------------------------------- the case

@@ -110,6 +110,11 @@ class BenchUpstream:
 async def serve(port: int, sse_pause: float, max_seconds: float) -> None:
     app = web.Application(client_max_size=256 * 1024 * 1024)
     app.router.add_route("*", "/{tail:.*}", BenchUpstream(sse_pause).handle)
+    await serve_app(app, port, max_seconds)
+
+
+async def serve_app(app: web.Application, port: int, max_seconds: float) -> None:
+    """Serve ``app`` on loopback, print ``PORT N``, stop on a signal or after ``max_seconds``."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=256)
