@@ -91,8 +91,9 @@ def no_route(target: str, routes: RouteTable) -> Reply:
         )
     else:
         fix = "no route here serves it: add one with --route NAME=URL"
+    article = "an" if endpoint.api[:1] in "aeiou" else "a"
     message = (
-        f"modeltap: no route matches this path (an {endpoint.api} endpoint): {fix}. "
+        f"modeltap: no route matches this path ({article} {endpoint.api} endpoint): {fix}. "
         f"Routes here: {listed}"
     )
     return error(404, message, "modeltap_no_route", endpoint.api, None)
